@@ -1,0 +1,14 @@
+# stacklm: one DAG from grammar to tables. Rules only wire files to `stacklm` commands.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+
+
+rule all:
+    input:
+        all_targets(),

@@ -1,0 +1,1 @@
+"""Differentiable stacks behind one interface: actions in, reading out (see ``base``)."""
