@@ -1,0 +1,23 @@
+"""Shared test fixtures: the reference data beside the checkout, and one thread per worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+# pytest -n 2 runs two workers on two cores; intra-op threads would oversubscribe them.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def upstream_dir() -> Path:
+    """``../shared/upstream`` (reference copies of the upstream datasets), or a skip."""
+    path = SHARED / "upstream"
+    if not path.is_dir():
+        pytest.skip(f"reference data not available: {path} is absent (it lies beside the checkout in development and CI)")
+    return path
