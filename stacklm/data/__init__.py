@@ -1,0 +1,1 @@
+"""Datasets on disk: examples of the transformation tasks, vocabularies, splits."""

@@ -1,0 +1,77 @@
+"""Examples of the syntactic-transformation tasks, and their TSV files.
+
+One example per line, UTF-8, tokens separated by single spaces:
+
+- ``source<TAB>target`` in train, validation and test: the source is the sentence followed by
+  its marker token (``quest``/``decl``, ``PRESENT``/``PAST``, ``passiv``/``decl``), the target
+  is the hierarchical-rule output;
+- ``source<TAB>target<TAB>linear`` in the generalization split, which carries both targets:
+  the hierarchical-rule output and the linear-rule output.
+
+As a language-model string an example is ``source · target`` (the marker is the separator).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from stacklm.errors import located
+
+
+@dataclass(frozen=True)
+class Example:
+    source: tuple[str, ...]  # sentence tokens, then the marker
+    target: tuple[str, ...]  # hierarchical-rule output
+    linear: tuple[str, ...] | None = None  # linear-rule output (generalization split only)
+
+    @property
+    def marker(self) -> str:
+        return self.source[-1]
+
+    def language_model_string(self) -> tuple[str, ...]:
+        """w = source · target, the string a model is trained on (EOS is added by batching)."""
+        return self.source + self.target
+
+
+def parse_line(line: str, path: str | Path, number: int) -> Example:
+    """One TSV line (without its newline) as an Example; errors name ``path:number``."""
+    fields = line.split("\t")
+    if len(fields) not in (2, 3):
+        raise located(path, number, f"expected 'source<TAB>target' or 'source<TAB>target<TAB>linear', found {len(fields)} field(s)")
+    tokens = []
+    for name, field in zip(("source", "target", "linear"), fields):
+        if not field or field != field.strip(" ") or "  " in field:
+            raise located(path, number, f"{name} field is empty or not single-space separated: {field!r}")
+        tokens.append(tuple(field.split(" ")))
+    return Example(*tokens)
+
+
+def read_examples(path: str | Path) -> list[Example]:
+    with open(path, encoding="utf-8", newline="\n") as file:
+        return [parse_line(line.rstrip("\n"), path, number) for number, line in enumerate(file, start=1)]
+
+
+def format_example(example: Example) -> str:
+    fields = [example.source, example.target] + ([example.linear] if example.linear is not None else [])
+    return "\t".join(" ".join(field) for field in fields)
+
+
+def write_examples(path: str | Path, examples: Iterable[Example]) -> None:
+    """Write atomically: a temporary file beside ``path``, fsync, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
+            for example in examples:
+                file.write(format_example(example) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
