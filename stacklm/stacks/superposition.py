@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from stacklm.stacks.base import Stack, StackState
@@ -56,32 +55,39 @@ class SuperpositionActions:
     pushed: Tensor  # (B, m) or (B, n, m): v_t
 
 
-def push_term(elements: Tensor, pushed: Tensor, depth: int) -> Tensor:
-    """V_{t−1} shifted down with v_t on top, i.e. rows [v_t ; V_{t−1}[0 … depth−2]]: (B, depth, m)."""
-    shifted = torch.cat([pushed.unsqueeze(1), elements], dim=1)  # (B, h_{t−1} + 1, m)
-    return _rows(shifted, 0, depth)
+def padded_rows(elements: Tensor, pushed: Tensor) -> Tensor:
+    """[v_t ; V_{t−1} ; 0 ; 0], the rows every term reads from: (B, h_{t−1} + 3, m).
+
+    Row k + 1 of it is V_{t−1}[k] for k = −1 … h_{t−1} + 1, with V_{t−1}[−1] = v_t and zeros below
+    the bottom, so each term below is a view of it.
+    """
+    below = elements.new_zeros(elements.size(0), 2, elements.size(2))  # (B, 2, m)
+    return torch.cat([pushed.unsqueeze(1), elements, below], dim=1)
 
 
-def noop_term(elements: Tensor, depth: int) -> Tensor:
-    """V_{t−1}[0 … depth−1], zero below the bottom: (B, depth, m)."""
-    return _rows(elements, 0, depth)
+def push_term(rows: Tensor, depth: int) -> Tensor:
+    """V_{t−1}[k − 1] for k = 0 … depth − 1 (v_t at k = 0): (B, depth, m)."""
+    return rows[:, 0:depth]
 
 
-def pop_term(elements: Tensor, depth: int) -> Tensor:
-    """V_{t−1}[1 … depth], zero below the bottom: (B, depth, m)."""
-    return _rows(elements, 1, depth)
+def noop_term(rows: Tensor, depth: int) -> Tensor:
+    """V_{t−1}[k] for k = 0 … depth − 1: (B, depth, m)."""
+    return rows[:, 1 : depth + 1]
 
 
-def superpose(probabilities: Tensor, pushed: Tensor, noop: Tensor, popped: Tensor) -> Tensor:
+def pop_term(rows: Tensor, depth: int) -> Tensor:
+    """V_{t−1}[k + 1] for k = 0 … depth − 1: (B, depth, m)."""
+    return rows[:, 2 : depth + 2]
+
+
+def superpose(probabilities: Tensor, rows: Tensor, depth: int) -> Tensor:
     """V_t = a^push · push_term + a^noop · noop_term + a^pop · pop_term: (B, depth, m)."""
     weight = probabilities.unsqueeze(-1).unsqueeze(-1)  # (B, 3, 1, 1)
-    return weight[:, PUSH_INDEX] * pushed + weight[:, NOOP_INDEX] * noop + weight[:, POP_INDEX] * popped
-
-
-def _rows(elements: Tensor, start: int, depth: int) -> Tensor:
-    """Rows start … start + depth − 1 of ``elements`` (B, h, m), zero where h runs out: (B, depth, m)."""
-    taken = elements[:, start : start + depth]  # (B, ≤ depth, m)
-    return F.pad(taken, (0, 0, 0, depth - taken.size(1)))
+    return (
+        weight[:, PUSH_INDEX] * push_term(rows, depth)
+        + weight[:, NOOP_INDEX] * noop_term(rows, depth)
+        + weight[:, POP_INDEX] * pop_term(rows, depth)
+    )
 
 
 @dataclass(frozen=True)
@@ -109,17 +115,14 @@ class SuperpositionState(StackState[SuperpositionActions]):
                 f"step {step} of a superposition stack sized by its length hint for max_steps={self.max_steps}"
             )
         depth = self.height_after(step)
-        elements = superpose(
-            actions.probabilities,
-            push_term(self.elements, actions.pushed, depth),
-            noop_term(self.elements, depth),
-            pop_term(self.elements, depth),
-        )
+        elements = superpose(actions.probabilities, padded_rows(self.elements, actions.pushed), depth)
         return dataclasses.replace(self, elements=elements, steps=step)
 
     def reading(self) -> Tensor:
         """r_t = V_t[0], or 0 for the empty stack: (B, m)."""
-        return _rows(self.elements, 0, 1).squeeze(1)
+        if self.elements.size(1) == 0:
+            return self.elements.new_zeros(self.elements.size(0), self.elements.size(2))
+        return self.elements[:, 0]
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> SuperpositionState:
         return dataclasses.replace(self, elements=function(self.elements))
