@@ -27,7 +27,12 @@ again and are dropped. After step t the stack holds
     h_t = min(t, D, N − t + 1) rows,
 
 which leaves every reading r_1 … r_N unchanged and roughly halves time and memory; a step past N
-is refused. Shapes: V_t is (B, h_t, m). Cost: O(B m Σ_t h_t) ≤ O(B m n²/4) time and memory.
+is refused.
+
+Shapes: V_t is (B, h_t, m). Cost: O(B m Σ_t h_t) time and autograd memory, i.e. O(B m n²/2) for
+n steps, O(B m n²/4) with the length hint and O(B m n D) with a depth limit; n sequential steps.
+Whole-sequence ``readings`` is the default loop over ``next``: a chunked alternative (√n steps,
+transfer matrices between chunks) was measured on CPU and was slower except for tiny batches.
 """
 
 from __future__ import annotations
