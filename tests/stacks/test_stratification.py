@@ -138,13 +138,15 @@ def test_transform_tensors_covers_every_tensor() -> None:
     last = StratificationActions(
         actions.pop_strength[[2, 0], 3], actions.push_strength[[2, 0], 3], actions.pushed[[2, 0], 3]
     )
-    torch.testing.assert_close(sliced.next(last).reading(), state.next(stack.step_actions(actions, 3)).reading()[[2, 0]])
+    whole = state.next(stack.step_actions(actions, 3))
+    torch.testing.assert_close(sliced.next(last).reading(), whole.reading()[[2, 0]])
 
 
 def test_gradcheck() -> None:
     actions = random_actions(batch_size=2, steps=5, vector_size=2, seed=8)
     stack = StratificationStack(vector_size=2)
-    inputs = tuple(tensor.clone().requires_grad_() for tensor in (actions.pop_strength, actions.push_strength, actions.pushed))
+    tensors = (actions.pop_strength, actions.push_strength, actions.pushed)
+    inputs = tuple(tensor.clone().requires_grad_() for tensor in tensors)
 
     def readings(pop_strength: Tensor, push_strength: Tensor, pushed: Tensor) -> Tensor:
         return stack.readings(StratificationActions(pop_strength, push_strength, pushed))
