@@ -1,0 +1,121 @@
+"""What one training run is told: the loop's schedule (``TrainConfig``), built from the
+``training`` section of the settings and a trial's hyperparameters.
+
+Two schedules run through the same loop:
+
+- seed 000 App. D (syntactic transformations): batches under a token budget B, Adam, L2
+  clipping at 10, a checkpoint every 80 000 training examples, learning rate × 0.5 at the
+  2nd consecutive checkpoint without a new best validation cross-entropy, stop at the 3rd;
+- seed 002 App. 8 (CFL tasks): batches of 10 strings of one length, Adam, clipping at 5, a
+  checkpoint every epoch, ``ReduceLROnPlateau(factor=0.9, patience=5)`` on the validation
+  perplexity (relative threshold 1e-4), stop after 10 epochs without a new best, 200 epochs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from stacklm.errors import StacklmError
+from stacklm.models.config import from_dict
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    learning_rate: float  # initial learning rate of Adam
+    tokens_per_batch: int | None  # B: budget per batch, counting w·EOS and padding (None: same-length batches)
+    strings_per_batch: int | None = None  # same-length batches of this many strings (CFL); None: token budget
+    max_epochs: int = 1000
+    examples_per_checkpoint: int | None = 80_000  # None: a checkpoint at the end of every epoch
+    gradient_clip_norm: float = 10.0
+    learning_rate_decay_factor: float = 0.5
+    # Consecutive checkpoints without improvement that multiply the learning rate by the factor
+    # (torch's ReduceLROnPlateau patience + 1): App. D "after 2 checkpoints"; CFL patience 5 → 6.
+    learning_rate_patience: int = 2
+    improvement_threshold: float = 0.0  # relative: better means metric < best · (1 − threshold)
+    early_stopping_patience: int = 3  # stop at this many consecutive checkpoints without a new best
+    validation_metric: Literal["cross_entropy", "perplexity"] = "cross_entropy"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise StacklmError(f"learning_rate must be a positive number, got {self.learning_rate!r}")
+        if (self.tokens_per_batch is None) == (self.strings_per_batch is None):
+            raise StacklmError("exactly one of tokens_per_batch and strings_per_batch must be set")
+        for name in ("tokens_per_batch", "strings_per_batch", "examples_per_checkpoint"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise StacklmError(f"{name} must be at least 1, got {value!r}")
+        for name in ("max_epochs", "learning_rate_patience", "early_stopping_patience"):
+            if getattr(self, name) < 1:
+                raise StacklmError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if not 0 < self.learning_rate_decay_factor <= 1:
+            raise StacklmError(f"learning_rate_decay_factor must lie in (0, 1], got {self.learning_rate_decay_factor!r}")
+        if not self.gradient_clip_norm > 0:
+            raise StacklmError(f"gradient_clip_norm must be positive, got {self.gradient_clip_norm!r}")
+        if not 0 <= self.improvement_threshold < 1:
+            raise StacklmError(f"improvement_threshold must lie in [0, 1), got {self.improvement_threshold!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "") -> TrainConfig:
+        return from_dict(cls, data, path)
+
+
+def cfl_train_config(learning_rate: float) -> TrainConfig:
+    """The CFL schedule of seed 002 App. 8 (``cfl-and-ptb.md`` §2.5)."""
+    return TrainConfig(
+        learning_rate=learning_rate,
+        tokens_per_batch=None,
+        strings_per_batch=10,
+        max_epochs=200,
+        examples_per_checkpoint=None,
+        gradient_clip_norm=5.0,
+        learning_rate_decay_factor=0.9,
+        learning_rate_patience=6,
+        improvement_threshold=1e-4,
+        early_stopping_patience=10,
+        validation_metric="perplexity",
+    )
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """One trial's ``HP.json``: ``max_epochs`` null means train to convergence."""
+
+    learning_rate: float
+    tokens_per_batch: int
+    max_epochs: int | None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "hparams") -> Hyperparameters:
+        return from_dict(cls, data, path)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The ``training`` section of the settings (App. D values by default)."""
+
+    parameter_budget: int = 200_000  # models are sized to this many parameters (seed 000 §5)
+    max_epochs: int = 1000  # the cap when a trial trains to convergence
+    examples_per_checkpoint: int = 80_000
+    gradient_clip_norm: float = 10.0
+    learning_rate_decay_factor: float = 0.5
+    learning_rate_patience: int = 2
+    early_stopping_patience: int = 3
+    progress_interval_s: float = 60.0  # seconds between plain progress lines when stderr is not a terminal
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "training") -> TrainingSettings:
+        return from_dict(cls, data, path)
+
+    def train_config(self, hyperparameters: Hyperparameters) -> TrainConfig:
+        return TrainConfig(
+            learning_rate=hyperparameters.learning_rate,
+            tokens_per_batch=hyperparameters.tokens_per_batch,
+            max_epochs=hyperparameters.max_epochs if hyperparameters.max_epochs is not None else self.max_epochs,
+            examples_per_checkpoint=self.examples_per_checkpoint,
+            gradient_clip_norm=self.gradient_clip_norm,
+            learning_rate_decay_factor=self.learning_rate_decay_factor,
+            learning_rate_patience=self.learning_rate_patience,
+            early_stopping_patience=self.early_stopping_patience,
+        )

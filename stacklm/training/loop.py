@@ -1,0 +1,261 @@
+"""The training loop shared by every schedule (seed 000 App. D; seed 002 App. 8).
+
+Per batch: −mean log p(w·EOS), a non-finite loss stops the run naming the step, backward,
+L2 clipping of the global gradient norm, an Adam step. At each checkpoint (every
+``examples_per_checkpoint`` training examples, the surplus carrying over, or at each epoch's
+end) the validation cross-entropy per token (EOS counted) drives the schedule and early
+stopping; the best parameters are kept, and the whole training state is written atomically
+to ``checkpoint_path``: model, optimizer, schedule, counters, position in the epoch, RNG
+states and the learning curve so far. The same call after a kill continues from there and
+gives the same result as a run that was never interrupted. After the last epoch a final
+checkpoint scores the batches trained since the previous one, so that a short run (the
+hyperparameter search's 5 epochs) is judged on all of its training.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from stacklm.errors import StacklmError
+from stacklm.training import checkpoint as checkpoint_file
+from stacklm.training.batching import Batch, epoch_groups, make_batch, validation_groups
+from stacklm.training.config import TrainConfig
+from stacklm.training.loss import batch_loss, string_log_probabilities
+from stacklm.training.progress import Progress
+from stacklm.training.schedule import ScheduleState, after_checkpoint, is_new_best, should_stop
+
+
+class TrainingDiverged(StacklmError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One row of the learning curve."""
+
+    checkpoint: int  # 1-based
+    epoch: int  # 1-based epoch in which the checkpoint was taken
+    step: int  # optimizer steps so far
+    examples_seen: int  # training examples so far
+    learning_rate_used: float  # the learning rate of the steps before this checkpoint
+    train_loss: float  # mean batch loss since the previous checkpoint
+    validation_cross_entropy: float  # nats per token, EOS included
+    is_best: bool
+
+
+@dataclass
+class TrainingState:
+    """Everything a resumed run needs besides the model and optimizer."""
+
+    schedule: ScheduleState
+    epoch: int = 0  # completed epochs
+    batch_index: int = 0  # batches of the current epoch already trained
+    step: int = 0
+    examples_seen: int = 0
+    examples_since_checkpoint: int = 0
+    batches_since_checkpoint: int = 0
+    loss_since_checkpoint: float = 0.0
+    tokens: int = 0
+    wall_time_s: float = 0.0
+    stopped_early: bool = False
+    curve: list[CheckpointRecord] = field(default_factory=list)
+    best_parameters: dict[str, Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    curve: tuple[CheckpointRecord, ...]
+    best_validation_cross_entropy: float
+    stopped_early: bool
+    epochs: int
+    steps: int
+    wall_time_s: float
+    tokens_per_s: float
+
+
+def validation_cross_entropy(model: nn.Module, batches: Sequence[Batch]) -> float:
+    """Σ −log p(w·EOS) / Σ (|w| + 1) over the validation set (micro-averaged, nats per token)."""
+    model.eval()
+    total = 0.0
+    tokens = 0
+    with torch.no_grad():
+        for batch in batches:
+            total -= float(string_log_probabilities(model, batch).double().sum())
+            tokens += batch.num_tokens
+    return total / tokens
+
+
+def train(
+    model: nn.Module,
+    training: Sequence[Sequence[int]],
+    validation: Sequence[Sequence[int]],
+    config: TrainConfig,
+    *,
+    seed: int,
+    eos_index: int,
+    checkpoint_path: str | Path | None = None,
+    fingerprint: str = "",
+    device: torch.device | str = "cpu",
+    progress: Progress | None = None,
+) -> TrainResult:
+    """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
+
+    ``fingerprint`` identifies the run (config, seed, data); a checkpoint written under another
+    fingerprint is refused rather than resumed.
+    """
+    if not training or not validation:
+        raise StacklmError("training and validation data must not be empty")
+    device = torch.device(device)
+    progress = progress if progress is not None else Progress()
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+    lengths = [len(string) for string in training]
+    validation_batches = [make_batch(validation, group, eos_index).to(device) for group in validation_groups([len(string) for string in validation], config)]
+    state = TrainingState(schedule=ScheduleState.initial(config))
+    if checkpoint_path is not None and Path(checkpoint_path).exists():
+        state = _restore(checkpoint_path, fingerprint, model, optimizer, device)
+        progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}")
+    session_start = time.monotonic()
+    wall_before = state.wall_time_s
+
+    def checkpoint() -> None:
+        state.wall_time_s = wall_before + time.monotonic() - session_start
+        summary = _take_checkpoint(model, optimizer, state, validation_batches, config)
+        if checkpoint_path is not None:
+            _save(checkpoint_path, fingerprint, model, optimizer, state)
+        progress.line(summary)
+
+    while not state.stopped_early and state.epoch < config.max_epochs:
+        groups = epoch_groups(lengths, config, seed, state.epoch)
+        progress.start_epoch(state.epoch + 1, state.batch_index, len(groups))
+        for index in range(state.batch_index, len(groups)):
+            batch = make_batch(training, groups[index], eos_index).to(device)
+            model.train()
+            optimizer.zero_grad(set_to_none=True)
+            loss = batch_loss(model, batch)
+            loss_value = loss.item()
+            state.step += 1
+            if not math.isfinite(loss_value):
+                raise TrainingDiverged(
+                    f"loss is {loss_value} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)}); "
+                    f"the last checkpoint is {checkpoint_path}"
+                )
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip_norm)
+            optimizer.step()
+            state.batch_index = index + 1
+            state.examples_seen += batch.size
+            state.examples_since_checkpoint += batch.size
+            state.batches_since_checkpoint += 1
+            state.loss_since_checkpoint += loss_value
+            state.tokens += batch.num_tokens
+            elapsed = wall_before + time.monotonic() - session_start
+            progress.update(loss_value, state.tokens / max(elapsed, 1e-9))
+            if config.examples_per_checkpoint is not None and state.examples_since_checkpoint >= config.examples_per_checkpoint:
+                state.examples_since_checkpoint -= config.examples_per_checkpoint
+                checkpoint()
+                if state.stopped_early:
+                    break
+        else:
+            state.epoch += 1
+            state.batch_index = 0
+            last_epoch = state.epoch == config.max_epochs
+            if config.examples_per_checkpoint is None or (last_epoch and state.batches_since_checkpoint > 0):
+                checkpoint()
+    progress.close()
+    if state.best_parameters is None:
+        raise StacklmError("training ended without a checkpoint")
+    model.load_state_dict(state.best_parameters)
+    wall_time_s = wall_before + time.monotonic() - session_start
+    return TrainResult(
+        curve=tuple(state.curve),
+        best_validation_cross_entropy=min(record.validation_cross_entropy for record in state.curve),
+        stopped_early=state.stopped_early,
+        epochs=state.epoch,
+        steps=state.step,
+        wall_time_s=wall_time_s,
+        tokens_per_s=state.tokens / max(wall_time_s, 1e-9),
+    )
+
+
+def _take_checkpoint(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainingState,
+    validation_batches: Sequence[Batch],
+    config: TrainConfig,
+) -> str:
+    """Score the validation set, advance the schedule, keep the best parameters; a summary line."""
+    cross_entropy = validation_cross_entropy(model, validation_batches)
+    metric = math.exp(cross_entropy) if config.validation_metric == "perplexity" else cross_entropy
+    new_best = is_new_best(state.schedule, metric)
+    record = CheckpointRecord(
+        checkpoint=len(state.curve) + 1,
+        epoch=state.epoch if state.batch_index == 0 else state.epoch + 1,
+        step=state.step,
+        examples_seen=state.examples_seen,
+        learning_rate_used=state.schedule.learning_rate,
+        train_loss=state.loss_since_checkpoint / max(1, state.batches_since_checkpoint),
+        validation_cross_entropy=cross_entropy,
+        is_best=new_best,
+    )
+    state.curve.append(record)
+    if new_best:
+        state.best_parameters = {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+    state.schedule = after_checkpoint(state.schedule, metric, config)
+    for group in optimizer.param_groups:
+        group["lr"] = state.schedule.learning_rate
+    state.stopped_early = should_stop(state.schedule, config)
+    state.batches_since_checkpoint = 0
+    state.loss_since_checkpoint = 0.0
+    return (
+        f"checkpoint {record.checkpoint}: epoch {record.epoch} step {record.step} train loss {record.train_loss:.4f} "
+        f"validation cross-entropy {cross_entropy:.4f}{' (best)' if new_best else ''} next learning rate {state.schedule.learning_rate:.3g}"
+        + (" — stopping early" if state.stopped_early else "")
+    )
+
+
+def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState) -> None:
+    counters = {item.name: getattr(state, item.name) for item in fields(state) if item.name not in ("schedule", "curve", "best_parameters")}
+    checkpoint_file.save(
+        path,
+        {
+            "fingerprint": fingerprint,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": asdict(state.schedule),
+            "counters": counters,
+            "curve": [asdict(record) for record in state.curve],
+            "best_parameters": state.best_parameters,
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
+    )
+
+
+def _restore(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> TrainingState:
+    payload: dict[str, Any] = checkpoint_file.load(path)
+    if payload["fingerprint"] != fingerprint:
+        raise StacklmError(
+            f"{path}: this checkpoint belongs to another run (its fingerprint differs from this run's config, seed and data); "
+            "delete it to start this run afresh"
+        )
+    model.load_state_dict(payload["model"])
+    model.to(device)
+    optimizer.load_state_dict(payload["optimizer"])
+    torch.set_rng_state(payload["rng_cpu"])
+    if payload["rng_cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(payload["rng_cuda"])
+    return TrainingState(
+        schedule=ScheduleState(**payload["schedule"]),
+        curve=[CheckpointRecord(**record) for record in payload["curve"]],
+        best_parameters=payload["best_parameters"],
+        **payload["counters"],
+    )

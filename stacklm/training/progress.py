@@ -1,0 +1,65 @@
+"""Training progress on stderr: a tqdm bar on a terminal, plain periodic lines otherwise.
+
+The bar covers one epoch (batches done / in the epoch) and shows the loss and tokens/s; tqdm
+gives its ETA. Cluster logs, where stderr is a file, get one line every ``interval_s`` seconds
+with the same numbers and the epoch's ETA, and one line per checkpoint.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+from typing import TextIO
+
+from tqdm import tqdm
+
+
+class Progress:
+    def __init__(self, stream: TextIO | None = None, interval_s: float = 60.0) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval_s = interval_s
+        self.is_terminal = self.stream.isatty()
+        self.bar: tqdm | None = None
+        self.epoch = 0
+        self.total = 0
+        self.done = 0
+        self.done_at_start = 0
+        self.epoch_start = 0.0
+        self.last_line = 0.0
+
+    def start_epoch(self, epoch: int, done: int, total: int) -> None:
+        """Epoch ``epoch`` (1-based) of ``total`` batches, ``done`` of them already (resume)."""
+        self.close()
+        self.epoch, self.done, self.done_at_start, self.total = epoch, done, done, total
+        self.epoch_start = self.last_line = time.monotonic()
+        if self.is_terminal:
+            self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch}", file=self.stream, dynamic_ncols=True, leave=False)
+
+    def update(self, loss: float, tokens_per_s: float) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.4g}", tokens_per_s=f"{tokens_per_s:.0f}", refresh=False)
+            self.bar.update(1)
+            return
+        now = time.monotonic()
+        if now - self.last_line >= self.interval_s or self.done == self.total:
+            self.last_line = now
+            self.line(f"epoch {self.epoch} batch {self.done}/{self.total} loss {loss:.4g} tokens/s {tokens_per_s:.0f} eta {self.eta(now)}")
+
+    def eta(self, now: float) -> str:
+        """Time left in the epoch at the rate of this session's batches."""
+        elapsed = now - self.epoch_start
+        rate = elapsed / max(1, self.done - self.done_at_start)
+        return str(timedelta(seconds=round(rate * (self.total - self.done))))
+
+    def line(self, message: str) -> None:
+        if self.bar is not None:
+            self.bar.write(message, file=self.stream)
+        else:
+            print(message, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -1,0 +1,138 @@
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from stacklm.training import checkpoint as checkpoint_file
+from stacklm.training.config import TrainConfig, cfl_train_config
+from stacklm.training.loop import TrainingDiverged, train, validation_cross_entropy
+from stacklm.training.batching import make_batch
+from stacklm.training.progress import Progress
+from toy_language_model import ToyLanguageModel, counting_data, toy_config
+
+HELPER = Path(__file__).with_name("toy_language_model.py")
+
+
+def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None) -> tuple[ToyLanguageModel, object]:
+    model = ToyLanguageModel(3, dropout=0.1)
+    model.initialize(torch.Generator().manual_seed(seed))
+    torch.manual_seed(seed)
+    result = train(model, counting_data(120, 1), counting_data(30, 2), config or toy_config(), seed=seed, eos_index=2,
+                   checkpoint_path=checkpoint, progress=Progress(io.StringIO(), interval_s=0.0))
+    return model, result
+
+
+def test_training_learns_and_leaves_the_best_parameters_in_the_model() -> None:
+    model, result = toy_run()
+    validation = counting_data(30, 2)
+    batch = make_batch(validation, range(len(validation)), eos_index=2)
+    assert validation_cross_entropy(model, [batch]) == pytest.approx(result.best_validation_cross_entropy, rel=1e-5)
+    assert result.best_validation_cross_entropy < 0.75 * result.curve[0].validation_cross_entropy
+    assert [record.is_best for record in result.curve].count(True) >= 2
+    assert result.curve[-1].examples_seen == 3 * 120
+
+
+def test_same_seed_same_curve_and_parameters_other_seed_differs() -> None:
+    first_model, first = toy_run(seed=1)
+    second_model, second = toy_run(seed=1)
+    _, other = toy_run(seed=2)
+    assert first.curve == second.curve
+    for name, tensor in first_model.state_dict().items():
+        assert torch.equal(tensor, second_model.state_dict()[name])
+    assert other.curve != first.curve
+
+
+def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    command = [sys.executable, str(HELPER)]
+    subprocess.run(command + ["--checkpoint", str(tmp_path / "whole.pt"), "--out", str(tmp_path / "whole.out")], check=True, capture_output=True)
+    killed = subprocess.Popen(command + ["--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "killed.out"),
+                                         "--seconds-per-forward", "0.02"], stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    for line in killed.stderr:  # kill right after the 3rd checkpoint, in the middle of epoch 2
+        if line.startswith("checkpoint 3:"):
+            break
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL and not (tmp_path / "killed.out").exists()
+    state = checkpoint_file.load(tmp_path / "ckpt.pt")
+    assert len(state["curve"]) == 3 and state["counters"]["epoch"] == 1 and state["counters"]["batch_index"] > 0
+    resumed = subprocess.run(command + ["--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "killed.out")],
+                             check=True, capture_output=True, text=True)
+    assert "resuming from" in resumed.stderr
+    whole = torch.load(tmp_path / "whole.out", weights_only=False)
+    continued = torch.load(tmp_path / "killed.out", weights_only=False)
+    assert continued["curve"] == whole["curve"]
+    for name, tensor in whole["parameters"].items():
+        assert torch.equal(tensor, continued["parameters"][name])
+
+
+def test_a_finished_run_restarted_writes_the_same_result(tmp_path: Path) -> None:
+    _, first = toy_run(checkpoint=tmp_path / "ckpt.pt")
+    model, again = toy_run(checkpoint=tmp_path / "ckpt.pt")
+    assert again.curve == first.curve and again.steps == first.steps
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
+    toy_run(checkpoint=tmp_path / "ckpt.pt")
+    model = ToyLanguageModel(3)
+    with pytest.raises(Exception, match="another run"):
+        train(model, counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2,
+              checkpoint_path=tmp_path / "ckpt.pt", fingerprint="other", progress=Progress(io.StringIO()))
+
+
+class PoisonedModel(ToyLanguageModel):
+    """Its forward returns NaN logits from the 5th training call on."""
+
+    def __init__(self) -> None:
+        super().__init__(3)
+        self.calls = 0
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(tokens)
+        if self.training:
+            self.calls += 1
+            if self.calls >= 5:
+                return logits * torch.nan
+        return logits
+
+
+def test_a_nan_loss_stops_the_run_naming_the_step() -> None:
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 5 \(epoch 1, batch 5 of"):
+        train(PoisonedModel(), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, progress=Progress(io.StringIO()))
+
+
+def test_the_cfl_schedule_runs_through_the_same_loop() -> None:
+    strings = [[0] * k + [1] * k for k in (1, 2, 3) for _ in range(20)]
+    config = TrainConfig.from_dict({**vars(cfl_train_config(0.01)), "max_epochs": 4})
+    model = ToyLanguageModel(3)
+    model.initialize(torch.Generator().manual_seed(0))
+    result = train(model, strings, strings[::2], config, seed=0, eos_index=2, progress=Progress(io.StringIO()))
+    assert [record.epoch for record in result.curve] == [1, 2, 3, 4]
+    assert [record.examples_seen for record in result.curve] == [60, 120, 180, 240]
+    assert result.steps == 4 * 6
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:
+    terminal = Terminal()
+    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, progress=Progress(terminal))
+    shown = terminal.getvalue()
+    assert "\r" in shown and "epoch 3" in shown and "tokens_per_s=" in shown and "loss=" in shown and "<" in shown  # tqdm's elapsed<ETA
+    log = io.StringIO()
+    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, progress=Progress(log, interval_s=3600))
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    periodic = [line for line in lines if line.startswith("epoch ")]
+    assert len(periodic) == 3  # only each epoch's last batch within an hour
+    assert all(" loss " in line and " tokens/s " in line and " eta " in line for line in periodic)
+    assert sum(line.startswith("checkpoint ") for line in lines) == 8
