@@ -1,0 +1,42 @@
+"""The CFL metric of seed 002 §4: cross-entropy above the true distribution's (``cfl-and-ptb.md`` §1.5–1.6).
+
+For a set S of strings, per-symbol cross-entropy under p, in nats (EOS counted):
+
+    H(S, p) = −Σ_{w∈S} ln p(w·EOS) / Σ_{w∈S} (|w| + 1),
+
+and the reported metric is Δ = H(S, p_M) − H(S, p_true) on the same strings (0 is optimal).
+Overall, p_true includes the uniform length term ln N_valid; per length bin it does not (each
+bin is scored with the PCFG conditioned on its length), so the caller passes the true
+log-probabilities that fit the set.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+
+def cross_entropy(log_probabilities: Tensor, lengths: Sequence[int]) -> float:
+    """H(S, p) from ln p(w·EOS) of each string (N,) and |w|."""
+    return float(-log_probabilities.double().sum() / sum(length + 1 for length in lengths))
+
+
+def cross_entropy_difference(model_log_probabilities: Tensor, true_log_probabilities: Tensor, lengths: Sequence[int]) -> float:
+    """Δ = H(S, p_M) − H(S, p_true) over the whole set."""
+    return cross_entropy(model_log_probabilities, lengths) - cross_entropy(true_log_probabilities, lengths)
+
+
+def cross_entropy_difference_by_length(
+    model_log_probabilities: Tensor, true_log_probabilities_given_length: Tensor, lengths: Sequence[int]
+) -> dict[int, float]:
+    """Δ of each length bin, with p_true conditioned on the length: {length: Δ}."""
+    by_length: dict[int, list[int]] = {}
+    for index, length in enumerate(lengths):
+        by_length.setdefault(length, []).append(index)
+    result = {}
+    for length, members in sorted(by_length.items()):
+        index = torch.tensor(members)
+        result[length] = cross_entropy_difference(model_log_probabilities[index], true_log_probabilities_given_length[index], [length] * len(members))
+    return result

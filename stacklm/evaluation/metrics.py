@@ -1,0 +1,194 @@
+"""The metrics of one trained model on a syntactic-transformation task (seed 000 §5, App. E).
+
+For a data set D of (x, y) pairs, with y the reference under a rule (hierarchical, or linear
+on the generalization set):
+
+- ``cross_entropy``: −Σ log p(x·y·EOS) / Σ (|x| + |y| + 1), nats per token, EOS included;
+- ``conditional_cross_entropy``: −Σ log p(y·EOS | x) / Σ (|y| + 1) (the reference's "CCE");
+- ``full_accuracy`` = FA(M, D) = (1/|D|) Σ p(y·EOS | x), exact (eq. 4);
+- ``partial_accuracy``, exact: first word p(y_1 | x) (question tasks), or second word
+  Σ_a p(a | x) p(y_2 | x a) (passivization);
+- ``partial_accuracy_sampled``: the share of ``samples_per_input`` seeded samples per input
+  that the task's ``partial_match`` accepts (tense reinflection; passivization beside the
+  exact value, as the paper estimated it);
+- ``log_ratio`` = log(FA(M, D_hier) / FA(M, D_lin)) and ``partial_log_ratio`` likewise for the
+  partial accuracy (App. E), computed in log space so that tiny accuracies do not underflow;
+  ``partial_log_ratio_sampled`` from the sampled one where both exist;
+- ``mean_log_ratio`` = (1/|D|) Σ [log p(y_hier | x) − log p(y_lin | x)], what the reference
+  code reports as its log ratio (``reference-implementation.md`` §12.4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from stacklm.data.examples import Example
+from stacklm.data.vocabulary import Vocabulary
+from stacklm.errors import StacklmError
+from stacklm.evaluation.probabilities import ConditionalScores, score_outputs, second_token_log_probabilities
+from stacklm.evaluation.sampling import sample_outputs
+from stacklm.models.config import from_dict
+
+PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
+Match = Callable[[Sequence[str], Sequence[str]], bool]
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """The ``evaluation`` section of the settings."""
+
+    tokens_per_batch: int = 2048  # budget of the scoring and sampling batches (the reference's default)
+    samples_per_input: int = 10  # seed 000 §5
+    sample_seed: int = 123  # the reference's --random-seed
+    max_sample_length: int = 50  # the reference's --max-length
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "evaluation") -> EvaluationSettings:
+        return from_dict(cls, data, path)
+
+
+@dataclass(frozen=True)
+class PartialAccuracy:
+    """A task's partial-accuracy check: its kind and its match of an output against a reference."""
+
+    kind: PartialAccuracyKind
+    match: Match
+
+    @property
+    def exact(self) -> bool:
+        return self.kind in ("first_word", "second_word")
+
+    @property
+    def sampled(self) -> bool:
+        return self.kind in ("second_word", "pos_main_word")
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    split: Literal["validation", "test", "generalization"]
+    rule: Literal["hierarchical", "linear"] | None
+    metric: str
+    value: float
+
+
+def log_mean_exp(log_values: Tensor) -> float:
+    """log((1/N) Σ exp(v_i)), stable."""
+    return float(torch.logsumexp(log_values, dim=0)) - math.log(log_values.numel())
+
+
+def log_ratio(numerator: float, denominator: float) -> float:
+    """log(numerator / denominator) of two accuracies in [0, 1]: ±inf at a zero, NaN for 0/0."""
+    if numerator == 0.0 and denominator == 0.0:
+        return math.nan
+    if numerator == 0.0:
+        return -math.inf
+    if denominator == 0.0:
+        return math.inf
+    return math.log(numerator) - math.log(denominator)
+
+
+class TaskEvaluator:
+    """Scores one model on a task's splits; every method returns ``MetricValue`` rows."""
+
+    def __init__(self, model: nn.Module, vocabulary: Vocabulary, partial: PartialAccuracy, settings: EvaluationSettings, device: torch.device | str = "cpu") -> None:
+        self.model = model
+        self.vocabulary = vocabulary
+        self.partial = partial
+        self.settings = settings
+        self.device = torch.device(device)
+
+    def scores(self, examples: Sequence[Example], outputs: Sequence[Sequence[str]]) -> ConditionalScores:
+        return score_outputs(
+            self.model,
+            [self.vocabulary.encode(example.source) for example in examples],
+            [self.vocabulary.encode(output) for output in outputs],
+            eos_index=self.vocabulary.eos_index,
+            tokens_per_batch=self.settings.tokens_per_batch,
+            device=self.device,
+        )
+
+    def samples(self, examples: Sequence[Example]) -> list[list[tuple[str, ...]]]:
+        drawn = sample_outputs(
+            self.model,
+            [self.vocabulary.encode(example.source) for example in examples],
+            num_samples=self.settings.samples_per_input,
+            max_length=self.settings.max_sample_length,
+            seed=self.settings.sample_seed,
+            eos_index=self.vocabulary.eos_index,
+            tokens_per_batch=self.settings.tokens_per_batch,
+            device=self.device,
+        )
+        return [[self.vocabulary.decode(output) for output in outputs] for outputs in drawn]
+
+    def exact_partial_log_probabilities(self, examples: Sequence[Example], references: Sequence[Sequence[str]], scores: ConditionalScores) -> Tensor:
+        if self.partial.kind == "first_word":
+            return scores.first_token
+        return second_token_log_probabilities(
+            self.model,
+            [self.vocabulary.encode(example.source) for example in examples],
+            [self.vocabulary.encode(reference[1:2])[0] if len(reference) > 1 else None for reference in references],
+            eos_index=self.vocabulary.eos_index,
+            tokens_per_batch=self.settings.tokens_per_batch,
+            device=self.device,
+        )
+
+    def validation(self, examples: Sequence[Example]) -> list[MetricValue]:
+        scores = self.scores(examples, [example.target for example in examples])
+        return [MetricValue("validation", None, "cross_entropy", float(-scores.string.sum() / scores.string_tokens.sum()))]
+
+    def references(
+        self,
+        split: Literal["test", "generalization"],
+        rule: Literal["hierarchical", "linear"] | None,
+        examples: Sequence[Example],
+        references: Sequence[Sequence[str]],
+        samples: list[list[tuple[str, ...]]] | None,
+    ) -> tuple[list[MetricValue], Tensor, Tensor | None]:
+        """Metrics of ``examples`` against ``references``; also log p(y|x) and the exact partial log-probabilities."""
+        scores = self.scores(examples, references)
+        rows = [
+            MetricValue(split, rule, "cross_entropy", float(-scores.string.sum() / scores.string_tokens.sum())),
+            MetricValue(split, rule, "conditional_cross_entropy", float(-scores.output.sum() / scores.output_tokens.sum())),
+            MetricValue(split, rule, "full_accuracy", float(scores.output.exp().mean())),
+        ]
+        partial = None
+        if self.partial.exact:
+            partial = self.exact_partial_log_probabilities(examples, references, scores)
+            rows.append(MetricValue(split, rule, "partial_accuracy", float(partial.exp().mean())))
+        if samples is not None:
+            matches = [self.partial.match(output, reference) for outputs, reference in zip(samples, references, strict=True) for output in outputs]
+            rows.append(MetricValue(split, rule, "partial_accuracy_sampled", sum(matches) / len(matches)))
+        return rows, scores.output, partial
+
+    def evaluate(self, validation: Sequence[Example], test: Sequence[Example], generalization: Sequence[Example]) -> list[MetricValue]:
+        """Every metric: validation cross-entropy; test; generalization under both rules; log ratios."""
+        rows = self.validation(validation)
+        test_samples = self.samples(test) if self.partial.sampled else None
+        rows += self.references("test", None, test, [example.target for example in test], test_samples)[0]
+        linear = []
+        for number, example in enumerate(generalization, start=1):
+            if example.linear is None:
+                raise StacklmError(f"generalization example {number} has no linear-rule target (a third column)")
+            linear.append(example.linear)
+        samples = self.samples(generalization) if self.partial.sampled else None
+        hierarchical_rows, hierarchical, hierarchical_partial = self.references(
+            "generalization", "hierarchical", generalization, [example.target for example in generalization], samples
+        )
+        linear_rows, linear_scores, linear_partial = self.references("generalization", "linear", generalization, linear, samples)
+        rows += hierarchical_rows + linear_rows
+        ratio = log_mean_exp(hierarchical) - log_mean_exp(linear_scores)
+        rows.append(MetricValue("generalization", None, "log_ratio", ratio))
+        if hierarchical_partial is not None and linear_partial is not None:
+            partial_ratio = log_mean_exp(hierarchical_partial) - log_mean_exp(linear_partial)
+            rows.append(MetricValue("generalization", None, "partial_log_ratio", partial_ratio))
+        sampled = {row.rule: row.value for row in hierarchical_rows + linear_rows if row.metric == "partial_accuracy_sampled"}
+        if sampled:
+            name = "partial_log_ratio_sampled" if self.partial.exact else "partial_log_ratio"
+            rows.append(MetricValue("generalization", None, name, log_ratio(sampled["hierarchical"], sampled["linear"])))
+        rows.append(MetricValue("generalization", None, "mean_log_ratio", float((hierarchical - linear_scores).mean())))
+        return rows

@@ -1,0 +1,140 @@
+import math
+import random
+
+import pytest
+import torch
+
+from stacklm.data.examples import Example
+from stacklm.data.vocabulary import Vocabulary
+from stacklm.evaluation.cfl import cross_entropy_difference, cross_entropy_difference_by_length
+from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, log_ratio
+from stacklm.evaluation.probabilities import score_outputs, second_token_log_probabilities
+from stacklm.evaluation.sampling import sample_outputs
+from training.toy_language_model import ToyLanguageModel
+
+VOCABULARY = Vocabulary.from_tokens(["a", "b", "c", "d", "m"])
+EOS = VOCABULARY.eos_index
+
+
+def toy_model(seed: int = 0) -> ToyLanguageModel:
+    model = ToyLanguageModel(len(VOCABULARY), hidden_size=8)
+    model.initialize(torch.Generator().manual_seed(seed))
+    return model
+
+
+def random_pairs(count: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
+    generator = random.Random(seed)
+    prompts = [[generator.randrange(EOS) for _ in range(generator.randint(1, 7))] for _ in range(count)]
+    outputs = [[generator.randrange(EOS) for _ in range(generator.randint(0, 5))] for _ in range(count)]
+    return prompts, outputs
+
+
+def one_at_a_time(model: ToyLanguageModel, prompt: list[int], output: list[int]) -> tuple[float, float]:
+    """p(y·EOS | x) and p(x·y·EOS), multiplying next-token probabilities one step at a time."""
+    state = model.initial_state(1)
+    conditional = joint = 1.0
+    for position, token in enumerate(prompt + output + [EOS]):
+        probability = float(torch.softmax(state.output().double(), dim=-1)[0, token])
+        joint *= probability
+        if position >= len(prompt):
+            conditional *= probability
+        state = state.next(torch.tensor([token]))
+    return conditional, joint
+
+
+def test_batched_full_accuracy_equals_per_token_products_one_string_at_a_time() -> None:
+    model = toy_model()
+    model.eval()
+    prompts, outputs = random_pairs(40, 1)
+    scores = score_outputs(model, prompts, outputs, eos_index=EOS, tokens_per_batch=30)  # many padded batches
+    with torch.no_grad():
+        expected = [one_at_a_time(model, prompt, output) for prompt, output in zip(prompts, outputs)]
+    torch.testing.assert_close(scores.output.exp(), torch.tensor([value[0] for value in expected], dtype=torch.float64), rtol=1e-5, atol=0)
+    torch.testing.assert_close(scores.string.exp(), torch.tensor([value[1] for value in expected], dtype=torch.float64), rtol=1e-5, atol=0)
+    assert scores.output_tokens.tolist() == [len(output) + 1 for output in outputs]
+
+
+def test_exact_second_word_accuracy_lies_in_the_confidence_interval_of_10000_samples() -> None:
+    model = toy_model(3)
+    prompts = [[0, 1, 4], [2, 2, 4], [3, 0, 1, 4], [1, 4]]
+    references = [[0, 2, 1], [1, 3], [2, 0, 0], [3, 1]]
+    exact = second_token_log_probabilities(model, prompts, [reference[1] for reference in references], eos_index=EOS, tokens_per_batch=64).exp()
+    samples = sample_outputs(model, prompts, num_samples=2500, max_length=3, seed=5, eos_index=EOS, tokens_per_batch=4096)
+    assert [len(drawn) for drawn in samples] == [2500] * 4
+    hits = [sum(len(output) > 1 and output[1] == reference[1] for output in drawn) / 2500 for drawn, reference in zip(samples, references)]
+    estimate = sum(hits) / 4
+    standard_error = math.sqrt(float((exact * (1 - exact)).sum()) / 2500) / 4
+    assert abs(estimate - float(exact.mean())) < 4.5 * standard_error  # two-sided p ≈ 7e-6
+    # the interval is narrow enough to tell the second word from the first
+    first = [sum(len(output) > 0 and output[0] == reference[1] for output in drawn) / 2500 for drawn, reference in zip(samples, references)]
+    assert abs(sum(first) / 4 - float(exact.mean())) > 4.5 * standard_error
+
+
+def test_sampling_is_seeded_and_stops_at_eos() -> None:
+    model = toy_model(4)
+    prompts = [[0, 4], [1, 2, 4], [3, 4]]
+    first = sample_outputs(model, prompts, num_samples=10, max_length=50, seed=123, eos_index=EOS, tokens_per_batch=256)
+    assert first == sample_outputs(model, prompts, num_samples=10, max_length=50, seed=123, eos_index=EOS, tokens_per_batch=256)
+    assert first != sample_outputs(model, prompts, num_samples=10, max_length=50, seed=124, eos_index=EOS, tokens_per_batch=256)
+    assert all(EOS not in output and len(output) <= 50 for outputs in first for output in outputs)
+
+
+def examples(count: int, seed: int, with_linear: bool) -> list[Example]:
+    generator = random.Random(seed)
+    words = ["a", "b", "c", "d"]
+    result = []
+    for _ in range(count):
+        sentence = tuple(generator.choice(words) for _ in range(generator.randint(1, 4)))
+        result.append(Example(sentence + ("m",), tuple(reversed(sentence)), sentence if with_linear else None))
+    return result
+
+
+@pytest.mark.parametrize("kind", ["first_word", "second_word", "pos_main_word"])
+def test_task_evaluation_rows_and_log_ratios(kind: str) -> None:
+    model = toy_model(5)
+    partial = PartialAccuracy(kind, lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1])
+    settings = EvaluationSettings(tokens_per_batch=128, samples_per_input=10)
+    evaluator = TaskEvaluator(model, VOCABULARY, partial, settings)
+    rows = evaluator.evaluate(examples(10, 1, False), examples(12, 2, False), examples(15, 3, True))
+    table = {(row.split, row.rule, row.metric): row.value for row in rows}
+    assert len(table) == len(rows)
+    exact = kind != "pos_main_word"
+    sampled = kind != "first_word"
+    for split, rule in [("test", None), ("generalization", "hierarchical"), ("generalization", "linear")]:
+        for metric in ["cross_entropy", "conditional_cross_entropy", "full_accuracy"]:
+            assert (split, rule, metric) in table
+        assert ((split, rule, "partial_accuracy") in table) == exact
+        assert ((split, rule, "partial_accuracy_sampled") in table) == sampled
+    assert ("validation", None, "cross_entropy") in table
+    hierarchical = table[("generalization", "hierarchical", "full_accuracy")]
+    linear = table[("generalization", "linear", "full_accuracy")]
+    assert table[("generalization", None, "log_ratio")] == pytest.approx(math.log(hierarchical / linear))
+    partial_name = "partial_accuracy" if exact else "partial_accuracy_sampled"
+    expected_partial = log_ratio(table[("generalization", "hierarchical", partial_name)], table[("generalization", "linear", partial_name)])
+    assert table[("generalization", None, "partial_log_ratio")] == pytest.approx(expected_partial)
+    assert (("generalization", None, "partial_log_ratio_sampled") in table) == (kind == "second_word")
+    generalization = examples(15, 3, True)
+    sources = [VOCABULARY.encode(example.source) for example in generalization]
+    with torch.no_grad():
+        differences = [
+            math.log(one_at_a_time(model, source, VOCABULARY.encode(example.target))[0]) - math.log(one_at_a_time(model, source, VOCABULARY.encode(example.linear))[0])
+            for source, example in zip(sources, generalization)
+        ]
+    assert table[("generalization", None, "mean_log_ratio")] == pytest.approx(sum(differences) / len(differences), rel=1e-5)
+
+
+def test_log_ratio_of_zero_accuracies() -> None:
+    assert log_ratio(0.5, 0.25) == pytest.approx(math.log(2))
+    assert log_ratio(0.0, 0.5) == -math.inf and log_ratio(0.5, 0.0) == math.inf and math.isnan(log_ratio(0.0, 0.0))
+
+
+def test_cfl_difference_is_zero_for_the_true_distribution_and_the_excess_otherwise() -> None:
+    lengths = [41, 41, 61, 99]
+    true = torch.tensor([-(length // 2) * math.log(2) for length in lengths], dtype=torch.float64)  # marked reversal given |w|
+    assert cross_entropy_difference(true, true, lengths) == 0.0
+    model = true - 0.5  # half a nat worse on every string
+    assert cross_entropy_difference(model, true, lengths) == pytest.approx(0.5 * 4 / sum(length + 1 for length in lengths))
+    by_length = cross_entropy_difference_by_length(model, true, lengths)
+    assert by_length == pytest.approx({41: 0.5 / 42, 61: 0.5 / 62, 99: 0.5 / 100})
+    # the per-length true cross-entropy of marked reversal at ℓ = 41 (cfl-and-ptb.md §1.5)
+    assert -float(true[0]) / 42 == pytest.approx(0.330070, abs=1e-6)
