@@ -12,7 +12,10 @@ import sys
 
 from stacklm.errors import StacklmError
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "stacklm.workflow",  # settings, hparams, select
+    "stacklm.report.commands",  # aggregate, report
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,16 +1,65 @@
-"""What the Snakefile asks of stacklm: the resolved settings and the list of targets.
+"""What the Snakefile asks of stacklm: the resolved settings, the hyperparameter draw, the
+choice of the best trial, and every path and target of the DAG.
 
 The Snakefile validates ``config.yaml`` against ``workflow/schemas/config.schema.yaml``; this
-module applies the chosen preset, re-checks what JSON Schema cannot express, and answers the
+module applies the chosen preset, re-checks what JSON Schema cannot express (a preset is
+applied after the schema ran; architecture names live in the model registry), and answers the
 workflow's lookups, so that no decision lives in Snakemake code.
+
+The DAG (seed 000 §5, App. D), per task T and architecture A:
+
+- ``hparams``: trial k = 1..K draws B ~ U{B_low..B_high} and a learning rate ~ log-U[lr_low,
+  lr_high] from a seed derived from (salt, T, A, k) — a pure function, so the DAG is static;
+- ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs, seed k;
+- ``select``: the trial with the lowest validation cross-entropy, ``max_epochs`` set to
+  ``final.max_epochs`` (null: to convergence);
+- ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
+- ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
-from typing import Any
+import hashlib
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
 
 from stacklm.errors import StacklmError
+
+Phase = Literal["search", "final"]
+PHASES: tuple[Phase, ...] = ("search", "final")
+
+# Every file of the DAG, as Snakemake patterns: {architecture} is the registry's path slug.
+SETTINGS_JSON = "results/settings.json"
+TRACKING_MARKER = "results/tracking/initialised"
+DATA_FILE = "results/data/{task}/{split}.tsv"
+DATA_DIR = "results/data/{task}"
+TRIAL_HPARAMS = "results/search/{task}/{architecture}/trial{trial}.json"
+BEST_HPARAMS = "results/search/{task}/{architecture}/best.json"
+RUN_DIR = "results/runs/{task}/{architecture}/{phase}/{index}"
+RUN_MODEL = RUN_DIR + "/model.pt"
+RUN_CURVE = RUN_DIR + "/train.parquet"
+RUN_METRICS = RUN_DIR + "/metrics.parquet"
+CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
+METRICS = "results/metrics.parquet"
+REPORT_TABLE = "results/report/tables/{task}.tex"
+REPORT_DOCUMENT = "results/report/report.tex"
+REPORT_FIGURE = "results/report/figures/figure3.{extension}"
+FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")
+
+TRAINING_SPLITS: tuple[str, ...] = ("train", "validation")
+EVALUATION_SPLITS: tuple[str, ...] = ("test", "generalization")
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings: the preset, then the checks JSON Schema cannot make.
 
 
 def apply_preset(config: dict[str, Any]) -> dict[str, Any]:
@@ -38,8 +87,278 @@ def _merge(base: dict[str, Any], override: dict[str, Any], path: str) -> dict[st
 
 
 def resolve(config: dict[str, Any]) -> dict[str, Any]:
-    return apply_preset(config)
+    """The settings every job reads: ``config`` with its preset applied, checked."""
+    settings = apply_preset(config)
+    check_settings(settings)
+    return settings
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """Raise a ``StacklmError`` naming the key of the first setting no run could use."""
+    known = known_architectures()
+    for position, name in enumerate(settings["architectures"]):
+        if name not in known:
+            raise StacklmError(
+                f"config key 'architectures[{position}]': unknown architecture {name!r}; known: {', '.join(known)}"
+            )
+    search = settings["search"]
+    if search["trials"] < 1:
+        raise StacklmError(f"config key 'search.trials': at least one trial is needed, got {search['trials']!r}")
+    if search["max_epochs"] < 1:
+        raise StacklmError(f"config key 'search.max_epochs': must be at least 1, got {search['max_epochs']!r}")
+    _check_range(search["tokens_per_batch"], "search.tokens_per_batch", positive=True)
+    _check_range(search["learning_rate"], "search.learning_rate", positive=True)
+    if not settings["final"]["seeds"]:
+        raise StacklmError("config key 'final.seeds': at least one seed is needed")
+    final_epochs = settings["final"]["max_epochs"]
+    if final_epochs is not None and final_epochs < 1:
+        raise StacklmError(f"config key 'final.max_epochs': must be null or at least 1, got {final_epochs!r}")
+    budget = settings.get("training", {}).get("parameter_budget")
+    if budget is not None and budget <= 0:
+        raise StacklmError(f"config key 'training.parameter_budget': the parameter budget must be positive, got {budget!r}")
+    threshold = settings["report"]["min_test_accuracy"]
+    if not 0 <= threshold <= 1:
+        raise StacklmError(f"config key 'report.min_test_accuracy': must lie in [0, 1], got {threshold!r}")
+
+
+def _check_range(bounds: dict[str, float], key: str, positive: bool) -> None:
+    low, high = bounds["low"], bounds["high"]
+    if positive and low <= 0:
+        raise StacklmError(f"config key '{key}.low': must be positive, got {low!r}")
+    if low > high:
+        raise StacklmError(f"config key '{key}': low {low!r} exceeds high {high!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Architecture names (tables, config) and slugs (paths), from the model registry. The registry
+# imports torch, so it is imported where needed: `stacklm hparams` and `select` start quickly.
+
+
+def known_architectures() -> tuple[str, ...]:
+    """The registry names a task table can carry (the CFL models have a grid of their own)."""
+    from stacklm.models.registry import ARCHITECTURES
+
+    return tuple(name for name, entry in ARCHITECTURES.items() if entry.family == "bearing-syntactic-fruit")
+
+
+def architecture_slug(name: str) -> str:
+    from stacklm.models.registry import ARCHITECTURES
+
+    return ARCHITECTURES[name].slug
+
+
+def architecture_name(slug: str) -> str:
+    """The registry name whose path slug is ``slug``."""
+    from stacklm.models.registry import ARCHITECTURES
+
+    for name, entry in ARCHITECTURES.items():
+        if entry.slug == slug:
+            return name
+    raise StacklmError(f"no architecture has the path slug {slug!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The random search (App. D): a deterministic draw per (task, architecture, trial).
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """The contents of one ``HP.json``; ``max_epochs`` None means train to convergence."""
+
+    learning_rate: float
+    tokens_per_batch: int
+    max_epochs: int | None
+
+
+def derived_seed(*parts: str | int) -> int:
+    """A 64-bit seed that depends on every part and on nothing else (not on PYTHONHASHSEED)."""
+    digest = hashlib.sha256("\x1f".join(str(part) for part in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def draw_hyperparameters(search: dict[str, Any], task: str, architecture: str, trial: int) -> Hyperparameters:
+    """Trial ``trial``'s hyperparameters: B ~ U{low..high}, learning rate ~ log-U[low, high]."""
+    generator = random.Random(derived_seed(search["salt"], task, architecture, trial))
+    batch = search["tokens_per_batch"]
+    tokens_per_batch = generator.randint(batch["low"], batch["high"])
+    rate = search["learning_rate"]
+    learning_rate = math.exp(generator.uniform(math.log(rate["low"]), math.log(rate["high"])))
+    return Hyperparameters(learning_rate=learning_rate, tokens_per_batch=tokens_per_batch, max_epochs=search["max_epochs"])
+
+
+def trials(settings: dict[str, Any]) -> list[int]:
+    return list(range(1, settings["search"]["trials"] + 1))
+
+
+def lowest_validation_cross_entropy(curve: pd.DataFrame) -> float:
+    """The best checkpoint's validation cross-entropy per token in one ``train.parquet``."""
+    values = curve["validation_cross_entropy"].to_numpy(dtype=float)
+    if len(values) == 0:
+        raise StacklmError("a learning curve has no checkpoint")
+    return float(values.min())
+
+
+def select_trial(scores: list[float]) -> int:
+    """Index of the lowest finite score (the first on ties); a NaN or ∞ trial never wins."""
+    finite = [(score, position) for position, score in enumerate(scores) if math.isfinite(score)]
+    if not finite:
+        raise StacklmError("no search trial reached a finite validation cross-entropy")
+    return min(finite)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups of the rules.
+
+
+def hparams_path(task: str, architecture: str, phase: str, index: str | int) -> str:
+    """The ``HP.json`` a run trains with: its trial's draw (search) or the selected one (final)."""
+    if phase == "search":
+        return TRIAL_HPARAMS.format(task=task, architecture=architecture, trial=index)
+    if phase == "final":
+        return BEST_HPARAMS.format(task=task, architecture=architecture)
+    raise StacklmError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+
+
+def data_files(task: str, splits: tuple[str, ...]) -> list[str]:
+    return [DATA_FILE.format(task=task, split=split) for split in splits]
+
+
+def trial_files(settings: dict[str, Any], pattern: str, task: str, architecture: str) -> list[str]:
+    """``pattern`` for every search trial of (task, architecture slug), in trial order."""
+    return [
+        pattern.format(task=task, architecture=architecture, phase="search", index=trial, trial=trial)
+        for trial in trials(settings)
+    ]
+
+
+def device(gpus: int) -> str:
+    """The torch device of a job given its ``gpu`` resource."""
+    return "cuda" if gpus > 0 else "cpu"
+
+
+@dataclass(frozen=True)
+class JobResources:
+    runtime_min: int
+    mem_mb: int
+
+
+def train_resources(settings: dict[str, Any], architecture: str, attempt: int) -> JobResources:
+    """Time and memory of a training job: its family's base values × growth^(attempt − 1).
+
+    An architecture belongs to the first family in ``resources.families`` one of whose
+    components (``Nd``, ``Sup``, …) appears in its name; otherwise to ``resources.default``.
+    """
+    table = settings["resources"]
+    components = set(architecture_name(architecture).split("+"))
+    base = table["default"]
+    for family in table["families"]:
+        if components & set(family["components"]):
+            base = family
+            break
+    factor = table["growth_per_retry"] ** (attempt - 1)
+    return JobResources(runtime_min=math.ceil(base["runtime_min"] * factor), mem_mb=math.ceil(base["mem_mb"] * factor))
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets.
+
+
+def final_runs(settings: dict[str, Any]) -> list[dict[str, str | int]]:
+    """Wildcards of every final run: task × architecture slug × seed."""
+    return [
+        {"task": task, "architecture": architecture_slug(name), "phase": "final", "index": seed}
+        for task in settings["tasks"]
+        for name in settings["architectures"]
+        for seed in settings["final"]["seeds"]
+    ]
+
+
+def final_metrics(settings: dict[str, Any]) -> list[str]:
+    return [RUN_METRICS.format(**run) for run in final_runs(settings)]
+
+
+def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        "tables": [REPORT_TABLE.format(task=task) for task in settings["tasks"]],
+        "document": [REPORT_DOCUMENT],
+        "figures": [REPORT_FIGURE.format(extension=extension) for extension in FIGURE_EXTENSIONS],
+    }
 
 
 def all_targets(settings: dict[str, Any]) -> list[str]:
-    return []
+    outputs = report_outputs(settings)
+    return [METRICS, *outputs["tables"], *outputs["document"], *outputs["figures"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands of the rules ``settings``, ``hparams`` and ``select``.
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """``data`` as sorted, indented JSON at ``path``, written atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    partial.replace(path)
+
+
+def read_settings(path: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise StacklmError(f"{path}: cannot read the settings: {error}") from None
+
+
+def settings_command(args: argparse.Namespace) -> int:
+    try:
+        settings = json.loads(args.json)
+    except json.JSONDecodeError as error:
+        raise StacklmError(f"--json: not JSON: {error}") from None
+    check_settings(settings)
+    write_json(args.out, settings)
+    return 0
+
+
+def hparams_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    expected = settings["search"]["trials"]
+    if len(args.out) != expected:
+        raise StacklmError(f"--out: {len(args.out)} files given for {expected} trials (search.trials)")
+    for trial, path in enumerate(args.out, start=1):
+        write_json(path, asdict(draw_hyperparameters(settings["search"], args.task, args.architecture, trial)))
+    return 0
+
+
+def select_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    if len(args.hparams) != len(args.curves):
+        raise StacklmError(f"--hparams and --curves differ in length ({len(args.hparams)} and {len(args.curves)})")
+    scores = [lowest_validation_cross_entropy(pd.read_parquet(path)) for path in args.curves]
+    best = select_trial(scores)
+    chosen = json.loads(Path(args.hparams[best]).read_text())
+    chosen["max_epochs"] = settings["final"]["max_epochs"]
+    write_json(args.out, chosen)
+    print(f"selected trial {best + 1} of {len(scores)} (validation cross-entropy {scores[best]:.6f}): {args.hparams[best]}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    settings = subparsers.add_parser("settings", help="check the resolved settings and write them as JSON")
+    settings.add_argument("--json", required=True, help="the resolved settings (preset applied), as JSON")
+    settings.add_argument("--out", required=True, help="where to write results/settings.json")
+    settings.set_defaults(func=settings_command)
+
+    hparams = subparsers.add_parser("hparams", help="draw the search trials' hyperparameters (HP.json files)")
+    hparams.add_argument("--task", required=True)
+    hparams.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
+    hparams.add_argument("--settings", required=True)
+    hparams.add_argument("--out", required=True, nargs="+", help="one HP.json per trial, trial 1 first")
+    hparams.set_defaults(func=hparams_command)
+
+    select = subparsers.add_parser("select", help="choose the search trial with the lowest validation cross-entropy")
+    select.add_argument("--settings", required=True)
+    select.add_argument("--hparams", required=True, nargs="+", help="the trials' HP.json files, trial 1 first")
+    select.add_argument("--curves", required=True, nargs="+", help="the trials' train.parquet files, same order")
+    select.add_argument("--out", required=True, help="the chosen HP.json, with final.max_epochs")
+    select.set_defaults(func=select_command)

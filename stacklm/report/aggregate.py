@@ -1,0 +1,149 @@
+"""The aggregate ``results/metrics.parquet`` and the per-seed summaries the tables show.
+
+A run's ``metrics.parquet`` is long: one row per (split, rule, metric). A table column of seed
+000 (Tables 1–7) is one (metric, split, rule) selection; a cell is the mean and the sample
+standard deviation (ddof = 1) of that value over the final runs' seeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from stacklm.errors import StacklmError
+
+# The per-run metrics.parquet schema shared with `stacklm evaluate` (column -> pandas kind).
+METRICS_COLUMNS: dict[str, str] = {
+    "task": "string",
+    "architecture": "string",
+    "phase": "string",
+    "trial": "integer",
+    "seed": "integer",
+    "split": "string",
+    "rule": "string",
+    "metric": "string",
+    "value": "floating",
+    "learning_rate": "floating",
+    "tokens_per_batch": "integer",
+    "parameters": "integer",
+    "data_version": "string",
+    "code_version": "string",
+    "wall_time_s": "floating",
+    "tokens_per_s": "floating",
+    "config": "string",
+}
+SORT_KEYS: list[str] = ["task", "architecture", "phase", "trial", "seed", "split", "rule", "metric"]
+
+
+def read_run_metrics(path: str | Path) -> pd.DataFrame:
+    """One run's metrics, checked against the shared schema (an error names file and column)."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as error:
+        raise StacklmError(f"{path}: cannot read the run's metrics: {error}") from None
+    missing = [column for column in METRICS_COLUMNS if column not in frame.columns]
+    if missing:
+        raise StacklmError(f"{path}: missing metrics column(s) {', '.join(missing)}")
+    extra = [column for column in frame.columns if column not in METRICS_COLUMNS]
+    if extra:
+        raise StacklmError(f"{path}: unknown metrics column(s) {', '.join(extra)}")
+    if frame.empty:
+        raise StacklmError(f"{path}: the run has no metrics")
+    return frame[list(METRICS_COLUMNS)]
+
+
+def aggregate(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The concatenation of the runs' metrics in a fixed order (the same runs → the same file)."""
+    if not paths:
+        raise StacklmError("no run metrics to aggregate")
+    frames = [read_run_metrics(path) for path in paths]
+    combined = pd.concat(frames, ignore_index=True)
+    combined = combined.sort_values(SORT_KEYS, na_position="first", kind="stable").reset_index(drop=True)
+    duplicated = combined.duplicated(SORT_KEYS)
+    if duplicated.any():
+        row = combined[duplicated].iloc[0]
+        key = ", ".join(f"{name}={row[name]}" for name in SORT_KEYS)
+        raise StacklmError(f"two runs report the same metric ({key})")
+    return combined
+
+
+@dataclass(frozen=True)
+class Column:
+    """One numeric column of a seed 000 results table."""
+
+    key: str  # the column's name in paper_results.csv
+    group: str  # "Full Accuracy" or "Partial Accuracy"
+    label: str  # header text: Test, Hier., Linear, Log Ratio
+    metric: str
+    split: str
+    rule: str | None
+    higher_is_better: bool
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("full_test", "Full Accuracy", "Test", "full_accuracy", "test", None, True),
+    Column("full_hierarchical", "Full Accuracy", "Hier.", "full_accuracy", "generalization", "hierarchical", True),
+    Column("full_linear", "Full Accuracy", "Linear", "full_accuracy", "generalization", "linear", False),
+    Column("full_log_ratio", "Full Accuracy", "Log Ratio", "log_ratio", "generalization", None, True),
+    Column("partial_hierarchical", "Partial Accuracy", "Hier.", "partial_accuracy", "generalization", "hierarchical", True),
+    Column("partial_linear", "Partial Accuracy", "Linear", "partial_accuracy", "generalization", "linear", False),
+    Column("partial_log_ratio", "Partial Accuracy", "Log Ratio", "partial_log_ratio", "generalization", None, True),
+)
+EXACT_PARTIAL = "partial_accuracy"
+SAMPLED_PARTIAL = "partial_accuracy_sampled"
+
+
+def partial_metric(task_metrics: pd.DataFrame) -> str:
+    """The partial accuracy a table shows for one task: exact where evaluated, else sampled.
+
+    Question formation (first word) and passivization (second word) have an exact expectation;
+    tense reinflection only the paper's 10-sample estimate (seed 000 §5).
+    """
+    names = set(task_metrics["metric"])
+    if EXACT_PARTIAL in names:
+        return EXACT_PARTIAL
+    if SAMPLED_PARTIAL in names:
+        return SAMPLED_PARTIAL
+    return EXACT_PARTIAL
+
+
+def final_values(metrics: pd.DataFrame, task: str, column: Column) -> pd.DataFrame:
+    """One row per (architecture, seed) of the final runs: that column's value."""
+    rows = metrics[(metrics["task"] == task) & (metrics["phase"] == "final")]
+    metric = partial_metric(rows) if column.metric == EXACT_PARTIAL else column.metric
+    selected = rows[(rows["metric"] == metric) & (rows["split"] == column.split)]
+    if column.rule is None:
+        selected = selected[selected["rule"].isna()]
+    else:
+        selected = selected[selected["rule"] == column.rule]
+    return selected[["architecture", "seed", "value"]]
+
+
+@dataclass(frozen=True)
+class Cell:
+    mean: float  # NaN when no run reported the value
+    std: float  # NaN with fewer than two seeds
+    runs: int
+
+
+def summarize(metrics: pd.DataFrame, task: str, architectures: Sequence[str]) -> dict[tuple[str, str], Cell]:
+    """``(architecture, column key) → Cell`` for every architecture and column of ``task``."""
+    cells: dict[tuple[str, str], Cell] = {}
+    for column in COLUMNS:
+        values = final_values(metrics, task, column)
+        for architecture in architectures:
+            seeds = values[values["architecture"] == architecture]["value"].to_numpy(dtype=float)
+            cells[(architecture, column.key)] = summarize_values(seeds)
+    return cells
+
+
+def summarize_values(values: np.ndarray) -> Cell:
+    """Mean and sample standard deviation (ddof = 1) over seeds."""
+    if len(values) == 0:
+        return Cell(mean=float("nan"), std=float("nan"), runs=0)
+    std = float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+    return Cell(mean=float(np.mean(values)), std=std, runs=len(values))

@@ -1,0 +1,74 @@
+"""The commands of the rules ``aggregate`` and ``report``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from stacklm.errors import StacklmError
+from stacklm.report.aggregate import aggregate, summarize
+from stacklm.report.paper import PAPER_TABLES, paper_cells
+from stacklm.report.tables import ColumnSet, render_document, render_table
+from stacklm.workflow import read_settings
+
+FIGURE3_CAPTION = (
+    "Full and partial accuracy on the hierarchical and linear generalization sets of the models whose mean "
+    "test full accuracy reaches {threshold:.0%}. Bars: mean over seeds; error bars: one standard deviation."
+)
+
+
+def aggregate_command(args: argparse.Namespace) -> int:
+    combined = aggregate(args.runs)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(str(args.out) + ".partial")
+    combined.to_parquet(partial, index=False)
+    partial.replace(args.out)
+    print(f"{len(args.runs)} runs, {len(combined)} metric rows -> {args.out}")
+    return 0
+
+
+def report_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    tasks = settings["tasks"]
+    architectures = settings["architectures"]
+    if len(args.tables) != len(tasks):
+        raise StacklmError(f"--tables: {len(args.tables)} files given for {len(tasks)} tasks")
+    metrics = pd.read_parquet(args.metrics)
+    seeds = len(settings["final"]["seeds"])
+    panels = []
+    for task, path in zip(tasks, args.tables):
+        cells = summarize(metrics, task, architectures)
+        panels.append((task, cells))
+        number = PAPER_TABLES[task][0]
+        column_sets = [
+            ColumnSet(f"This reproduction ({seeds} seeds)", cells),
+            ColumnSet(f"Seed 000, Table {number} (5 runs)", paper_cells(task)),
+        ]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(render_table(task, architectures, column_sets, source=Path(args.metrics).name))
+    threshold = settings["report"]["min_test_accuracy"]
+    # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
+    from stacklm.report.figures import plot_figure3
+
+    plot_figure3(panels, architectures, threshold, args.figures)
+    document = render_document(args.document, args.tables, args.figures, FIGURE3_CAPTION.format(threshold=threshold))
+    Path(args.document).write_text(document)
+    print(f"{len(tasks)} tables, {len(args.figures)} figure files, {args.document}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    aggregate_parser = subparsers.add_parser("aggregate", help="concatenate the runs' metrics.parquet files")
+    aggregate_parser.add_argument("--out", required=True, help="results/metrics.parquet")
+    aggregate_parser.add_argument("runs", nargs="+", help="every final run's metrics.parquet")
+    aggregate_parser.set_defaults(func=aggregate_command)
+
+    report = subparsers.add_parser("report", help="LaTeX tables (seed 000 Tables 1-7) and Figure 3 from the metrics")
+    report.add_argument("--metrics", required=True, help="results/metrics.parquet")
+    report.add_argument("--settings", required=True, help="results/settings.json")
+    report.add_argument("--tables", required=True, nargs="+", help="one .tex per task, in the settings' task order")
+    report.add_argument("--document", required=True, help="the standalone .tex that includes the tables and the figure")
+    report.add_argument("--figures", required=True, nargs="+", help="Figure 3 files (.png, .pdf)")
+    report.set_defaults(func=report_command)

@@ -1,0 +1,127 @@
+"""LaTeX tables in the layout of seed 000 Tables 1–7, rendered with Jinja2.
+
+Each table has a row per architecture and the paper's columns: full accuracy (Test ↑, Hier. ↑,
+Linear ↓, Log Ratio ↑) and partial accuracy (Hier. ↑, Linear ↓, Log Ratio ↑). A cell is the
+mean over seeds with the standard deviation in small text; the best mean of each column is
+bold (the highest, or the lowest for Linear). The paper's numbers for the same architectures
+follow as a second column set, bold by the same rule among those rows.
+
+The templates use ``<< >>`` and ``<% %>`` delimiters, so LaTeX braces need no escaping.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+import jinja2
+
+from stacklm.report.aggregate import COLUMNS, Column
+from stacklm.report.paper import PAPER_TABLES
+
+MISSING = "--"
+
+
+class Summary(Protocol):
+    mean: float
+    std: float
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("stacklm.report", "templates"),
+        block_start_string="<%",
+        block_end_string="%>",
+        variable_start_string="<<",
+        variable_end_string=">>",
+        comment_start_string="<#",
+        comment_end_string="#>",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+    )
+
+
+def format_mean(value: float) -> str:
+    """Three decimals, as in the paper; a minus sign in math mode; ±∞ for an infinite ratio."""
+    if math.isnan(value):
+        return MISSING
+    if math.isinf(value):
+        return r"$\infty$" if value > 0 else r"$-\infty$"
+    return f"{value:.3f}"
+
+
+def format_std(value: float) -> str:
+    """Two decimals without the leading zero (±.05, ±2.44), as in the paper."""
+    if math.isnan(value) or math.isinf(value):
+        return ""
+    text = f"{abs(value):.2f}"
+    return text[1:] if text.startswith("0.") else text
+
+
+def best_architectures(cells: Mapping[tuple[str, str], Summary], architectures: Sequence[str], column: Column) -> set[str]:
+    """The rows whose mean is the column's best (every row on a tie); none if no finite mean."""
+    means = {name: cells[(name, column.key)].mean for name in architectures if (name, column.key) in cells}
+    finite = {name: mean for name, mean in means.items() if not math.isnan(mean)}
+    if not finite:
+        return set()
+    best = max(finite.values()) if column.higher_is_better else min(finite.values())
+    return {name for name, mean in finite.items() if mean == best}
+
+
+def render_cell(summary: Summary | None, bold: bool) -> str:
+    if summary is None or math.isnan(summary.mean):
+        return MISSING
+    mean = format_mean(summary.mean)
+    if bold and not mean.startswith("$"):
+        mean = rf"\textbf{{{mean}}}"
+    std = format_std(summary.std)
+    return f"{mean} {{\\scriptsize $\\pm${std}}}" if std else mean
+
+
+@dataclass(frozen=True)
+class ColumnSet:
+    title: str
+    cells: Mapping[tuple[str, str], Summary]
+
+
+def render_table(task: str, architectures: Sequence[str], column_sets: Sequence[ColumnSet], source: str) -> str:
+    """The LaTeX ``table*`` for ``task``: one row per architecture, one group per column set."""
+    rows = []
+    for name in architectures:
+        row = []
+        for column_set in column_sets:
+            for column in COLUMNS:
+                best = name in best_architectures(column_set.cells, architectures, column)
+                row.append(render_cell(column_set.cells.get((name, column.key)), best))
+        rows.append({"label": name, "cells": row})
+    number, caption = PAPER_TABLES[task]
+    return environment().get_template("table.tex.j2").render(
+        task=task,
+        number=number,
+        caption=caption,
+        columns=COLUMNS,
+        column_sets=column_sets,
+        rows=rows,
+        source=source,
+    )
+
+
+def render_document(document: str | Path, tables: Sequence[str | Path], figures: Sequence[str | Path], caption: str) -> str:
+    """A standalone LaTeX document that ``\\input``s every table and shows Figure 3 (PDF)."""
+    folder = Path(document).parent
+    pdf = [path for path in figures if str(path).endswith(".pdf")]
+    return environment().get_template("report.tex.j2").render(
+        tables=[_relative(path, folder) for path in tables],
+        figure=_relative(pdf[0], folder) if pdf else None,
+        caption=caption,
+    )
+
+
+def _relative(path: str | Path, folder: Path) -> str:
+    return Path(os.path.relpath(Path(path), folder)).as_posix()

@@ -1,0 +1,92 @@
+"""stacklm.report.tables: number formats, bold, and the layout of seed 000 Tables 1-7."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from stacklm.report.aggregate import COLUMNS, Cell
+from stacklm.report.paper import paper_cells
+from stacklm.report.tables import ColumnSet, best_architectures, format_mean, format_std, render_cell, render_document, render_table
+
+NAN = float("nan")
+
+
+def test_number_formats_follow_the_paper() -> None:
+    assert format_mean(0.99949) == "0.999"
+    assert format_mean(-4.9261) == "-4.926"
+    assert format_mean(NAN) == "--"
+    assert format_mean(math.inf) == r"$\infty$"
+    assert format_std(0.0449) == ".04"
+    assert format_std(2.444) == "2.44"
+    assert format_std(10.09) == "10.09"
+    assert format_std(NAN) == ""
+
+
+def test_cells_bold_the_best_and_show_std_small() -> None:
+    assert render_cell(Cell(0.5, 0.1, 3), bold=True) == r"\textbf{0.500} {\scriptsize $\pm$.10}"
+    assert render_cell(Cell(0.5, NAN, 1), bold=False) == "0.500"
+    assert render_cell(Cell(NAN, NAN, 0), bold=True) == "--"
+    assert render_cell(None, bold=False) == "--"
+
+
+def test_best_is_highest_except_for_linear_and_ties_are_all_bold() -> None:
+    cells = {
+        ("A", "full_test"): Cell(0.9, 0, 2), ("B", "full_test"): Cell(0.95, 0, 2), ("C", "full_test"): Cell(NAN, NAN, 0),
+        ("A", "full_linear"): Cell(0.0, 0, 2), ("B", "full_linear"): Cell(0.0, 0, 2), ("C", "full_linear"): Cell(0.3, 0, 2),
+    }  # fmt: skip
+    by_key = {column.key: column for column in COLUMNS}
+    assert best_architectures(cells, ["A", "B", "C"], by_key["full_test"]) == {"B"}
+    assert best_architectures(cells, ["A", "B", "C"], by_key["full_linear"]) == {"A", "B"}
+
+
+def table_rows(latex: str) -> list[list[str]]:
+    body = latex.split("\\midrule\n")[1].split("\\bottomrule")[0]
+    return [[cell.strip() for cell in line.removesuffix("\\\\").split(" & ")] for line in body.strip().splitlines()]
+
+
+def test_table_has_both_column_sets_in_the_papers_layout() -> None:
+    ours = {(name, column.key): Cell(0.5, 0.05, 5) for name in ("Tf", "Tf+Nd") for column in COLUMNS}
+    ours[("Tf+Nd", "full_hierarchical")] = Cell(0.7, 0.2, 5)
+    latex = render_table(
+        "question-formation",
+        ["Tf", "Tf+Nd", "Tf+Syn"],
+        [ColumnSet("This reproduction (5 seeds)", ours), ColumnSet("Seed 000, Table 1 (5 runs)", paper_cells("question-formation"))],
+        source="metrics.parquet",
+    )
+    rows = table_rows(latex)
+    assert [row[0] for row in rows] == ["Tf", "Tf+Nd", "Tf+Syn"]
+    assert all(len(row) == 1 + 2 * len(COLUMNS) for row in rows)
+    tf, tf_nd, tf_syn = rows
+    assert tf_nd[2] == r"\textbf{0.700} {\scriptsize $\pm$.20}"  # ours, FA Hier.: best
+    assert tf[2] == r"0.500 {\scriptsize $\pm$.05}"
+    assert tf_nd[9] == r"\textbf{0.318} {\scriptsize $\pm$.19}"  # the paper's Tf+Nd, FA Hier.
+    assert tf[8] == r"\textbf{0.999} {\scriptsize $\pm$.00}"  # the paper's Tf test accuracy ties Tf+Nd's
+    assert tf_syn[1:] == ["--"] * 2 * len(COLUMNS)  # neither we nor the paper have it
+    header = latex.split("\\toprule\n")[1].split("\\midrule")[0]
+    assert header.count(r"Test $\uparrow$") == 2 and header.count(r"Linear $\downarrow$") == 4
+    assert header.count(r"Log Ratio $\uparrow$") == 4 and header.count(r"Hier. $\uparrow$") == 4
+    assert "This reproduction (5 seeds)" in header and "Seed 000, Table 1 (5 runs)" in header
+    assert r"\label{tab:question-formation}" in latex and "Results on question formation." in latex
+
+
+def test_document_includes_every_table_and_figure3(tmp_path: Path) -> None:
+    document = render_document(
+        tmp_path / "report" / "report.tex",
+        [tmp_path / "report" / "tables" / "question-formation.tex", tmp_path / "report" / "tables" / "passivization.tex"],
+        [tmp_path / "report" / "figures" / "figure3.png", tmp_path / "report" / "figures" / "figure3.pdf"],
+        caption="Figure 3.",
+    )
+    assert r"\input{tables/question-formation.tex}" in document and r"\input{tables/passivization.tex}" in document
+    assert r"\includegraphics[width=\textwidth]{figures/figure3.pdf}" in document
+    assert document.index(r"\begin{document}") < document.index(r"\input") < document.index(r"\end{document}")
+
+
+@pytest.mark.parametrize("with_paper", [False, True])
+def test_caption_mentions_the_paper_only_beside_its_numbers(with_paper: bool) -> None:
+    ours = {("Tf", column.key): Cell(0.5, 0.05, 5) for column in COLUMNS}
+    sets = [ColumnSet("ours", ours)] + ([ColumnSet("paper", paper_cells("passivization"))] if with_paper else [])
+    latex = render_table("passivization", ["Tf"], sets, source="m.parquet")
+    assert ("seed 000, Table 4" in latex) == with_paper
