@@ -1,0 +1,1 @@
+"""Fast contractions behind the stack dynamic programs (see ``shifted``)."""

@@ -1,0 +1,388 @@
+"""The weighted-PDA dynamic program behind the nondeterministic stacks (NS, RNS, dVPDA).
+
+Written once over a semiring (LOG for the stacks, REAL for tests, MAX_PLUS for Viterbi
+weights); ``nondeterministic.py`` and ``vector_nondeterministic.py`` add actions and readings.
+
+Paper notation (RNS-RNN, seed 002 eqs. 2–5 and §5.1; dVPDA, seed 000 §3.2 and eq. 6). A PDA
+with states Q (q0 = 0) and stack symbols Γ (⊥ = 0) takes, at step t, transitions of weight
+Δ⁺_t[q,x→r,y] (push y), Δ^R_t[q,x→r,y] (replace the top by y) and Δ⁻_t[q,x→r] (pop). For
+−1 ≤ i < t, γ[i→t][q,x→r,y] is the weight of the ways to go from (i, q, x) to (t, r, y)
+with one element, pushed at step i+1, above x all along:
+
+    γ[i→t][q,x→r,y] = 𝟙[i = t−1] Δ⁺_t[q,x→r,y]                              (push)
+                    + Σ_{s,z} γ[i→t−1][q,x→s,z] Δ^R_t[s,z→r,y]              (replace)
+                    + Σ_{k=i+1}^{t−2} Σ_u γ[i→k][q,x→u,y] γ'_t[k][u,y,r]    (pop)
+    γ'_t[k][u,y,r]  = Σ_{s,z} γ[k→t−1][u,y→s,z] Δ⁻_t[s,z→r]                 (factorised pop)
+    α[t][r,y]       = Σ_{i=−1}^{t−1} Σ_{q,x} α[i][q,x] γ[i→t][q,x→r,y],   α[0] = α[−1] = 𝟙[q0, ⊥]
+
+Row i = −1 is the bottom element: γ[−1→0] = 𝟙[q0,⊥→q0,⊥] (a fictitious push of ⊥) when the
+bottom may be replaced (the dVPDA of seed 000: runs "never fully empty the stack, replacing
+the bottom does not count"); for the NS family of seed 002 it is zero, so i ≥ 0, the first
+action is a push, and no configuration at t ≥ 1 has ⊥-from-time-0 on top.
+
+Vectors without ζ. The dVPDA's reading needs η[t][r,y,:], the sum over runs ending at
+(t, r, y) of weight × top vector. The reference keeps ζ[i→t] (γ with the top vector), an
+O(n²·Q²S²·m) table. Here only its α-weighted rows are kept,
+
+    η[i→t][r,y,:] = Σ_{q,x} α[i][q,x] ζ[i→t][q,x→r,y,:],      η[t] = Σ_i η[i→t],
+
+and splitting the runs by their last transition gives the same three terms as γ:
+
+    η[t−1→t][r,y,:] = (Σ_{q,x} α[t−1][q,x] Δ⁺_t[q,x→r,y]) v_t                  (push)
+    η[i→t]          += Σ_{s,z} η[i→t−1][s,z,:] Δ^R_t[s,z→r,y]                  (replace keeps the vector)
+    η[i→t]          += Σ_k Σ_u η[i→k][u,y,:] γ'_t[k][u,y,r]                    (pop exposes the vector
+                                                                                 on top at k)
+
+Without a window the pop never needs the rows apart, so they are summed into one: this is
+the recursion η[t] = push + η[t−1] Δ^R + Σ_k η[k] γ'_t[k] of ``stack-performance.md`` §1,
+O(n²·Q²S·m) in total. With a window the rows are kept (row i leaves when t − i > D).
+Because the η rows obey the same terms as γ rows, they are stored as extra rows of the
+γ columns, and one contraction serves both.
+
+Window D (seed 002 §5.1): γ[i→t] = 0 when t − i > D, for every row including the bottom.
+Column t then depends on rows t−D … t−1 and columns t−D+1 … t−1 only, so the state between
+chunks is the last D columns and D values of α: O(D²) per sequence, and truncated BPTT runs
+arbitrarily long text in chunks.
+
+Layout (N = Q·S, configuration (q, x) at index q·S + x). Column t is one tensor
+(B, G·m + slots·N, N): first the η rows (G groups of m), then the γ rows, N per slot; entry
+[row, (r, y)]. Without a window, slot s holds row i = s − 1 and column t has t + 1 slots
+(G = 1); with a window, slot s holds the row i ≡ s (mod D) of the current frame t−D … t−1,
+and a mask hides the rows a column does not have (G = D). The state also holds α of the
+rows of the last column (B, slots, N), α[t] (B, N) and η[t] (B, m, N).
+
+Cost per sequence, full stack: the pop contraction, Σ_t (t·N + m) × (t·Q) × Q per symbol,
+≈ n³·Q³S²/3 multiply-adds (plus O(n²·N²) for the rest); memory kept for backward
+O(n²·N²): the columns and O(t·N²) per step, never a step's O(t²) operand. With a window:
+O(n·D²·Q³S²) time and O(n·D·N²) memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+from stacklm.semiring import LOG, Semiring
+from stacklm.stacks.kernels.shifted import pop_left, pop_output, pop_right, pop_shift, shifted_log_matmul, shifted_log_pop, stack_columns
+
+
+@dataclass(frozen=True)
+class PDASizes:
+    """The sizes and variant of one PDA."""
+
+    num_states: int  # |Q|
+    num_symbols: int  # |Γ|
+    vector_size: int  # m; 0 for the NS family (no vectors)
+    window: int | None  # D, or None for the full stack
+    bottom_replaceable: bool  # the dVPDA's row i = −1; False for the NS family
+
+    def __post_init__(self) -> None:
+        if self.num_states < 1 or self.num_symbols < 1 or self.vector_size < 0:
+            raise ValueError(f"PDA sizes must be positive, got {self}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+
+    @property
+    def num_configurations(self) -> int:
+        return self.num_states * self.num_symbols
+
+    @property
+    def eta_groups(self) -> int:
+        if self.vector_size == 0:
+            return 0
+        return 1 if self.window is None else self.window
+
+    @property
+    def eta_rows(self) -> int:
+        return self.eta_groups * self.vector_size
+
+    def slots(self, step: int) -> int:
+        """Row slots of column ``step``."""
+        return step + 1 if self.window is None else self.window
+
+    def slot(self, row: int) -> int:
+        return row + 1 if self.window is None else row % self.window
+
+    def slot_rows(self, step: int) -> list[int]:
+        """The row i that each slot of column ``step`` holds (frame step−D … step−1)."""
+        if self.window is None:
+            return [slot - 1 for slot in range(step + 1)]
+        first = step - self.window
+        return [first + (slot - first) % self.window for slot in range(self.window)]
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """The transition weights of one step, in the semiring's representation."""
+
+    push: Tensor  # (B, N, N): Δ⁺[q,x→r,y]
+    replace: Tensor  # (B, N, N): Δ^R[q,x→r,y]
+    pop: Tensor  # (B, N, Q): Δ⁻[s,z→r]
+    pushed: Tensor | None  # (B, m): v_t, or None without vectors
+
+
+@dataclass(frozen=True)
+class PDATables:
+    """The part of γ, α and η that later steps need, after ``steps`` steps."""
+
+    steps: int  # t
+    first_column: int  # index k of columns[0]
+    columns: tuple[Tensor, ...]  # columns k = first_column … t, each (B, G·m + slots·N, N)
+    alpha_rows: Tensor  # (B, slots(t), N): α[i] of the row i of each slot of column t
+    alpha: Tensor  # (B, N): α[t]
+    eta: Tensor | None  # (B, m, N): η[t]
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> PDATables:
+        return PDATables(
+            steps=self.steps,
+            first_column=self.first_column,
+            columns=tuple(function(column) for column in self.columns),
+            alpha_rows=function(self.alpha_rows),
+            alpha=function(self.alpha),
+            eta=None if self.eta is None else function(self.eta),
+        )
+
+
+class Contraction(Protocol):
+    """How the DP's sums of products are computed; the DP itself never changes."""
+
+    semiring: type[Semiring]
+
+    def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+        """⊕_c left[..., i, c] ⊗ right[..., c, j]; ``shift`` (..., C) is α of each c."""
+
+    def pop(self, columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
+        """⊕_{k,u} col_k[row, (u, y)] ⊗ γ'[k][(u, y), r] -> (B, rows, N)."""
+
+
+@dataclass(frozen=True)
+class ReferenceContraction:
+    """Every term materialised and reduced in ``semiring``: the definition, for tests and Viterbi."""
+
+    semiring: type[Semiring]
+
+    def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+        return self.semiring.sum(self.semiring.times(left.unsqueeze(-1), right.unsqueeze(-3)), dim=-2)
+
+    def pop(self, columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
+        num_symbols = gamma_prime.size(2) // num_states
+        dense = stack_columns(columns, mask, self.semiring.zero)
+        left = pop_left(dense, num_states, num_symbols)
+        right = pop_right(gamma_prime, num_states, num_symbols)
+        per_symbol = self.matmul(left, right, pop_shift(alpha, num_states, num_symbols))
+        return pop_output(per_symbol)
+
+
+@dataclass(frozen=True)
+class ShiftedLogContraction:
+    """LOG only: real matrix products shifted by log α (see ``kernels/shifted.py``)."""
+
+    semiring: type[Semiring] = LOG
+
+    def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+        return shifted_log_matmul(left, right, shift)
+
+    def pop(self, columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
+        return shifted_log_pop(columns, mask, gamma_prime, alpha, num_states)
+
+
+FAST = ShiftedLogContraction()
+
+
+def _one_hot(semiring: type[Semiring], size: int, index: int, like: Tensor) -> Tensor:
+    positions = torch.arange(size, device=like.device)
+    return torch.where(positions == index, semiring.one, semiring.zero).to(like.dtype)
+
+
+def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, semiring: type[Semiring], like: Tensor) -> PDATables:
+    """t = 0: α[0] = 𝟙[q0, ⊥]; the bottom row −1 (weight 𝟙 if it may be replaced); η[0] = v₀ at (q0, ⊥).
+
+    ``bottom``: v₀ (B, m) in the semiring's representation, or None without vectors.
+    """
+    num_configurations = sizes.num_configurations
+    options = {"dtype": like.dtype, "device": like.device}
+    first_configuration = _one_hot(semiring, num_configurations, 0, like)  # (N,)
+    slots = sizes.slots(0)
+    bottom_slot = sizes.slot(-1)
+    bottom_push = semiring.zeros(num_configurations, num_configurations, **options)
+    if sizes.bottom_replaceable:
+        bottom_push = torch.where(torch.eye(num_configurations, device=like.device, dtype=torch.bool), first_configuration, semiring.zero)
+    slot_positions = torch.arange(slots, device=like.device).view(slots, 1, 1)
+    gamma_rows = torch.where(slot_positions == bottom_slot, bottom_push, semiring.zero)  # (slots, N, N)
+    gamma_rows = gamma_rows.reshape(1, slots * num_configurations, num_configurations).expand(batch_size, -1, -1)
+    alpha_bottom = first_configuration if sizes.bottom_replaceable else semiring.zeros(num_configurations, **options)
+    alpha_rows = torch.where(slot_positions.view(slots, 1) == bottom_slot, alpha_bottom, semiring.zero)
+    alpha_rows = alpha_rows.unsqueeze(0).expand(batch_size, -1, -1).contiguous()
+    alpha = first_configuration.unsqueeze(0).expand(batch_size, -1).contiguous()
+    eta = None
+    column = gamma_rows.contiguous()
+    if sizes.vector_size > 0:
+        if bottom is None:
+            raise ValueError("a PDA with vectors needs a bottom vector")
+        eta = semiring.times(bottom.to(like.dtype).unsqueeze(-1), first_configuration)  # (B, m, N)
+        groups = sizes.eta_groups
+        group_positions = torch.arange(groups, device=like.device).view(1, groups, 1, 1)
+        bottom_group = bottom_slot if sizes.window is not None else 0
+        eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
+        column = torch.cat([eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1)
+    return PDATables(steps=0, first_column=0, columns=(column,), alpha_rows=alpha_rows, alpha=alpha, eta=eta)
+
+
+def _valid_rows(sizes: PDASizes, rows: list[int], below: Tensor) -> Tensor:
+    """(G·m + slots·N, K) bool: rows i of the frame that are < k, for each k in ``below`` (K,)."""
+    row_index = torch.tensor(rows, device=below.device)
+    valid = row_index.unsqueeze(-1) < below  # (slots, K)
+    gamma_valid = valid.repeat_interleave(sizes.num_configurations, dim=0)
+    if sizes.vector_size == 0:
+        return gamma_valid
+    eta_valid = valid.repeat_interleave(sizes.vector_size, dim=0)
+    return torch.cat([eta_valid, gamma_valid], dim=0)
+
+
+def push_term(transitions: Transitions, semiring: type[Semiring]) -> Tensor:
+    """γ[t−1→t][q,x→r,y] = Δ⁺_t[q,x→r,y] -> (B, N, N)."""
+    return transitions.push
+
+
+def push_vector_term(alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
+    """η[t−1→t][r,y,:] = (Σ_{q,x} α[t−1][q,x] Δ⁺_t[q,x→r,y]) v_t -> (B, m, N)."""
+    if transitions.pushed is None:
+        raise ValueError("a PDA with vectors needs the pushed vector of every step")
+    reached = engine.matmul(alpha.unsqueeze(1), transitions.push, alpha).squeeze(1)  # (B, N)
+    return engine.semiring.times(transitions.pushed.unsqueeze(-1), reached.unsqueeze(1))
+
+
+def replace_term(previous: Tensor, valid: Tensor | None, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
+    """Σ_{s,z} γ[i→t−1][q,x→s,z] Δ^R_t[s,z→r,y] (and the same for η rows) -> (B, rows, N).
+
+    ``previous``: column t−1 (B, rows, N); ``valid`` (rows,) hides the row a window drops.
+    """
+    if valid is not None:
+        previous = torch.where(valid.unsqueeze(-1), previous, engine.semiring.zero)
+    return engine.matmul(previous, transitions.replace, alpha)
+
+
+def pop_prime_term(previous_gamma: Tensor, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
+    """γ'_t[k][u,y,r] = Σ_{s,z} γ[k→t−1][u,y→s,z] Δ⁻_t[s,z→r] -> (B, slots(t−1)·N, Q), rows (k, u, y)."""
+    return engine.matmul(previous_gamma, transitions.pop, alpha)
+
+
+def pop_term(
+    columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, sizes: PDASizes, engine: Contraction
+) -> Tensor:
+    """Σ_k Σ_u γ[i→k][q,x→u,y] γ'_t[k][u,y,r] (and the same for η rows) -> (B, rows, N).
+
+    ``columns``: column k for each split point k; ``gamma_prime``: (B, K, N, Q); ``alpha``:
+    α[k] (B, K, N).
+    """
+    return engine.pop(columns, mask, gamma_prime, alpha, sizes.num_states)
+
+
+def alpha_term(alpha_rows: Tensor, gamma: Tensor, engine: Contraction) -> Tensor:
+    """α[t][r,y] = Σ_{i,q,x} α[i][q,x] γ[i→t][q,x→r,y] -> (B, N); ``gamma`` (B, slots·N, N)."""
+    flat = alpha_rows.reshape(alpha_rows.size(0), 1, -1)
+    return engine.matmul(flat, gamma, flat.squeeze(1)).squeeze(1)
+
+
+def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine: Contraction) -> PDATables:
+    """The tables after step t = tables.steps + 1."""
+    semiring = engine.semiring
+    step = tables.steps + 1
+    batch_size = tables.alpha.size(0)
+    num_configurations = sizes.num_configurations
+    eta_rows = sizes.eta_rows
+    device = tables.alpha.device
+    previous = tables.columns[-1]
+    frame = sizes.slot_rows(step)
+    push_slot = sizes.slot(step - 1)
+
+    # α of the rows of column t: row t−1 enters (and, with a window, row t−1−D leaves).
+    if sizes.window is None:
+        alpha_rows = torch.cat([tables.alpha_rows, tables.alpha.unsqueeze(1)], dim=1)
+    else:
+        entering = (torch.arange(sizes.window, device=device) == push_slot).view(1, -1, 1)
+        alpha_rows = torch.where(entering, tables.alpha.unsqueeze(1), tables.alpha_rows)
+
+    gamma_prime = pop_prime_term(previous[:, eta_rows:], tables.alpha, transitions, engine)
+    gamma_prime = gamma_prime.view(batch_size, -1, num_configurations, sizes.num_states)  # (B, slots(t−1), N, Q)
+
+    replace_valid = None
+    if sizes.window is not None:
+        replace_valid = _valid_rows(sizes, frame, torch.tensor([step - 1], device=device)).squeeze(-1)
+    body = replace_term(previous, replace_valid, tables.alpha, transitions, engine)  # (B, rows(t−1), N)
+
+    first_split = max(tables.first_column, 0 if sizes.window is None else step - sizes.window + 1)
+    splits = list(range(first_split, step - 1))
+    if splits:
+        columns = [tables.columns[k - tables.first_column] for k in splits]
+        split_slots = torch.tensor([sizes.slot(k) for k in splits], device=device)
+        mask = None if sizes.window is None else _valid_rows(sizes, frame, torch.tensor(splits, device=device))
+        popped = pop_term(
+            columns,
+            mask,
+            gamma_prime.index_select(1, split_slots),
+            alpha_rows.index_select(1, split_slots),
+            sizes,
+            engine,
+        )
+        missing = body.size(1) - popped.size(1)
+        if missing > 0:
+            popped = torch.cat([popped, semiring.zeros(batch_size, missing, num_configurations, dtype=popped.dtype, device=device)], dim=1)
+        body = semiring.plus(body, popped)
+
+    push = push_term(transitions, semiring)  # (B, N, N)
+    if sizes.window is None:
+        parts = [body[:, eta_rows:], push]
+        if eta_rows:
+            parts.insert(0, semiring.plus(body[:, :eta_rows], push_vector_term(tables.alpha, transitions, engine)))
+        column = torch.cat(parts, dim=1)
+    else:
+        entering_slot = (torch.arange(sizes.window, device=device) == push_slot).view(1, -1, 1, 1)
+        gamma = body[:, eta_rows:].view(batch_size, sizes.window, num_configurations, num_configurations)
+        gamma = torch.where(entering_slot, push.unsqueeze(1), gamma)
+        parts = [gamma.reshape(batch_size, -1, num_configurations)]
+        if eta_rows:
+            eta = body[:, :eta_rows].view(batch_size, sizes.window, sizes.vector_size, num_configurations)
+            eta = torch.where(entering_slot, push_vector_term(tables.alpha, transitions, engine).unsqueeze(1), eta)
+            parts.insert(0, eta.reshape(batch_size, -1, num_configurations))
+        column = torch.cat(parts, dim=1)
+
+    alpha = alpha_term(alpha_rows, column[:, eta_rows:], engine)
+    eta_total = None
+    if eta_rows:
+        groups = column[:, :eta_rows].view(batch_size, sizes.eta_groups, sizes.vector_size, num_configurations)
+        eta_total = semiring.sum(groups, dim=1)
+
+    columns = tables.columns + (column,)
+    first_column = tables.first_column
+    if sizes.window is not None:
+        keep_from = min(step, step - sizes.window + 2)
+        drop = max(0, keep_from - first_column)
+        columns = columns[drop:]
+        first_column += drop
+    return PDATables(steps=step, first_column=first_column, columns=columns, alpha_rows=alpha_rows, alpha=alpha, eta=eta_total)
+
+
+def from_log(semiring: type[Semiring], log_weights: Tensor) -> Tensor:
+    """Log weights in the semiring's representation (LOG and MAX_PLUS keep them, REAL exponentiates)."""
+    if semiring.zero == -math.inf:
+        return log_weights
+    return log_weights.exp()
+
+
+def engine_for(semiring: type[Semiring], fast: bool) -> Contraction:
+    """The shifted real-space products for LOG when ``fast``, else every term materialised."""
+    if fast and semiring is LOG:
+        return FAST
+    return ReferenceContraction(semiring)
+
+
+def normalize(semiring: type[Semiring], weights: Tensor, total: Tensor) -> Tensor:
+    """weights ⊘ total as real numbers (the readings are ratios of weights)."""
+    if semiring.zero == -math.inf:
+        return (weights - total).exp()
+    return weights / total

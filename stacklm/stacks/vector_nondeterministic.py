@@ -1,0 +1,139 @@
+"""The differentiable vector PDA (dVPDA) of the "+Nd" models (seed 000 §3.2, eq. 6, App. B.2).
+
+Stack elements are pairs (y, v) ∈ Γ × R^m. The transitions are those of the nondeterministic
+stack (log weights Δ⁺, Δ^R, Δ⁻, unnormalized: a_t = exp(a'_t)) plus the vector v_t that a
+push puts with its symbol; a replace keeps the vector, a pop exposes the one below. The run
+starts in q0 with only (⊥, v₀) on the stack and never empties it; replacing ⊥ is allowed
+(``pda.py`` row i = −1). The reading is, for every (r, y),
+
+    r_t[r,y] = Σ_{runs π ⇝ (t, r, y)} ψ(π) v(π) / Σ_{r',y'} Σ_{runs π ⇝ (t, r', y')} ψ(π)  (eq. 6)
+             = η[t][r,y,:] / Σ_{r',y'} α[t][r',y'],
+
+flattened in the order (r, y, m) to size |Q|·|Γ|·m. η is computed without ζ (``pda.py``).
+v₀ = σ(w₀) with w₀ learned (``bottom="learned"``), or 0 (``"zero"``) or 1 (``"one"``).
+The pushed vector is given in log space: log σ(W_v h) in a stack RNN, or the raw linear output
+when a stack-attention layer pushes exp(W_v x) (``reference-implementation.md`` §12.1).
+
+Cost: that of the NS stack plus O(n²·Q²S·m) for η without a window (O(n·D²·Q³S·m) with one);
+``pda.py`` has the full accounting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Literal, Self
+
+import torch
+from torch import Tensor, nn
+
+from stacklm.semiring import LOG, Semiring
+from stacklm.stacks.base import Stack, StackState
+from stacklm.stacks.nondeterministic import NondeterministicActions, transitions_from_actions
+from stacklm.stacks.pda import Contraction, PDASizes, PDATables, advance, engine_for, from_log, initial_tables, normalize
+
+BottomVector = Literal["learned", "zero", "one"]
+
+
+@dataclass(frozen=True)
+class VectorNondeterministicActions:
+    """Log transition weights and the log pushed vector; leading dims (B,) or (B, n)."""
+
+    push: Tensor  # (..., Q, S, Q, S): log Δ⁺[q,x→r,y]
+    replace: Tensor  # (..., Q, S, Q, S): log Δ^R[q,x→r,y]
+    pop: Tensor  # (..., Q, S, Q): log Δ⁻[q,x→r]
+    pushed: Tensor  # (..., m): log v_t
+
+    @staticmethod
+    def from_logits(logits: Tensor, log_pushed: Tensor, num_states: int, num_symbols: int) -> VectorNondeterministicActions:
+        """Unnormalized weights exp(logits) (seed 000 App. B.2) and log v_t = ``log_pushed``."""
+        actions = NondeterministicActions.from_logits(logits, num_states, num_symbols, normalize=False)
+        return VectorNondeterministicActions(actions.push, actions.replace, actions.pop, log_pushed)
+
+
+@dataclass(frozen=True)
+class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
+    """γ, α, η of the last columns (``tables``)."""
+
+    tables: PDATables
+    sizes: PDASizes
+    engine: Contraction
+
+    def next(self, actions: VectorNondeterministicActions) -> Self:
+        semiring = self.engine.semiring
+        symbol_actions = NondeterministicActions(actions.push, actions.replace, actions.pop)
+        transitions = transitions_from_actions(symbol_actions, semiring, from_log(semiring, actions.pushed))
+        return replace(self, tables=advance(self.tables, transitions, self.sizes, self.engine))
+
+    def reading(self) -> Tensor:
+        """(B, Q·S·m) in the order (r, y, m)."""
+        semiring = self.engine.semiring
+        total = semiring.sum(self.tables.alpha, dim=-1, keepdim=True)  # (B, 1)
+        eta = self.tables.eta  # (B, m, N)
+        assert eta is not None
+        ratio = normalize(semiring, eta, total.unsqueeze(-1))
+        return ratio.transpose(1, 2).reshape(eta.size(0), -1)
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
+        return replace(self, tables=self.tables.transform_tensors(function))
+
+
+class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions]):
+    """dVPDA with |Q| states, |Γ| symbols, vectors of size m; ``window`` = D bounds memory.
+
+    A module only for its bottom vector: with ``bottom="learned"`` it owns w₀ (m,), and
+    v₀ = σ(w₀). ``semiring`` and ``fast`` as for ``NondeterministicStack``.
+    """
+
+    def __init__(
+        self,
+        num_states: int,
+        num_symbols: int,
+        vector_size: int,
+        window: int | None = None,
+        bottom: BottomVector = "learned",
+        semiring: type[Semiring] = LOG,
+        fast: bool = True,
+    ) -> None:
+        super().__init__()
+        if vector_size < 1:
+            raise ValueError(f"vector_size must be at least 1, got {vector_size}")
+        self.sizes = PDASizes(num_states, num_symbols, vector_size, window=window, bottom_replaceable=True)
+        self.engine = engine_for(semiring, fast)
+        self.bottom = bottom
+        self.bottom_logits = nn.Parameter(torch.zeros(vector_size)) if bottom == "learned" else None
+        self.reading_size = num_states * num_symbols * vector_size
+
+    def log_bottom(self, like: Tensor) -> Tensor:
+        """log v₀ (m,)."""
+        if self.bottom_logits is not None:
+            return nn.functional.logsigmoid(self.bottom_logits).to(like.dtype)
+        value = -math.inf if self.bottom == "zero" else 0.0
+        return torch.full((self.sizes.vector_size,), value, dtype=like.dtype, device=like.device)
+
+    def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> VectorNondeterministicState:
+        semiring = self.engine.semiring
+        bottom = from_log(semiring, self.log_bottom(like)).unsqueeze(0).expand(batch_size, -1)
+        tables = initial_tables(self.sizes, batch_size, bottom, semiring, like)
+        return VectorNondeterministicState(tables, self.sizes, self.engine)
+
+    def step_actions(self, actions: VectorNondeterministicActions, step: int) -> VectorNondeterministicActions:
+        return VectorNondeterministicActions(
+            actions.push[:, step], actions.replace[:, step], actions.pop[:, step], actions.pushed[:, step]
+        )
+
+    def num_steps(self, actions: VectorNondeterministicActions) -> int:
+        return actions.pop.size(1)
+
+    def run(
+        self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None
+    ) -> tuple[Tensor, VectorNondeterministicState]:
+        """r_1 … r_n (B, n, Q·S·m) and the state after step n (for the next chunk)."""
+        state = initial if initial is not None else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
+        readings = []
+        for step in range(self.num_steps(actions)):
+            state = state.next(self.step_actions(actions, step))
+            readings.append(state.reading())
+        if not readings:
+            return actions.pop.new_zeros(actions.pop.size(0), 0, self.reading_size), state
+        return torch.stack(readings, dim=1), state
