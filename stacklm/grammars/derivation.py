@@ -152,8 +152,6 @@ class CompiledGrammar:
         object.__setattr__(self, "_lexical", lexical)
         trie: dict = {}
         for skeleton in skeletons:
-            if skeleton.probability == 0.0:
-                continue
             node = trie
             for tag in skeleton.preterminals:
                 node = node.setdefault(tag, {})
@@ -170,7 +168,8 @@ class CompiledGrammar:
         return Parse(skeleton, tuple(words))
 
     def parse(self, tokens: Sequence[str]) -> tuple[Parse, ...]:
-        """Every parse of ``tokens`` with nonzero probability, in skeleton order; () if none."""
+        """Every parse of ``tokens`` in skeleton order, () if none. Parsing ignores the weights:
+        a parse through a rule of weight 0 is found, and has probability 0."""
         lexicon = self.grammar.lexicon
         states = [self._trie]
         for token in tokens:
@@ -180,16 +179,7 @@ class CompiledGrammar:
                 return ()
         tokens = tuple(tokens)
         found = sorted((skeleton for state in states for skeleton in state.get(None, ())), key=lambda skeleton: skeleton.index)
-        return tuple(Parse(skeleton, tokens) for skeleton in found if self._words_possible(skeleton, tokens))
-
-    def _words_possible(self, skeleton: Skeleton, tokens: tuple[str, ...]) -> bool:
-        """False when some word has weight 0 under its preterminal."""
-        for tag, word in zip(skeleton.preterminals, tokens):
-            cumulative, choices = self._lexical[tag]
-            index = choices.index(word)
-            if cumulative[index] == (cumulative[index - 1] if index else 0.0):
-                return False
-        return True
+        return tuple(Parse(skeleton, tokens) for skeleton in found)
 
     def probability(self, parse: Parse) -> float:
         """P(tree) = P(skeleton) · Π_i P(p_i → w_i)."""

@@ -75,13 +75,15 @@ def test_non_sentences_do_not_parse(compiled):
     assert compiled.parse(()) == ()
 
 
-def test_zero_weight_words_and_rules_neither_sample_nor_parse(grammar):
+def test_zero_weight_words_and_rules_parse_with_probability_zero_and_are_never_sampled(grammar):
     weights = {rule.key: rule.weight for rule in grammar.rules} | {("D", ("d",)): 0.0, ("S", ("NP", "NP")): 0.0}
     compiled = CompiledGrammar(grammar.reweighted(weights))
-    assert compiled.parse(("d", "n", "v", ".")) == ()
-    assert compiled.parse(("e", "n", "e", "n", ".")) == ()
+    for sentence in (("d", "n", "v", "."), ("e", "n", "e", "n", ".")):
+        (parse,) = compiled.parse(sentence)
+        assert compiled.probability(parse) == 0.0
     rng = random.Random(0)
-    assert all("d" not in compiled.sample(rng).tokens[:1] for _ in range(500))
+    samples = [compiled.sample(rng) for _ in range(2000)]
+    assert all("d" != sample.tokens[0] and len(sample.skeleton.rules) > 0 and sample.skeleton.rules[1].rhs != ("NP", "NP") for sample in samples)
 
 
 def test_sampling_follows_the_tree_distribution(grammar, compiled):
