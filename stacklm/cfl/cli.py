@@ -1,0 +1,28 @@
+"""``stacklm cfl generate``: sample and score one split of a CFL task and write it as TSV."""
+
+from __future__ import annotations
+
+import argparse
+
+from stacklm.cfl.datasets import SPLIT_LENGTHS, generate_split, write_split
+from stacklm.cfl.languages import LANGUAGES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    cfl = subparsers.add_parser("cfl", help="the context-free language tasks of the RNS-RNN paper")
+    commands = cfl.add_subparsers(dest="cfl_command", required=True, metavar="COMMAND")
+    generate = commands.add_parser(
+        "generate",
+        help="sample one split and score each string's true log-probability",
+        description="Sample one split (spec §1.4) and write tokens, ln p_true(w) and ln p_G(w | |w|) as TSV.",
+    )
+    generate.add_argument("--language", required=True, choices=sorted(LANGUAGES))
+    generate.add_argument("--split", required=True, choices=list(SPLIT_LENGTHS))
+    generate.add_argument("--seed", required=True, type=int, help="seed of the generator (the paper's test sets use 0)")
+    generate.add_argument("--out", required=True, help="the TSV file to write")
+    generate.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    write_split(generate_split(LANGUAGES[args.language], args.split, args.seed), args.out)
+    return 0
