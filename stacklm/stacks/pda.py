@@ -39,16 +39,19 @@ O(n²·Q²S·m) in total. With a window the rows are kept (row i leaves when t �
 Because the η rows obey the same terms as γ rows, they are stored as extra rows of the
 γ columns, and one contraction serves both.
 
-Window D (seed 002 §5.1): γ[i→t] = 0 when t − i > D, for every row including the bottom.
-Column t then depends on rows t−D … t−1 and columns t−D+1 … t−1 only, so the state between
-chunks is the last D columns and D values of α: O(D²) per sequence, and truncated BPTT runs
-arbitrarily long text in chunks.
+Window D (seed 002 §5.1): γ[i→t] = 0 when t − i > D, for every row i ≥ 0. Column t then
+depends on rows t−D … t−1 and columns t−D+1 … t−1 only, so the state between chunks is the
+last D columns and D values of α: O(D²) per sequence, and truncated BPTT runs arbitrarily long
+text in chunks. The bottom row i = −1 of the dVPDA is exempt, like the glue rules of §5.1: a
+run may return to the bottom at any time (the NS family has no such row), so D ≥ n is the
+full stack for both.
 
 Layout (N = Q·S, configuration (q, x) at index q·S + x). Column t is one tensor
 (B, G·m + slots·N, N): first the η rows (G groups of m), then the γ rows, N per slot; entry
 [row, (r, y)]. Without a window, slot s holds row i = s − 1 and column t has t + 1 slots
-(G = 1); with a window, slot s holds the row i ≡ s (mod D) of the current frame t−D … t−1,
-and a mask hides the rows a column does not have (G = D). The state also holds α of the
+(G = 1); with a window, slot s < D holds the row i ≡ s (mod D) of the current frame
+t−D … t−1, slot D the bottom row (dVPDA only), and a mask hides the rows a column does not
+have (G = number of slots). The state also holds α of the
 rows of the last column (B, slots, N), α[t] (B, N) and η[t] (B, m, N).
 
 Cost per sequence, full stack: the pop contraction, Σ_t (t·N + m) × (t·Q) × Q per symbol,
@@ -94,25 +97,39 @@ class PDASizes:
     def eta_groups(self) -> int:
         if self.vector_size == 0:
             return 0
-        return 1 if self.window is None else self.window
+        return 1 if self.window is None else self.slots(0)
 
     @property
     def eta_rows(self) -> int:
         return self.eta_groups * self.vector_size
 
     def slots(self, step: int) -> int:
-        """Row slots of column ``step``."""
-        return step + 1 if self.window is None else self.window
+        """Row slots of column ``step``: rows −1 … step−1, or D and the bottom's with a window."""
+        if self.window is None:
+            return step + 1
+        return self.window + 1 if self.bottom_replaceable else self.window
 
     def slot(self, row: int) -> int:
-        return row + 1 if self.window is None else row % self.window
+        if self.window is None:
+            return row + 1
+        if row == -1 and self.bottom_replaceable:
+            return self.window
+        return row % self.window
+
+    def bottom_rows(self) -> list[tuple[int, int]]:
+        """The row ranges of a column that belong to the bottom row −1: its η group, its γ slot."""
+        slot = self.slot(-1)
+        ranges = [(slot * self.vector_size, (slot + 1) * self.vector_size)] if self.vector_size else []
+        start = self.eta_rows + slot * self.num_configurations
+        return ranges + [(start, start + self.num_configurations)]
 
     def slot_rows(self, step: int) -> list[int]:
-        """The row i that each slot of column ``step`` holds (frame step−D … step−1)."""
+        """The row i that each slot of column ``step`` holds (frame step−D … step−1, and −1)."""
         if self.window is None:
             return [slot - 1 for slot in range(step + 1)]
         first = step - self.window
-        return [first + (slot - first) % self.window for slot in range(self.window)]
+        rows = [first + (slot - first) % self.window for slot in range(self.window)]
+        return rows + [-1] if self.bottom_replaceable else rows
 
 
 @dataclass(frozen=True)
@@ -282,6 +299,32 @@ def pop_term(
     return engine.pop(columns, mask, gamma_prime, alpha, sizes.num_states)
 
 
+def bottom_pop_term(
+    columns: Sequence[Tensor], gamma_prime: Tensor, alpha: Tensor, sizes: PDASizes, engine: Contraction
+) -> Tensor:
+    """Σ_{k ∈ {t−1−D, t−D}} Σ_u γ[−1→k][q0,⊥→u,y] γ'_t[k][u,y,r] -> (B, bottom rows, N).
+
+    With a window, the split points k whose elements still fit (t−1−k ≤ D) but that rows
+    i ≥ t−D cannot use: only the exempt bottom row (and its η group) reaches them.
+    """
+    bottom = [torch.cat([column[:, start:stop] for start, stop in sizes.bottom_rows()], dim=1) for column in columns]
+    return engine.pop(bottom, None, gamma_prime, alpha, sizes.num_states)
+
+
+def _plus_at_rows(semiring: type[Semiring], body: Tensor, ranges: list[tuple[int, int]], addend: Tensor) -> Tensor:
+    """``body`` with ``addend`` (its rows, range after range) ⊕-added to the rows in ``ranges``."""
+    pieces = []
+    cursor = 0
+    offset = 0
+    for start, stop in ranges:
+        pieces.append(body[:, cursor:start])
+        pieces.append(semiring.plus(body[:, start:stop], addend[:, offset : offset + stop - start]))
+        offset += stop - start
+        cursor = stop
+    pieces.append(body[:, cursor:])
+    return torch.cat(pieces, dim=1)
+
+
 def alpha_term(alpha_rows: Tensor, gamma: Tensor, engine: Contraction) -> Tensor:
     """α[t][r,y] = Σ_{i,q,x} α[i][q,x] γ[i→t][q,x→r,y] -> (B, N); ``gamma`` (B, slots·N, N)."""
     flat = alpha_rows.reshape(alpha_rows.size(0), 1, -1)
@@ -304,7 +347,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
     if sizes.window is None:
         alpha_rows = torch.cat([tables.alpha_rows, tables.alpha.unsqueeze(1)], dim=1)
     else:
-        entering = (torch.arange(sizes.window, device=device) == push_slot).view(1, -1, 1)
+        entering = (torch.arange(sizes.slots(step), device=device) == push_slot).view(1, -1, 1)
         alpha_rows = torch.where(entering, tables.alpha.unsqueeze(1), tables.alpha_rows)
 
     gamma_prime = pop_prime_term(previous[:, eta_rows:], tables.alpha, transitions, engine)
@@ -333,6 +376,18 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         if missing > 0:
             popped = torch.cat([popped, semiring.zeros(batch_size, missing, num_configurations, dtype=popped.dtype, device=device)], dim=1)
         body = semiring.plus(body, popped)
+    if sizes.window is not None and sizes.bottom_replaceable:
+        bottom_splits = [k for k in (step - 1 - sizes.window, step - sizes.window) if tables.first_column <= k <= step - 2]
+        if bottom_splits:
+            bottom_slots = torch.tensor([sizes.slot(k) for k in bottom_splits], device=device)
+            popped = bottom_pop_term(
+                [tables.columns[k - tables.first_column] for k in bottom_splits],
+                gamma_prime.index_select(1, bottom_slots),
+                tables.alpha_rows.index_select(1, bottom_slots),
+                sizes,
+                engine,
+            )
+            body = _plus_at_rows(semiring, body, sizes.bottom_rows(), popped)
 
     push = push_term(transitions, semiring)  # (B, N, N)
     if sizes.window is None:
@@ -341,12 +396,13 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
             parts.insert(0, semiring.plus(body[:, :eta_rows], push_vector_term(tables.alpha, transitions, engine)))
         column = torch.cat(parts, dim=1)
     else:
-        entering_slot = (torch.arange(sizes.window, device=device) == push_slot).view(1, -1, 1, 1)
-        gamma = body[:, eta_rows:].view(batch_size, sizes.window, num_configurations, num_configurations)
+        slots = sizes.slots(step)
+        entering_slot = (torch.arange(slots, device=device) == push_slot).view(1, -1, 1, 1)
+        gamma = body[:, eta_rows:].view(batch_size, slots, num_configurations, num_configurations)
         gamma = torch.where(entering_slot, push.unsqueeze(1), gamma)
         parts = [gamma.reshape(batch_size, -1, num_configurations)]
         if eta_rows:
-            eta = body[:, :eta_rows].view(batch_size, sizes.window, sizes.vector_size, num_configurations)
+            eta = body[:, :eta_rows].view(batch_size, slots, sizes.vector_size, num_configurations)
             eta = torch.where(entering_slot, push_vector_term(tables.alpha, transitions, engine).unsqueeze(1), eta)
             parts.insert(0, eta.reshape(batch_size, -1, num_configurations))
         column = torch.cat(parts, dim=1)
@@ -360,7 +416,8 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
     columns = tables.columns + (column,)
     first_column = tables.first_column
     if sizes.window is not None:
-        keep_from = min(step, step - sizes.window + 2)
+        # The bottom row reaches two split points further back than the other rows.
+        keep_from = min(step, step - sizes.window + (0 if sizes.bottom_replaceable else 2))
         drop = max(0, keep_from - first_column)
         columns = columns[drop:]
         first_column += drop

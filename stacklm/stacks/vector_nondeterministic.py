@@ -70,7 +70,8 @@ class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
         semiring = self.engine.semiring
         total = semiring.sum(self.tables.alpha, dim=-1, keepdim=True)  # (B, 1)
         eta = self.tables.eta  # (B, m, N)
-        assert eta is not None
+        if eta is None:
+            raise ValueError("these tables hold no vectors")
         ratio = normalize(semiring, eta, total.unsqueeze(-1))
         return ratio.transpose(1, 2).reshape(eta.size(0), -1)
 
@@ -103,6 +104,10 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         self.bottom = bottom
         self.bottom_logits = nn.Parameter(torch.zeros(vector_size)) if bottom == "learned" else None
         self.reading_size = num_states * num_symbols * vector_size
+
+    def forward(self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None) -> Tensor:
+        """``readings``: r_1 … r_n (B, n, Q·S·m)."""
+        return self.readings(actions, initial)
 
     def log_bottom(self, like: Tensor) -> Tensor:
         """log v₀ (m,)."""

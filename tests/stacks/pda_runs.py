@@ -8,7 +8,7 @@ Viterbi), which is the sum over runs regrouped, with no recurrence of the papers
 Rules: push at step t appends (y, t); replace changes the top symbol and keeps its push time
 (so its vector); pop removes the top and is impossible on the bottom alone. NS family: the ⊥ of
 time 0 may never be on top again at t ≥ 1 (no replace of it, no pop down to it). Window D: the
-element on top at any time τ must have been pushed at p with τ − p + 1 ≤ D (the bottom: τ + 1 ≤ D).
+element on top at any time τ must have been pushed at p with τ − p + 1 ≤ D; the bottom is exempt.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def follow_runs(
         if not bottom_replaceable and len(stack) == 1:
             return False
         _, push_time = stack[-1]
-        return window is None or step - push_time + 1 <= window
+        return window is None or push_time == 0 or step - push_time + 1 <= window
 
     def sums(configurations: dict[Configuration, float]) -> StepSums:
         weight = torch.zeros(num_states, num_symbols, dtype=torch.float64)
