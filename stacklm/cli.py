@@ -15,6 +15,7 @@ from stacklm.errors import StacklmError
 COMMAND_MODULES: tuple[str, ...] = (
     "stacklm.workflow",  # settings, hparams, select
     "stacklm.report.commands",  # aggregate, report
+    "stacklm.models.cli",  # models
 )
 
 

@@ -1,0 +1,197 @@
+"""The one registry of architecture names: each maps to its config class, builder and path slug.
+
+Bearing Syntactic Fruit (seed 000 §5): transformers with 5 layers, 4 heads, FFN 2d, and a
+stack-attention sublayer in layer 3 of 5 (one stack) or layers 2 and 4 (two); RNNs and LSTMs
+with 3 layers; superposition stacks with m = 50 ("Sup"), dVPDAs with |Q| = |Γ| = 3, m = 5
+("Nd"); "+R" short-circuits the reading to the output. Every such name also exists with
+"+Syn" appended: the same model with a syntax-infused embedding (seed 001 §4, f = 20).
+
+RNS-RNN CFL experiments (seed 002 §4, App. 8): a 1-layer LSTM controller with 20 units and
+no stack ("LSTM"), a stratification stack ("Gref"), a superposition stack ("JM"), or the
+nondeterministic stack, normalized or not (+U) and with or without states in the reading (+S).
+Their registry names carry the prefix ``cfl/`` (``cfl/NS+S+U``), so that ``cfl/LSTM`` and the
+Bearing ``LSTM`` stay distinct; ``Architecture.label`` is the name without it, as the tables
+print it. Their stack sizes come from ``ModelOptions`` (``cfl_stack_vector_size``,
+``cfl_num_states``, ``cfl_num_symbols``), since App. 8 varies them per task and search.
+NS+U follows the paper (unnormalized, no states), not the released script (``cfl-and-ptb.md`` §2.3).
+
+Each width is sized to the parameter budget (``stacklm.models.sizing``); the CFL widths are fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+
+from stacklm.errors import StacklmError
+from stacklm.models.base import LanguageModel
+from stacklm.models.embedding import FeatureTable
+from stacklm.models.options import ModelOptions
+from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
+from stacklm.models.sizing import Shape, Sizing, choose_width
+from stacklm.models.stack_interface import StackSpec, StratificationSpec, SuperpositionSpec
+from stacklm.models.transformer import Transformer, TransformerConfig
+
+CFL_PREFIX = "cfl/"
+SYNTAX_SUFFIX = "+Syn"
+DEFAULT_BUDGET = 200_000
+
+ModelConfig = TransformerConfig | RecurrentConfig
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str  # registry key, e.g. "LSTM+Nd+R", "Tf+Syn", "cfl/NS+S+U"
+    label: str  # as the papers' tables print it
+    slug: str  # for paths and run names
+    family: Literal["bearing-syntactic-fruit", "rns-rnn"]
+    config_class: type[TransformerConfig] | type[RecurrentConfig]
+    shape: Callable[[ModelOptions], Shape]  # the structure, given the options
+
+    @property
+    def syntax(self) -> bool:
+        return self.name.endswith(SYNTAX_SUFFIX)
+
+    def sizing(
+        self, vocabulary_size: int, options: ModelOptions, parameter_budget: int = DEFAULT_BUDGET, feature_values: int = 0
+    ) -> Sizing:
+        """The width nearest the budget (or the fixed CFL width) and its parameter count."""
+        return choose_width(self.shape(options), vocabulary_size, parameter_budget, options, feature_values)
+
+    def config(self, vocabulary_size: int, width: int, options: ModelOptions) -> ModelConfig:
+        """The config of this architecture at ``width``."""
+        shape = self.shape(options)
+        syntax_width = options.syntax_feature_width if shape.syntax else None
+        if shape.base == "transformer":
+            return TransformerConfig(
+                vocabulary_size=vocabulary_size,
+                width=width,
+                layers=shape.layers,
+                dropout=options.dropout,
+                syntax_feature_width=syntax_width,
+                reference=options.reference,
+            )
+        cfl = shape.family == "rns-rnn"
+        return RecurrentConfig(
+            vocabulary_size=vocabulary_size,
+            hidden_units=width,
+            cell=shape.base,
+            num_layers=shape.num_layers,
+            stack=shape.stack,
+            reading_to_output=shape.reading_to_output,
+            dropout=0.0 if cfl else options.dropout,
+            variant=shape.family,
+            syntax_feature_width=syntax_width,
+            reference=options.reference,
+        )
+
+
+def _transformer(stack: StackSpec | None, count: int, syntax: bool) -> Callable[[ModelOptions], Shape]:
+    """5 layers; one stack in layer 3, two in layers 2 and 4 (seed 000 §5)."""
+    positions = {0: (), 1: (2,), 2: (1, 3)}[count]
+    layers = tuple(stack if index in positions else None for index in range(5))
+    return lambda options: Shape("transformer", "bearing-syntactic-fruit", layers=layers, syntax=syntax)
+
+
+def _recurrent(
+    base: Literal["rnn", "lstm"], stack: StackSpec | None, reading_to_output: bool, syntax: bool
+) -> Callable[[ModelOptions], Shape]:
+    return lambda options: Shape(
+        base, "bearing-syntactic-fruit", stack=stack, reading_to_output=reading_to_output, syntax=syntax, num_layers=3
+    )
+
+
+def _cfl(stack: Callable[[ModelOptions], StackSpec | None]) -> Callable[[ModelOptions], Shape]:
+    return lambda options: Shape("lstm", "rns-rnn", stack=stack(options), num_layers=1)
+
+
+BEARING_STACKS: dict[str, StackSpec] = {"Sup": SuperpositionSpec(vector_size=50)}
+
+CFL_STACKS: dict[str, Callable[[ModelOptions], StackSpec | None]] = {
+    "LSTM": lambda options: None,
+    "Gref": lambda options: StratificationSpec(vector_size=options.cfl_stack_vector_size),
+    "JM": lambda options: SuperpositionSpec(vector_size=options.cfl_stack_vector_size),
+}
+
+
+def _bearing_architectures() -> list[Architecture]:
+    entries: list[tuple[str, type[TransformerConfig] | type[RecurrentConfig], Callable[[bool], Callable[[ModelOptions], Shape]]]] = []
+    entries.append(("Tf", TransformerConfig, lambda syntax: _transformer(None, 0, syntax)))
+    for token, spec in BEARING_STACKS.items():
+        for count in (1, 2):
+            name = "Tf" + f"+{token}" * count
+            entries.append((name, TransformerConfig, lambda syntax, spec=spec, count=count: _transformer(spec, count, syntax)))
+    for base, label in (("rnn", "RNN"), ("lstm", "LSTM")):
+        entries.append((label, RecurrentConfig, lambda syntax, base=base: _recurrent(base, None, False, syntax)))
+        for token, spec in BEARING_STACKS.items():
+            for reading_to_output in (False, True):
+                name = f"{label}+{token}" + ("+R" if reading_to_output else "")
+                entries.append(
+                    (name, RecurrentConfig, lambda syntax, base=base, spec=spec, r=reading_to_output: _recurrent(base, spec, r, syntax))
+                )
+    architectures = []
+    for syntax in (False, True):
+        for name, config_class, shape in entries:
+            full_name = name + (SYNTAX_SUFFIX if syntax else "")
+            architectures.append(
+                Architecture(full_name, full_name, full_name.lower(), "bearing-syntactic-fruit", config_class, shape(syntax))
+            )
+    return architectures
+
+
+def _cfl_architectures() -> list[Architecture]:
+    return [
+        Architecture(CFL_PREFIX + label, label, "cfl-" + label.lower(), "rns-rnn", RecurrentConfig, _cfl(stack))
+        for label, stack in CFL_STACKS.items()
+    ]
+
+
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _bearing_architectures() + _cfl_architectures()}
+
+
+def get_architecture(name: str) -> Architecture:
+    try:
+        return ARCHITECTURES[name]
+    except KeyError:
+        raise StacklmError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}") from None
+
+
+def model_for_config(config: ModelConfig, token_features: FeatureTable | None = None) -> LanguageModel:
+    """The (uninitialised) model of ``config``."""
+    if isinstance(config, TransformerConfig):
+        return Transformer(config, token_features)
+    return RecurrentLanguageModel(config, token_features)
+
+
+def build_model(
+    name: str,
+    vocabulary_size: int,
+    *,
+    parameter_budget: int = DEFAULT_BUDGET,
+    token_features: FeatureTable | None = None,
+    options: ModelOptions | None = None,
+    generator: torch.Generator | None = None,
+) -> LanguageModel:
+    """The architecture ``name`` for V = ``vocabulary_size`` symbols (EOS included), initialised.
+
+    The width is the one nearest ``parameter_budget`` unless ``options.width`` sets it. "+Syn"
+    architectures need ``token_features`` (one row per symbol); the others ignore it.
+    ``generator`` defaults to torch's global generator.
+    """
+    architecture = get_architecture(name)
+    options = options or ModelOptions()
+    features = token_features if architecture.syntax else None
+    if architecture.syntax:
+        if features is None:
+            raise StacklmError(f"{name} needs token features (a FeatureTable from the task's lexicon)")
+        if features.num_symbols != vocabulary_size:
+            raise StacklmError(f"the feature table has {features.num_symbols} symbols, the vocabulary {vocabulary_size}")
+    if options.width is not None:
+        width = options.width
+    else:
+        width = architecture.sizing(vocabulary_size, options, parameter_budget, features.value_count if features else 0).width
+    model = model_for_config(architecture.config(vocabulary_size, width, options), features)
+    model.initialize(generator if generator is not None else torch.default_generator)
+    return model

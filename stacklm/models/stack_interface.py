@@ -1,0 +1,167 @@
+"""The layers that connect a network to a differentiable stack, one per kind of stack.
+
+A network hands a stack interface its hidden vectors h (the top layer's h_t in a stack RNN,
+x̄_t^LN in a stack-attention sublayer); the interface computes the stack's actions from them
+(seed 000 §3 ``Actions``, §4.1, App. C.4; seed 002 §2–3, App. 7) and owns the parameter-free
+stack of ``stacklm.stacks``. ``actions`` accepts h with or without a time dimension, (B, d) or
+(B, n, d), so one interface serves step-by-step and whole-sequence use.
+
+Each kind of stack has a frozen spec (the sizes of the stack; the first field ``kind`` tags
+it in configs) and an interface module:
+
+- superposition (m): a'_t = W_a h + b_a, a_t = softmax(a'_t) over (push, pop, no-op);
+  v_t = σ(W_v h + b_v) ∈ (0, 1)^m, or W_v h + b_v unbounded with ``pushed_vector="raw"``;
+- stratification (m): (u_t, d_t) = σ(W_s h + b_s), v_t = tanh(W_v h + b_v) (seed 002 App. 7.1).
+
+Stack RNNs use biases (seed 000 §4.1); stack attention does not (App. C.4).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from stacklm.models.base import TANH_GAIN, uniform_layer_, xavier_
+from stacklm.models.options import PushedVector
+from stacklm.stacks.base import Stack, StackState
+from stacklm.stacks.stratification import StratificationActions, StratificationStack
+from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
+
+
+@dataclass(frozen=True)
+class SuperpositionSpec:
+    kind: Literal["superposition"] = "superposition"
+    vector_size: int = 50  # m; seed 000 §5
+    max_depth: int | None = None  # D; None = unbounded (seed 000, seed 002 CFL)
+
+    @property
+    def reading_size(self) -> int:
+        return self.vector_size
+
+
+@dataclass(frozen=True)
+class StratificationSpec:
+    kind: Literal["stratification"] = "stratification"
+    vector_size: int = 20  # m; seed 002 App. 8 searches {2, 20, 40}
+
+    @property
+    def reading_size(self) -> int:
+        return self.vector_size
+
+
+@dataclass(frozen=True)
+class NondeterministicSpec:
+    """The NS-RNN family's stack (seed 002 §2.4, §3): reading over top symbols, or states and symbols."""
+
+    kind: Literal["nondeterministic"] = "nondeterministic"
+    num_states: int = 2  # |Q|
+    num_symbols: int = 3  # |Γ|
+    normalized: bool = False  # NS, NS+S: a softmax over each (q, x)'s transitions; +U: raw log weights
+    states_in_reading: bool = True  # +S: the reading is over (state, top symbol)
+
+    @property
+    def reading_size(self) -> int:
+        return self.num_states * self.num_symbols if self.states_in_reading else self.num_symbols
+
+
+@dataclass(frozen=True)
+class VectorNondeterministicSpec:
+    """The dVPDA of the "+Nd" models (seed 000 §3.2): |Q| = |Γ| = 3, m = 5 (§5)."""
+
+    kind: Literal["vector-nondeterministic"] = "vector-nondeterministic"
+    num_states: int = 3  # |Q|
+    num_symbols: int = 3  # |Γ|
+    vector_size: int = 5  # m
+
+    @property
+    def reading_size(self) -> int:
+        return self.num_states * self.num_symbols * self.vector_size
+
+
+StackSpec = SuperpositionSpec | StratificationSpec | NondeterministicSpec | VectorNondeterministicSpec
+
+
+def transition_count(num_states: int, num_symbols: int) -> int:
+    """QS(2QS + Q): push, replace and pop weights for every (q, x)."""
+    return num_states * num_symbols * (2 * num_states * num_symbols + num_states)
+
+
+class StackInterface(nn.Module, ABC):
+    """Actions from hidden vectors of size ``input_size``, and the stack they drive."""
+
+    stack: Stack[Any]
+    reading_size: int
+
+    @abstractmethod
+    def actions(self, hidden: Tensor) -> Any:
+        """The stack's actions for h of shape (B, d) or (B, n, d)."""
+
+    @abstractmethod
+    def initialize(self, generator: torch.Generator) -> None: ...
+
+    def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> StackState[Any]:
+        return self.stack.initial_state(batch_size, like, max_steps)
+
+    def readings(self, hidden: Tensor) -> Tensor:
+        """r_1 … r_n of a stack driven by the actions of h (B, n, d): (B, n, reading_size)."""
+        return self.stack.readings(self.actions(hidden))
+
+
+class SuperpositionInterface(StackInterface):
+    def __init__(self, input_size: int, spec: SuperpositionSpec, *, bias: bool, pushed_vector: PushedVector) -> None:
+        super().__init__()
+        self.stack = SuperpositionStack(vector_size=spec.vector_size, max_depth=spec.max_depth)
+        self.reading_size = spec.reading_size
+        self.pushed_vector = pushed_vector
+        self.action_layer = nn.Linear(input_size, 3, bias=bias)  # W_a
+        self.push_layer = nn.Linear(input_size, spec.vector_size, bias=bias)  # W_v
+
+    def actions(self, hidden: Tensor) -> SuperpositionActions:
+        probabilities = torch.softmax(self.action_layer(hidden), dim=-1)  # (…, 3)
+        pushed = self.push_layer(hidden)  # (…, m)
+        if self.pushed_vector == "sigmoid":
+            pushed = torch.sigmoid(pushed)
+        return SuperpositionActions(probabilities=probabilities, pushed=pushed)
+
+    def initialize(self, generator: torch.Generator) -> None:
+        xavier_(self.action_layer, 1.0, generator)
+        xavier_(self.push_layer, 1.0, generator)
+
+
+class StratificationInterface(StackInterface):
+    def __init__(self, input_size: int, spec: StratificationSpec) -> None:
+        super().__init__()
+        self.stack = StratificationStack(vector_size=spec.vector_size)
+        self.reading_size = spec.reading_size
+        self.strength_layer = nn.Linear(input_size, 2)  # (u_t, d_t) before σ
+        self.push_layer = nn.Linear(input_size, spec.vector_size)  # v_t before tanh
+
+    def actions(self, hidden: Tensor) -> StratificationActions:
+        strengths = torch.sigmoid(self.strength_layer(hidden))  # (…, 2)
+        return StratificationActions(
+            pop_strength=strengths[..., 0], push_strength=strengths[..., 1], pushed=torch.tanh(self.push_layer(hidden))
+        )
+
+    def initialize(self, generator: torch.Generator) -> None:
+        xavier_(self.strength_layer, 1.0, generator)
+        xavier_(self.push_layer, TANH_GAIN, generator)
+
+
+def build_interface(
+    spec: StackSpec, input_size: int, *, bias: bool, pushed_vector: PushedVector = "sigmoid", xavier: bool = True
+) -> StackInterface:
+    """The interface of ``spec`` reading hidden vectors of size ``input_size``.
+
+    ``xavier=False`` initialises the action and pushed-vector layers U(−0.1, 0.1) instead of
+    Xavier (the reference's plain ``nn.Linear`` layers of the nondeterministic stack RNNs).
+    """
+    match spec:
+        case SuperpositionSpec():
+            return SuperpositionInterface(input_size, spec, bias=bias, pushed_vector=pushed_vector)
+        case StratificationSpec():
+            return StratificationInterface(input_size, spec)
+    raise TypeError(f"unknown stack spec {spec!r}")

@@ -1,0 +1,269 @@
+"""Transformer and stack-attention transformer language models (seed 000 App. C.3, C.4).
+
+Input: BOS, then w_1 … w_n; x_0 … x_n = √d · Ẽ_{input} + PE (sinusoidal, Vaswani et al.), then
+dropout. Each of the L layers is pre-norm:
+
+    x ← x + Dropout(Sublayer(LN(x))),   x ← x + Dropout(FFN(LN(x))),
+    FFN(x) = W_2 Dropout(ReLU(W_1 x + b_1)) + b_2   (hidden size 2d),
+
+where Sublayer is causal scaled dot-product attention with 4 heads (dropout on its
+probabilities) or, in a stack-attention layer, y_t = W_y r_t with r_t the reading of a stack
+driven by a'_t = W_a LN(x)_t and v_t = σ(W_v LN(x)_t) after its t-th step (one step per input
+position, BOS included). After the last layer: LN, then the tied output y_t = Ẽ_{:V} x_t (no
+bias). Position t's output (BOS = position 0) gives the logits of w_{t+1}; position n's, EOS.
+
+Step by step, the state caches the keys and values of every attention layer and the stack
+state of every stack layer, so each new token costs one position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Self
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from stacklm.models.base import RELU_GAIN, LanguageModel, ModelState, layer_norm_, uniform_layer_, xavier_
+from stacklm.models.config import from_dict
+from stacklm.models.embedding import FeatureTable, TiedEmbedding
+from stacklm.models.options import ReferenceBehaviour
+from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
+from stacklm.stacks.base import StackState
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    vocabulary_size: int  # V, output symbols (EOS last); the input adds BOS = index V
+    width: int  # d, divisible by num_heads and even (sinusoidal encodings)
+    layers: tuple[StackSpec | None, ...]  # one entry per layer: None = attention, else its stack
+    num_heads: int = 4
+    feedforward_factor: int = 2  # FFN hidden size = factor · d
+    dropout: float = 0.1
+    syntax_feature_width: int | None = None  # f of the +Syn embedding; None = plain embedding
+    reference: ReferenceBehaviour = field(default_factory=ReferenceBehaviour)
+
+    def __post_init__(self) -> None:
+        if self.width % self.num_heads or self.width % 2:
+            raise ValueError(f"width {self.width} must be even and divisible by num_heads = {self.num_heads}")
+        if not self.layers:
+            raise ValueError("a transformer needs at least one layer")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        return from_dict(cls, data)
+
+
+def sinusoidal_encoding(positions: Tensor, width: int) -> Tensor:
+    """PE[p, 2i] = sin(p / 10000^{2i/d}), PE[p, 2i+1] = cos(p / 10000^{2i/d}): (len(positions), d)."""
+    frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float64) * (-math.log(10000.0) / width))  # (d/2,)
+    angles = positions.to(torch.float64).unsqueeze(1) * frequencies  # (n, d/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=2).flatten(1)  # (n, d)
+
+
+@dataclass(frozen=True)
+class AttentionCache:
+    keys: Tensor  # (B, heads, t, d/heads)
+    values: Tensor  # (B, heads, t, d/heads)
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> AttentionCache:
+        return AttentionCache(function(self.keys), function(self.values))
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head scaled dot-product attention, causally masked; 4d(d + 1) parameters."""
+
+    def __init__(self, width: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.query = nn.Linear(width, width)
+        self.key = nn.Linear(width, width)
+        self.value = nn.Linear(width, width)
+        self.out = nn.Linear(width, width)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        batch_size, length, width = x.shape
+        return x.view(batch_size, length, self.num_heads, width // self.num_heads).transpose(1, 2)  # (B, heads, n, d/heads)
+
+    def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, causal: bool) -> Tensor:
+        attended = F.scaled_dot_product_attention(
+            queries, keys, values, is_causal=causal, dropout_p=self.dropout if self.training else 0.0
+        )  # (B, heads, n, d/heads)
+        batch_size, _, length, _ = attended.shape
+        return self.out(attended.transpose(1, 2).reshape(batch_size, length, -1))  # (B, n, d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x (B, n, d) → (B, n, d)."""
+        return self._attend(self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x)), causal=True)
+
+    def step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, AttentionCache]:
+        """One new position x (B, 1, d), attending to the cached ones and itself."""
+        cache = AttentionCache(
+            torch.cat([cache.keys, self._heads(self.key(x))], dim=2), torch.cat([cache.values, self._heads(self.value(x))], dim=2)
+        )
+        return self._attend(self._heads(self.query(x)), cache.keys, cache.values, causal=False), cache
+
+    def empty_cache(self, batch_size: int, like: Tensor) -> AttentionCache:
+        width = self.query.in_features
+        empty = like.new_zeros(batch_size, self.num_heads, 0, width // self.num_heads)
+        return AttentionCache(empty, empty)
+
+    def initialize(self, generator: torch.Generator) -> None:
+        for layer in (self.query, self.key, self.value, self.out):
+            uniform_layer_(layer, generator)
+
+
+class StackAttention(nn.Module):
+    """y_t = W_y r_t, r_t the reading of the stack after the actions of positions 1 … t."""
+
+    def __init__(self, width: int, interface: StackInterface) -> None:
+        super().__init__()
+        self.interface = interface
+        self.output_layer = nn.Linear(interface.reading_size, width, bias=False)  # W_y
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x = LN(x̄) (B, n, d) → (B, n, d)."""
+        return self.output_layer(self.interface.readings(x))
+
+    def step(self, x: Tensor, stack: StackState[Any]) -> tuple[Tensor, StackState[Any]]:
+        stack = stack.next(self.interface.actions(x.squeeze(1)))
+        return self.output_layer(stack.reading()).unsqueeze(1), stack
+
+    def empty_cache(self, batch_size: int, like: Tensor) -> StackState[Any]:
+        return self.interface.initial_state(batch_size, like)
+
+    def initialize(self, generator: torch.Generator) -> None:
+        self.interface.initialize(generator)
+        xavier_(self.output_layer, 1.0, generator)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, width: int, hidden_size: int, dropout: float) -> None:
+        super().__init__()
+        self.expand = nn.Linear(width, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.project = nn.Linear(hidden_size, width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.project(self.dropout(torch.relu(self.expand(x))))
+
+    def initialize(self, generator: torch.Generator, xavier: bool) -> None:
+        if xavier:
+            xavier_(self.expand, RELU_GAIN, generator)
+            xavier_(self.project, 1.0, generator)
+        else:
+            uniform_layer_(self.expand, generator)
+            uniform_layer_(self.project, generator)
+
+
+LayerCache = AttentionCache | StackState[Any]
+
+
+class Block(nn.Module):
+    """One pre-norm layer: a causal attention or stack-attention sublayer, then the FFN."""
+
+    def __init__(self, config: TransformerConfig, spec: StackSpec | None) -> None:
+        super().__init__()
+        width = config.width
+        self.sublayer_norm = nn.LayerNorm(width)
+        self.sublayer: CausalSelfAttention | StackAttention
+        if spec is None:
+            self.sublayer = CausalSelfAttention(width, config.num_heads, config.dropout)
+        else:
+            interface = build_interface(spec, width, bias=False, pushed_vector=config.reference.pushed_vector)
+            self.sublayer = StackAttention(width, interface)
+        self.feedforward_norm = nn.LayerNorm(width)
+        self.feedforward = FeedForward(width, config.feedforward_factor * width, config.dropout)
+        self.dropout = nn.Dropout(config.dropout)
+        # Reference: the FFN of a standard layer is U(−0.1, 0.1), of a stack layer Xavier.
+        self.xavier_feedforward = spec is not None or config.reference.initialization == "paper"
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.dropout(self.sublayer(self.sublayer_norm(x)))
+        return x + self.dropout(self.feedforward(self.feedforward_norm(x)))
+
+    def step(self, x: Tensor, cache: Any) -> tuple[Tensor, Any]:
+        sublayer_output, cache = self.sublayer.step(self.sublayer_norm(x), cache)
+        x = x + self.dropout(sublayer_output)
+        return x + self.dropout(self.feedforward(self.feedforward_norm(x))), cache
+
+    def initialize(self, generator: torch.Generator) -> None:
+        layer_norm_(self.sublayer_norm)
+        layer_norm_(self.feedforward_norm)
+        self.sublayer.initialize(generator)
+        self.feedforward.initialize(generator, self.xavier_feedforward)
+
+
+class Transformer(LanguageModel):
+    def __init__(self, config: TransformerConfig, features: FeatureTable | None = None) -> None:
+        super().__init__()
+        if (features is None) != (config.syntax_feature_width is None):
+            raise ValueError("a feature table is needed exactly when syntax_feature_width is set")
+        self.config = config
+        self.vocabulary_size = config.vocabulary_size
+        self.bos_index = config.vocabulary_size
+        self.embedding = TiedEmbedding(config.vocabulary_size + 1, config.width, features, config.syntax_feature_width or 0)
+        self.input_dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, spec) for spec in config.layers)
+        self.final_norm = nn.LayerNorm(config.width)
+
+    def _embed(self, tokens: Tensor, first_position: int) -> Tensor:
+        """√d · Ẽ_w + PE for tokens (B, n) at positions first_position …: (B, n, d)."""
+        positions = torch.arange(first_position, first_position + tokens.size(1), device=tokens.device)
+        encoding = sinusoidal_encoding(positions, self.config.width).to(self.embedding.token_weight.dtype)  # (n, d)
+        return self.input_dropout(self.embedding(tokens) * math.sqrt(self.config.width) + encoding)
+
+    def _logits(self, x: Tensor) -> Tensor:
+        return self.embedding.logits(self.final_norm(x), self.vocabulary_size)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        bos = tokens.new_full((tokens.size(0), 1), self.bos_index)
+        x = self._embed(torch.cat([bos, tokens], dim=1), 0)  # (B, n + 1, d)
+        for block in self.blocks:
+            x = block(x)
+        return self._logits(x)  # (B, n + 1, V)
+
+    def initial_state(self, batch_size: int) -> TransformerState:
+        like = self.embedding.token_weight
+        caches = tuple(block.sublayer.empty_cache(batch_size, like) for block in self.blocks)
+        empty = TransformerState(self, 0, caches, like.new_zeros(batch_size, self.vocabulary_size))
+        return empty._read(torch.full((batch_size,), self.bos_index, dtype=torch.long, device=like.device))
+
+    def initialize(self, generator: torch.Generator) -> None:
+        self.embedding.initialize(generator)
+        for block in self.blocks:
+            block.initialize(generator)
+        layer_norm_(self.final_norm)
+
+
+@dataclass(frozen=True)
+class TransformerState(ModelState):
+    model: Transformer
+    position: int  # the position the next input will take (BOS is position 0)
+    caches: tuple[Any, ...]  # per layer: AttentionCache or the stack state
+    logits: Tensor  # (B, V)
+
+    def _read(self, tokens: Tensor) -> TransformerState:
+        x = self.model._embed(tokens.unsqueeze(1), self.position)  # (B, 1, d)
+        caches = []
+        for block, cache in zip(self.model.blocks, self.caches):
+            x, cache = block.step(x, cache)
+            caches.append(cache)
+        return TransformerState(self.model, self.position + 1, tuple(caches), self.model._logits(x).squeeze(1))
+
+    def output(self) -> Tensor:
+        return self.logits
+
+    def next(self, tokens: Tensor) -> TransformerState:
+        return self._read(tokens)
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> TransformerState:
+        caches = tuple(cache.transform_tensors(function) for cache in self.caches)
+        return dataclasses.replace(self, caches=caches, logits=function(self.logits))
+
+    def batch_size(self) -> int:
+        return self.logits.size(0)

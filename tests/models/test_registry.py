@@ -1,0 +1,98 @@
+"""The registry's names, slugs and errors; configs from dicts; the reference-behaviour options."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stacklm.errors import StacklmError
+from stacklm.models.options import ModelOptions, ReferenceBehaviour
+from stacklm.models.recurrent import RecurrentConfig
+from stacklm.models.registry import ARCHITECTURES, CFL_PREFIX, build_model, get_architecture
+from stacklm.models.stack_interface import SuperpositionSpec
+from stacklm.models.transformer import Transformer, TransformerConfig
+
+PAPER_NAMES = ("Tf", "Tf+Sup", "Tf+Sup+Sup", "RNN", "RNN+Sup", "RNN+Sup+R", "LSTM", "LSTM+Sup", "LSTM+Sup+R")
+CFL_LABELS = ("LSTM", "Gref", "JM")
+
+
+def test_paper_names_and_syntax_variants_are_registered() -> None:
+    for name in PAPER_NAMES:
+        assert name in ARCHITECTURES and name + "+Syn" in ARCHITECTURES
+        assert ARCHITECTURES[name + "+Syn"].syntax and not ARCHITECTURES[name].syntax
+    for label in CFL_LABELS:
+        architecture = ARCHITECTURES[CFL_PREFIX + label]
+        assert architecture.label == label and architecture.family == "rns-rnn"
+
+
+def test_slugs_are_unique_and_path_safe() -> None:
+    slugs = [architecture.slug for architecture in ARCHITECTURES.values()]
+    assert len(set(slugs)) == len(slugs)
+    assert all(slug == slug.lower() and "/" not in slug and " " not in slug for slug in slugs)
+
+
+def test_unknown_name_and_missing_features_are_errors() -> None:
+    with pytest.raises(StacklmError, match=r"unknown architecture 'Tf\+Foo'"):
+        get_architecture("Tf+Foo")
+    with pytest.raises(StacklmError, match="needs token features"):
+        build_model("Tf+Syn", 10, options=ModelOptions(width=24))
+
+
+def test_stack_layers_sit_where_the_paper_puts_them() -> None:
+    options = ModelOptions()
+    one = ARCHITECTURES["Tf+Sup"].config(10, 16, options)
+    two = ARCHITECTURES["Tf+Sup+Sup"].config(10, 16, options)
+    assert isinstance(one, TransformerConfig) and isinstance(two, TransformerConfig)
+    assert [spec is not None for spec in one.layers] == [False, False, True, False, False]
+    assert [spec is not None for spec in two.layers] == [False, True, False, True, False]
+    assert one.layers[2] == SuperpositionSpec(vector_size=50)
+    lstm = ARCHITECTURES["LSTM+Sup+R"].config(10, 16, options)
+    assert isinstance(lstm, RecurrentConfig) and lstm.num_layers == 3 and lstm.reading_to_output
+
+
+def test_config_from_dict_round_trip_and_unknown_keys() -> None:
+    config = TransformerConfig.from_dict(
+        {"vocabulary_size": 5, "width": 8, "layers": [None, {"kind": "superposition", "vector_size": 3}], "reference": {"pushed_vector": "raw"}}
+    )
+    assert config.layers == (None, SuperpositionSpec(vector_size=3)) and config.reference.pushed_vector == "raw"
+    with pytest.raises(StacklmError, match="'reference.pushed_vektor'"):
+        TransformerConfig.from_dict({"vocabulary_size": 5, "width": 8, "layers": [None], "reference": {"pushed_vektor": "raw"}})
+    with pytest.raises(StacklmError, match=r"layers\[0\]\.kind: expected one of"):
+        TransformerConfig.from_dict({"vocabulary_size": 5, "width": 8, "layers": [{"kind": "queue"}]})
+    with pytest.raises(StacklmError, match="'hidden_unit'"):
+        RecurrentConfig.from_dict({"vocabulary_size": 5, "hidden_unit": 8})
+    with pytest.raises(StacklmError, match="missing key 'hidden_units'"):
+        RecurrentConfig.from_dict({"vocabulary_size": 5})
+    with pytest.raises(StacklmError, match="expected int"):
+        ModelOptions.from_dict({"width": True})
+    assert ModelOptions.from_dict({"dropout": 0, "reference": {"initialization": "reference"}}) == ModelOptions(
+        dropout=0.0, reference=ReferenceBehaviour(initialization="reference")
+    )
+
+
+def _feedforward_bound(model: Transformer, layer: int) -> float:
+    return model.blocks[layer].feedforward.expand.weight.abs().max().item()
+
+
+def test_initialization_option_changes_standard_feedforward_layers_only() -> None:
+    paper = build_model("Tf+Sup", 10, options=ModelOptions(width=64), generator=torch.Generator().manual_seed(0))
+    reference = build_model(
+        "Tf+Sup", 10, options=ModelOptions(width=64, reference=ReferenceBehaviour(initialization="reference")),
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert isinstance(paper, Transformer) and isinstance(reference, Transformer)
+    xavier_bound = 2**0.5 * (6 / (64 + 128)) ** 0.5  # ReLU gain, fan 64 + 128: ≈ 0.25
+    assert 0.2 < _feedforward_bound(paper, 0) <= xavier_bound
+    assert _feedforward_bound(reference, 0) <= 0.1
+    assert 0.2 < _feedforward_bound(reference, 2) <= xavier_bound  # the stack layer's FFN stays Xavier
+
+
+def test_pushed_vector_option() -> None:
+    hidden = torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) * 3
+    for pushed_vector, bounded in (("sigmoid", True), ("raw", False)):
+        model = build_model(
+            "Tf+Sup", 10, options=ModelOptions(width=16, reference=ReferenceBehaviour(pushed_vector=pushed_vector))
+        )
+        assert isinstance(model, Transformer)
+        pushed = model.blocks[2].sublayer.interface.actions(hidden).pushed  # type: ignore[union-attr]
+        assert bool(((pushed >= 0) & (pushed <= 1)).all()) is bounded
