@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stacklm.workflow",  # settings, hparams, select
     "stacklm.report.commands",  # aggregate, report
     "stacklm.models.cli",  # models
+    "stacklm.cfl.cli",  # cfl generate
 )
 
 

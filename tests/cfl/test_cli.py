@@ -1,0 +1,44 @@
+import argparse
+
+import pytest
+
+from stacklm import cli
+from stacklm.cfl.cli import register, run_generate
+from stacklm.cfl.datasets import read_split, true_cross_entropy
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="stacklm")
+    register(root.add_subparsers(dest="command", required=True))
+    return root
+
+
+def test_generate_writes_the_reference_test_set_and_returns_zero(tmp_path):
+    out = tmp_path / "data" / "marked-reversal" / "test.tsv"
+    args = parser().parse_args(["cfl", "generate", "--language", "marked-reversal", "--split", "test", "--seed", "0", "--out", str(out)])
+    assert (args.language, args.split, args.seed) == ("marked-reversal", "test", 0)
+    assert args.func(args) == 0
+    dataset = read_split(out)
+    assert len(dataset.strings) == 3_000
+    assert true_cross_entropy(dataset) == pytest.approx(0.3847151, abs=1e-7)
+
+
+def test_cfl_generate_is_registered_with_the_stacklm_command():
+    assert "stacklm.cfl.cli" in cli.COMMAND_MODULES
+    args = cli.build_parser().parse_args(["cfl", "generate", "--language", "dyck-2", "--split", "train", "--seed", "3", "--out", "x.tsv"])
+    assert args.func is run_generate
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["cfl", "generate", "--language", "palindromes", "--split", "test", "--seed", "0", "--out", "x.tsv"],
+        ["cfl", "generate", "--language", "dyck-2", "--split", "dev", "--seed", "0", "--out", "x.tsv"],
+        ["cfl", "generate", "--language", "dyck-2", "--split", "test", "--out", "x.tsv"],
+    ],
+)
+def test_bad_arguments_are_refused_by_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as exit:
+        parser().parse_args(argv)
+    assert exit.value.code == 2
+    assert "error:" in capsys.readouterr().err
