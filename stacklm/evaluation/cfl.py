@@ -12,10 +12,14 @@ log-probabilities that fit the set.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from stacklm.cfl.datasets import CflDataset
+from stacklm.evaluation.probabilities import score_outputs
 
 
 def cross_entropy(log_probabilities: Tensor, lengths: Sequence[int]) -> float:
@@ -40,3 +44,24 @@ def cross_entropy_difference_by_length(
         index = torch.tensor(members)
         result[length] = cross_entropy_difference(model_log_probabilities[index], true_log_probabilities_given_length[index], [length] * len(members))
     return result
+
+
+@dataclass(frozen=True)
+class CflScores:
+    """Δ of a model on a CFL data set: overall (length term included) and per length bin."""
+
+    overall: float
+    by_length: dict[int, float]
+
+
+def score_cfl_dataset(
+    model: nn.Module, dataset: CflDataset, *, eos_index: int, tokens_per_batch: int, device: torch.device | str = "cpu"
+) -> CflScores:
+    """Δ of ``model`` on ``dataset``, whose strings carry ln p_true(w) and ln p_G(w | |w|)."""
+    strings = dataset.strings
+    scores = score_outputs(model, [[] for _ in strings], strings, eos_index=eos_index, tokens_per_batch=tokens_per_batch, device=device)
+    lengths = [len(string) for string in strings]
+    return CflScores(
+        overall=cross_entropy_difference(scores.string, torch.tensor(dataset.true_logprob, dtype=torch.float64), lengths),
+        by_length=cross_entropy_difference_by_length(scores.string, torch.tensor(dataset.length_bin_logprob, dtype=torch.float64), lengths),
+    )

@@ -138,3 +138,27 @@ def test_cfl_difference_is_zero_for_the_true_distribution_and_the_excess_otherwi
     assert by_length == pytest.approx({41: 0.5 / 42, 61: 0.5 / 62, 99: 0.5 / 100})
     # the per-length true cross-entropy of marked reversal at ℓ = 41 (cfl-and-ptb.md §1.5)
     assert -float(true[0]) / 42 == pytest.approx(0.330070, abs=1e-6)
+
+
+def test_cfl_difference_of_a_model_on_a_cfl_data_set() -> None:
+    from stacklm.cfl.datasets import CflDataset, length_bin_cross_entropy, true_cross_entropy
+    from stacklm.evaluation.cfl import score_cfl_dataset
+    from stacklm.training.batching import make_batch
+    from stacklm.training.loop import validation_cross_entropy
+
+    generator = random.Random(0)
+    strings = []
+    for length in (5, 5, 7, 9, 9, 9):  # marked reversal over {0, 1}, # = 2: w = u # reverse(u)
+        half = [generator.randrange(2) for _ in range(length // 2)]
+        strings.append(half + [2] + half[::-1])
+    given_length = [-(len(string) // 2) * math.log(2) for string in strings]
+    dataset = CflDataset(strings, [value - math.log(3) for value in given_length], given_length)
+    model = ToyLanguageModel(4, hidden_size=8)
+    model.initialize(torch.Generator().manual_seed(0))
+    scores = score_cfl_dataset(model, dataset, eos_index=3, tokens_per_batch=20)
+    model_cross_entropy = validation_cross_entropy(model, [make_batch(strings, range(6), eos_index=3)])
+    assert scores.overall == pytest.approx(model_cross_entropy - true_cross_entropy(dataset), rel=1e-5)
+    assert set(scores.by_length) == {5, 7, 9}
+    nine = [string for string in strings if len(string) == 9]
+    model_nine = validation_cross_entropy(model, [make_batch(nine, range(3), eos_index=3)])
+    assert scores.by_length[9] == pytest.approx(model_nine - length_bin_cross_entropy(dataset)[9], rel=1e-5)

@@ -1,0 +1,73 @@
+"""``stacklm evaluate``: every metric of one trained run (the rule ``evaluate``).
+
+    stacklm evaluate --task T --run RUN_DIR --data-dir results/data/T
+        --settings results/settings.json --out RUN_DIR/metrics.parquet [--device cpu|cuda] [--threads N]
+
+Reads ``RUN_DIR/model.pt`` (written by ``stacklm train``), scores the validation, test and
+generalization splits (``stacklm.evaluation.metrics``), writes ``metrics.parquet`` — the
+source of truth — and then mirrors the metrics to the run's MLflow run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from stacklm.data.vocabulary import Vocabulary
+from stacklm.errors import StacklmError
+from stacklm.evaluation.metrics import EvaluationSettings, MetricValue, PartialAccuracy, TaskEvaluator
+from stacklm.tasks import get_task
+from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
+from stacklm.tracking.records import RunMetadata, data_version, metrics_table, write_table
+from stacklm.training.command import add_resource_arguments, run_key
+from stacklm.training.run_files import choose_device, load_model, read_settings, read_splits, rebuild_model, set_threads, split_paths
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("evaluate", help="score a trained run on validation, test and generalization")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--run", required=True, type=Path, help="run directory holding model.pt")
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--settings", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path, help="metrics.parquet to write")
+    add_resource_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    device = choose_device(args.device)
+    set_threads(args.threads)
+    saved = load_model(args.run / "model.pt")
+    if saved.task != args.task:
+        raise StacklmError(f"{args.run / 'model.pt'} was trained on {saved.task!r}, not on --task {args.task!r}")
+    metadata = RunMetadata(**saved.metadata)
+    version = data_version(split_paths(args.data_dir))
+    if version != metadata.data_version:
+        raise StacklmError(f"the data in {args.data_dir} differs from the data {args.run} was trained on (sha256 {version[:12]} ≠ {metadata.data_version[:12]})")
+    task = get_task(args.task)
+    model = rebuild_model(saved, task).to(device)
+    splits = read_splits(args.data_dir)
+    evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match), evaluation, device)
+    rows = evaluator.evaluate(splits["validation"], splits["test"], splits["generalization"])
+    write_table(metrics_table(rows, metadata), args.out)
+    mirror(tracking, evaluation_mirror(metadata, rows))
+    return 0
+
+
+def metric_name(row: MetricValue) -> str:
+    """``test/full_accuracy``, ``generalization/linear/partial_accuracy``, ``generalization/log_ratio``."""
+    return "/".join(part for part in (row.split, row.rule, row.metric) if part is not None)
+
+
+def evaluation_mirror(metadata: RunMetadata, rows: list[MetricValue]) -> MirroredRun:
+    return MirroredRun(
+        experiment=metadata.task,
+        key=run_key(metadata.task, metadata.architecture, metadata.phase, metadata.trial, metadata.seed),
+        params={},
+        metrics={metric_name(row): row.value for row in rows},
+        curves={},
+        replace=False,
+    )

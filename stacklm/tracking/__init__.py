@@ -1,0 +1,1 @@
+"""Records of each run: the Parquet files (the source of truth) and their MLflow mirror."""

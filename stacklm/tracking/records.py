@@ -1,0 +1,120 @@
+"""A run's records: its metadata, ``train.parquet`` (learning curve) and ``metrics.parquet``.
+
+``metrics.parquet`` is the source of truth for the tables (long format, one row per metric):
+task, architecture, phase ("search"|"final"), trial (null for final), seed, split, rule,
+metric, value, then the run's metadata — learning_rate, tokens_per_batch, parameters,
+data_version (sha256 of the data files), code_version (stacklm version + git commit),
+wall_time_s and tokens_per_s of training, config (JSON of the resolved settings).
+``train.parquet`` has one row per checkpoint with the same metadata columns.
+Both are written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+from importlib.metadata import version
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stacklm.evaluation.metrics import MetricValue
+from stacklm.training.checkpoint import write_atomically
+from stacklm.training.loop import CheckpointRecord
+
+Phase = Literal["search", "final"]
+
+
+@dataclass(frozen=True)
+class RunMetadata:
+    task: str
+    architecture: str
+    phase: Phase
+    trial: int | None
+    seed: int
+    learning_rate: float
+    tokens_per_batch: int
+    parameters: int
+    data_version: str
+    code_version: str
+    wall_time_s: float
+    tokens_per_s: float
+    config: str  # JSON of the run's resolved settings
+
+
+METADATA_SCHEMA = pa.schema(
+    [
+        ("task", pa.string()),
+        ("architecture", pa.string()),
+        ("phase", pa.string()),
+        ("trial", pa.int64()),
+        ("seed", pa.int64()),
+        ("learning_rate", pa.float64()),
+        ("tokens_per_batch", pa.int64()),
+        ("parameters", pa.int64()),
+        ("data_version", pa.string()),
+        ("code_version", pa.string()),
+        ("wall_time_s", pa.float64()),
+        ("tokens_per_s", pa.float64()),
+        ("config", pa.string()),
+    ]
+)
+METRIC_FIELDS = [("split", pa.string()), ("rule", pa.string()), ("metric", pa.string()), ("value", pa.float64())]
+METRICS_SCHEMA = pa.schema(list(METADATA_SCHEMA)[:5] + [pa.field(*item) for item in METRIC_FIELDS] + list(METADATA_SCHEMA)[5:])
+CURVE_SCHEMA = pa.schema(
+    [
+        ("checkpoint", pa.int64()),
+        ("epoch", pa.int64()),
+        ("step", pa.int64()),
+        ("examples_seen", pa.int64()),
+        ("learning_rate_used", pa.float64()),
+        ("train_loss", pa.float64()),
+        ("validation_cross_entropy", pa.float64()),
+        ("is_best", pa.bool_()),
+    ]
+    + list(METADATA_SCHEMA)
+)
+
+
+def data_version(paths: Sequence[str | Path]) -> str:
+    """sha256 over the files' names and contents, in the order given."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).name.encode() + b"\0")
+        digest.update(Path(path).read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def code_version() -> str:
+    """``stacklm`` version, plus ``+g<commit>`` when the package lies in a git checkout."""
+    release = version("stacklm")
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return release
+    return f"{release}+g{commit.stdout.strip()}" if commit.returncode == 0 else release
+
+
+def metrics_table(rows: Sequence[MetricValue], metadata: RunMetadata) -> pa.Table:
+    columns = {name: [value] * len(rows) for name, value in asdict(metadata).items()}
+    columns |= {name: [getattr(row, name) for row in rows] for name, _ in METRIC_FIELDS}
+    return pa.Table.from_pydict(columns, schema=METRICS_SCHEMA)
+
+
+def curve_table(curve: Sequence[CheckpointRecord], metadata: RunMetadata) -> pa.Table:
+    columns = {name: [value] * len(curve) for name, value in asdict(metadata).items()}
+    columns |= {field.name: [getattr(record, field.name) for record in curve] for field in list(CURVE_SCHEMA)[:8]}
+    return pa.Table.from_pydict(columns, schema=CURVE_SCHEMA)
+
+
+def write_table(table: pa.Table, path: str | Path) -> None:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    write_atomically(path, lambda file: file.write(buffer.getvalue()))

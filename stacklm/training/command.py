@@ -1,0 +1,181 @@
+"""``stacklm train``: one training run of a syntactic-transformation task (the rule ``train``).
+
+    stacklm train --task T --architecture A --data-dir results/data/T --hparams HP.json --seed S
+        --settings results/settings.json --checkpoint CKPT_PATH --out RUN_DIR
+        [--phase search|final] [--trial N] [--device cpu|cuda] [--threads N]
+
+Writes ``RUN_DIR/model.pt`` (best parameters and model config) and ``RUN_DIR/train.parquet``
+(the learning curve, one row per checkpoint, with the run's metadata), then mirrors them to
+MLflow. The resumable state lives at CKPT_PATH: the same command after a kill continues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stacklm.data.vocabulary import Vocabulary
+from stacklm.evaluation.metrics import EvaluationSettings
+from stacklm.models.registry import build_model
+from stacklm.tasks import get_task
+from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
+from stacklm.tracking.records import RunMetadata, code_version, curve_table, data_version, write_table
+from stacklm.training.config import Hyperparameters, TrainingSettings
+from stacklm.training.loop import TrainResult, train
+from stacklm.training.progress import Progress
+from stacklm.training.run_files import (
+    SavedModel,
+    choose_device,
+    read_json,
+    read_settings,
+    read_splits,
+    save_model,
+    set_threads,
+    split_paths,
+    token_features,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="train one model (App. D schedule); resumes from --checkpoint")
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--hparams", required=True, type=Path, help='JSON: {"learning_rate", "tokens_per_batch", "max_epochs"}')
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--settings", required=True, type=Path)
+    parser.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
+    parser.add_argument("--out", required=True, type=Path, help="run directory")
+    parser.add_argument("--phase", choices=("search", "final"), default="final")
+    parser.add_argument("--trial", type=int, default=None, help="trial number of a search run")
+    add_resource_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")
+
+
+def run_key(task: str, architecture: str, phase: str, trial: int | None, seed: int) -> str:
+    """The run's name in MLflow (tag ``stacklm.run``)."""
+    return f"{task}/{architecture}/{phase}/" + (f"trial-{trial}" if phase == "search" else f"seed-{seed}")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    training = TrainingSettings.from_dict(settings.get("training", {}))
+    evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    hyperparameters = Hyperparameters.from_dict(read_json(args.hparams), path=str(args.hparams))
+    config = training.train_config(hyperparameters)
+    device = choose_device(args.device)
+    set_threads(args.threads)
+
+    task = get_task(args.task)
+    vocabulary = Vocabulary(task.vocabulary())
+    splits = read_splits(args.data_dir)
+    version = data_version(split_paths(args.data_dir))
+    run_settings: dict[str, Any] = {
+        "task": args.task,
+        "architecture": args.architecture,
+        "phase": args.phase,
+        "trial": args.trial,
+        "seed": args.seed,
+        "hyperparameters": asdict(hyperparameters),
+        "train_config": asdict(config),
+        "training": asdict(training),
+        "evaluation": asdict(evaluation),
+        "tracking": asdict(tracking),
+    }
+    fingerprint = hashlib.sha256(json.dumps({**run_settings, "data_version": version}, sort_keys=True).encode()).hexdigest()
+
+    model = build_model(
+        args.architecture,
+        len(vocabulary),
+        parameter_budget=training.parameter_budget,
+        token_features=token_features(args.architecture, task, vocabulary.tokens),
+        generator=torch.Generator().manual_seed(args.seed),
+    )
+    torch.manual_seed(args.seed)  # dropout
+    result = train(
+        model,
+        [vocabulary.encode(example.language_model_string()) for example in splits["train"]],
+        [vocabulary.encode(example.language_model_string()) for example in splits["validation"]],
+        config,
+        seed=args.seed,
+        eos_index=vocabulary.eos_index,
+        checkpoint_path=args.checkpoint,
+        fingerprint=fingerprint,
+        device=device,
+        progress=Progress(interval_s=training.progress_interval_s),
+    )
+    metadata = RunMetadata(
+        task=args.task,
+        architecture=args.architecture,
+        phase=args.phase,
+        trial=args.trial,
+        seed=args.seed,
+        learning_rate=hyperparameters.learning_rate,
+        tokens_per_batch=hyperparameters.tokens_per_batch,
+        parameters=sum(parameter.numel() for parameter in model.parameters()),
+        data_version=version,
+        code_version=code_version(),
+        wall_time_s=result.wall_time_s,
+        tokens_per_s=result.tokens_per_s,
+        config=json.dumps(run_settings, sort_keys=True),
+    )
+    save_model(
+        args.out / "model.pt",
+        SavedModel(
+            task=args.task,
+            architecture=args.architecture,
+            vocabulary=vocabulary.tokens,
+            model_config=model.config,
+            parameters={name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+            metadata=asdict(metadata),
+            settings=run_settings,
+        ),
+    )
+    write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
+    mirror(tracking, training_mirror(metadata, run_settings, result))
+    return 0
+
+
+def flat_params(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``settings`` flattened to MLflow params (``training.max_epochs`` → "1000")."""
+    params: dict[str, str] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            params |= flat_params(value, f"{prefix}{key}.")
+        else:
+            params[f"{prefix}{key}"] = json.dumps(value) if not isinstance(value, str) else value
+    return params
+
+
+def training_mirror(metadata: RunMetadata, run_settings: dict[str, Any], result: TrainResult) -> MirroredRun:
+    details = {key: value for key, value in asdict(metadata).items() if key not in ("config", "wall_time_s", "tokens_per_s")}
+    return MirroredRun(
+        experiment=metadata.task,
+        key=run_key(metadata.task, metadata.architecture, metadata.phase, metadata.trial, metadata.seed),
+        params=flat_params(details) | flat_params(run_settings, "settings."),
+        metrics={
+            "best_validation_cross_entropy": result.best_validation_cross_entropy,
+            "steps": result.steps,
+            "epochs": result.epochs,
+            "wall_time_s": metadata.wall_time_s,
+            "tokens_per_s": metadata.tokens_per_s,
+        },
+        curves={
+            "validation_cross_entropy": [(record.examples_seen, record.validation_cross_entropy) for record in result.curve],
+            "train_loss": [(record.examples_seen, record.train_loss) for record in result.curve],
+            "learning_rate": [(record.examples_seen, record.learning_rate_used) for record in result.curve],
+        },
+        replace=True,
+    )

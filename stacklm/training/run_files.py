@@ -1,0 +1,102 @@
+"""The files a run reads and writes besides its Parquet records: settings, data, ``model.pt``.
+
+``model.pt`` holds what evaluation needs to rebuild the model without the training run: the
+model config (a frozen dataclass of ``stacklm.models``), the best checkpoint's parameters,
+the vocabulary, the task and architecture names, and the run's metadata and settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stacklm.data.examples import Example, read_examples
+from stacklm.errors import StacklmError, located
+from stacklm.models.base import LanguageModel
+from stacklm.models.embedding import FeatureTable
+from stacklm.models.registry import get_architecture, model_for_config
+from stacklm.tasks import Task
+from stacklm.training import checkpoint as checkpoint_file
+
+SPLITS = ("train", "validation", "test", "generalization")
+
+
+def read_json(path: str | Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return json.load(file)
+    except OSError as error:
+        raise located(path, None, f"cannot read: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise located(path, error.lineno, f"not valid JSON: {error.msg}") from None
+
+
+def read_settings(path: str | Path) -> dict[str, Any]:
+    settings = read_json(path)
+    if not isinstance(settings, dict):
+        raise located(path, None, "the settings must be a JSON object")
+    return settings
+
+
+def split_paths(data_dir: str | Path) -> list[Path]:
+    paths = [Path(data_dir) / f"{split}.tsv" for split in SPLITS]
+    for path in paths:
+        if not path.is_file():
+            raise located(path, None, "data file not found")
+    return paths
+
+
+def read_splits(data_dir: str | Path) -> dict[str, list[Example]]:
+    return {split: read_examples(path) for split, path in zip(SPLITS, split_paths(data_dir))}
+
+
+def choose_device(requested: str | None) -> torch.device:
+    """``--device``: cuda when asked for or, by default, when the job can see a GPU; else cpu."""
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise StacklmError("--device cuda: no CUDA device is visible to this job")
+    return torch.device(requested)
+
+
+def set_threads(threads: int | None) -> None:
+    """``--threads``: torch's intra-op threads (the job's CPU cores); default: the cores this process may use."""
+    torch.set_num_threads(threads if threads is not None else len(os.sched_getaffinity(0)))
+
+
+def token_features(architecture: str, task: Task, tokens: tuple[str, ...]) -> FeatureTable | None:
+    """The syntax-infused embedding's feature table, for the "+Syn" architectures only."""
+    return FeatureTable.from_lexicon(task, tokens) if get_architecture(architecture).syntax else None
+
+
+@dataclass(frozen=True)
+class SavedModel:
+    task: str
+    architecture: str
+    vocabulary: tuple[str, ...]  # ordinary tokens in index order; EOS follows
+    model_config: Any  # the model's frozen config dataclass
+    parameters: dict[str, torch.Tensor]
+    metadata: dict[str, Any]  # RunMetadata fields
+    settings: dict[str, Any]  # the run's resolved settings
+
+
+def save_model(path: str | Path, saved: SavedModel) -> None:
+    checkpoint_file.save(path, dict(saved.__dict__))
+
+
+def load_model(path: str | Path) -> SavedModel:
+    if not Path(path).is_file():
+        raise located(path, None, "model file not found (has `stacklm train` finished for this run?)")
+    return SavedModel(**checkpoint_file.load(path))
+
+
+def rebuild_model(saved: SavedModel, task: Task) -> LanguageModel:
+    """The trained model of ``saved``, in eval mode, on the CPU."""
+    model = model_for_config(saved.model_config, token_features(saved.architecture, task, saved.vocabulary))
+    model.load_state_dict(saved.parameters)
+    return model.eval()
