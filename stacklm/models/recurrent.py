@@ -141,7 +141,9 @@ class RecurrentLanguageModel(LanguageModel):
         )
         self.interface = None
         if config.stack is not None:
-            xavier = config.reference.initialization == "paper"
+            # Nondeterministic action layers: Xavier in the Bearing paper; U(−0.1, 0.1) in the
+            # reference and in the RNS-RNN code (cfl-and-ptb.md §2.5).
+            xavier = bearing and config.reference.initialization == "paper"
             self.interface = build_interface(config.stack, hidden, bias=True, xavier=xavier)
         self.dropout = nn.Dropout(config.dropout)
 

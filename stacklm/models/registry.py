@@ -31,7 +31,13 @@ from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import ModelOptions
 from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
 from stacklm.models.sizing import Shape, Sizing, choose_width
-from stacklm.models.stack_interface import StackSpec, StratificationSpec, SuperpositionSpec
+from stacklm.models.stack_interface import (
+    NondeterministicSpec,
+    StackSpec,
+    StratificationSpec,
+    SuperpositionSpec,
+    VectorNondeterministicSpec,
+)
 from stacklm.models.transformer import Transformer, TransformerConfig
 
 CFL_PREFIX = "cfl/"
@@ -107,12 +113,29 @@ def _cfl(stack: Callable[[ModelOptions], StackSpec | None]) -> Callable[[ModelOp
     return lambda options: Shape("lstm", "rns-rnn", stack=stack(options), num_layers=1)
 
 
-BEARING_STACKS: dict[str, StackSpec] = {"Sup": SuperpositionSpec(vector_size=50)}
+BEARING_STACKS: dict[str, StackSpec] = {
+    "Sup": SuperpositionSpec(vector_size=50),
+    "Nd": VectorNondeterministicSpec(num_states=3, num_symbols=3, vector_size=5),
+}
 
 CFL_STACKS: dict[str, Callable[[ModelOptions], StackSpec | None]] = {
     "LSTM": lambda options: None,
     "Gref": lambda options: StratificationSpec(vector_size=options.cfl_stack_vector_size),
     "JM": lambda options: SuperpositionSpec(vector_size=options.cfl_stack_vector_size),
+    **{
+        label: lambda options, normalized=normalized, states=states: NondeterministicSpec(
+            num_states=options.cfl_num_states,
+            num_symbols=options.cfl_num_symbols,
+            normalized=normalized,
+            states_in_reading=states,
+        )
+        for label, normalized, states in (
+            ("NS", True, False),
+            ("NS+S", True, True),
+            ("NS+U", False, False),
+            ("NS+S+U", False, True),
+        )
+    },
 }
 
 

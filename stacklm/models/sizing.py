@@ -132,7 +132,8 @@ def choose_width(shape: Shape, vocabulary_size: int, budget: int, options: Model
     if shape.family == "rns-rnn":
         width = options.cfl_hidden_units
         return Sizing(width, int(count.subs(WIDTH, width)), count, None)
-    roots = [float(root) for root in sympy.solve(sympy.Eq(count, budget), WIDTH) if root.is_real and root > 0]
+    polynomial = sympy.Poly(count - budget, WIDTH)
+    roots = [float(sympy.re(root)) for root in polynomial.nroots() if abs(sympy.im(root)) < 1e-9 and sympy.re(root) > 0]
     if not roots:
         raise StacklmError(f"no positive width gives {budget} parameters (count {count})")
     root = roots[0]

@@ -11,7 +11,12 @@ it in configs) and an interface module:
 
 - superposition (m): a'_t = W_a h + b_a, a_t = softmax(a'_t) over (push, pop, no-op);
   v_t = σ(W_v h + b_v) ∈ (0, 1)^m, or W_v h + b_v unbounded with ``pushed_vector="raw"``;
-- stratification (m): (u_t, d_t) = σ(W_s h + b_s), v_t = tanh(W_v h + b_v) (seed 002 App. 7.1).
+- stratification (m): (u_t, d_t) = σ(W_s h + b_s), v_t = tanh(W_v h + b_v) (seed 002 App. 7.1);
+- nondeterministic (|Q|, |Γ|; NS, NS+S, NS+U, NS+S+U): the QS(2QS + Q) logits W_a h + b_a are
+  the log transition weights, log-softmaxed per (q, x) when normalized (seed 002 eq. 1, §3.1);
+- vector nondeterministic (dVPDA; |Q|, |Γ|, m): unnormalized log weights W_a h + b_a (seed 000
+  App. B.2) and log v_t = log σ(W_v h + b_v), or log v_t = W_v h + b_v with
+  ``pushed_vector="raw"`` (v_t = exp(W_v h)); the stack owns the learned bottom logits w₀.
 
 Stack RNNs use biases (seed 000 §4.1); stack attention does not (App. C.4).
 """
@@ -25,11 +30,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from stacklm.models.base import TANH_GAIN, uniform_layer_, xavier_
+from stacklm.models.base import TANH_GAIN, uniform_, uniform_layer_, xavier_
 from stacklm.models.options import PushedVector
 from stacklm.stacks.base import Stack, StackState
+from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 from stacklm.stacks.stratification import StratificationActions, StratificationStack
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
+from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ StackSpec = SuperpositionSpec | StratificationSpec | NondeterministicSpec | Vect
 
 def transition_count(num_states: int, num_symbols: int) -> int:
     """QS(2QS + Q): push, replace and pop weights for every (q, x)."""
-    return num_states * num_symbols * (2 * num_states * num_symbols + num_states)
+    return num_action_logits(num_states, num_symbols)
 
 
 class StackInterface(nn.Module, ABC):
@@ -151,17 +158,75 @@ class StratificationInterface(StackInterface):
         xavier_(self.push_layer, TANH_GAIN, generator)
 
 
+def _linear_(layer: nn.Linear, xavier: bool, generator: torch.Generator) -> None:
+    if xavier:
+        xavier_(layer, 1.0, generator)
+    else:
+        uniform_layer_(layer, generator)
+
+
+class NondeterministicInterface(StackInterface):
+    def __init__(self, input_size: int, spec: NondeterministicSpec, *, bias: bool, xavier: bool) -> None:
+        super().__init__()
+        self.spec = spec
+        self.xavier = xavier
+        self.stack = NondeterministicStack(spec.num_states, spec.num_symbols, states_in_reading=spec.states_in_reading)
+        self.reading_size = spec.reading_size
+        self.action_layer = nn.Linear(input_size, num_action_logits(spec.num_states, spec.num_symbols), bias=bias)
+
+    def actions(self, hidden: Tensor) -> NondeterministicActions:
+        spec = self.spec
+        return NondeterministicActions.from_logits(
+            self.action_layer(hidden), spec.num_states, spec.num_symbols, normalize=spec.normalized
+        )
+
+    def initialize(self, generator: torch.Generator) -> None:
+        _linear_(self.action_layer, self.xavier, generator)
+
+
+class VectorNondeterministicInterface(StackInterface):
+    def __init__(
+        self, input_size: int, spec: VectorNondeterministicSpec, *, bias: bool, pushed_vector: PushedVector, xavier: bool
+    ) -> None:
+        super().__init__()
+        self.spec = spec
+        self.xavier = xavier
+        self.pushed_vector = pushed_vector
+        self.stack = VectorNondeterministicStack(spec.num_states, spec.num_symbols, spec.vector_size, bottom="learned")
+        self.reading_size = spec.reading_size
+        self.action_layer = nn.Linear(input_size, num_action_logits(spec.num_states, spec.num_symbols), bias=bias)
+        self.push_layer = nn.Linear(input_size, spec.vector_size, bias=bias)
+
+    def actions(self, hidden: Tensor) -> VectorNondeterministicActions:
+        pushed = self.push_layer(hidden)  # (…, m)
+        log_pushed = nn.functional.logsigmoid(pushed) if self.pushed_vector == "sigmoid" else pushed
+        spec = self.spec
+        return VectorNondeterministicActions.from_logits(self.action_layer(hidden), log_pushed, spec.num_states, spec.num_symbols)
+
+    def initialize(self, generator: torch.Generator) -> None:
+        _linear_(self.action_layer, self.xavier, generator)
+        _linear_(self.push_layer, self.xavier, generator)
+        bottom_logits = self.stack.bottom_logits
+        assert bottom_logits is not None
+        uniform_(bottom_logits, generator)
+
+
 def build_interface(
     spec: StackSpec, input_size: int, *, bias: bool, pushed_vector: PushedVector = "sigmoid", xavier: bool = True
 ) -> StackInterface:
     """The interface of ``spec`` reading hidden vectors of size ``input_size``.
 
-    ``xavier=False`` initialises the action and pushed-vector layers U(−0.1, 0.1) instead of
-    Xavier (the reference's plain ``nn.Linear`` layers of the nondeterministic stack RNNs).
+    ``xavier=False`` initialises the action and pushed-vector layers of the nondeterministic
+    stacks U(−0.1, 0.1) instead of Xavier (the plain ``nn.Linear`` layers of both papers' code);
+    the superposition and stratification layers are Xavier in the papers and their code alike.
     """
     match spec:
         case SuperpositionSpec():
             return SuperpositionInterface(input_size, spec, bias=bias, pushed_vector=pushed_vector)
         case StratificationSpec():
             return StratificationInterface(input_size, spec)
+        case NondeterministicSpec():
+            return NondeterministicInterface(input_size, spec, bias=bias, xavier=xavier)
+        case VectorNondeterministicSpec():
+            return VectorNondeterministicInterface(input_size, spec, bias=bias, pushed_vector=pushed_vector, xavier=xavier)
     raise TypeError(f"unknown stack spec {spec!r}")

@@ -9,11 +9,14 @@ from stacklm.errors import StacklmError
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentConfig
 from stacklm.models.registry import ARCHITECTURES, CFL_PREFIX, build_model, get_architecture
-from stacklm.models.stack_interface import SuperpositionSpec
+from stacklm.models.stack_interface import NondeterministicSpec, SuperpositionSpec, VectorNondeterministicSpec
 from stacklm.models.transformer import Transformer, TransformerConfig
 
-PAPER_NAMES = ("Tf", "Tf+Sup", "Tf+Sup+Sup", "RNN", "RNN+Sup", "RNN+Sup+R", "LSTM", "LSTM+Sup", "LSTM+Sup+R")
-CFL_LABELS = ("LSTM", "Gref", "JM")
+PAPER_NAMES = (
+    "Tf", "Tf+Sup", "Tf+Sup+Sup", "Tf+Nd", "Tf+Nd+Nd", "RNN", "RNN+Sup", "RNN+Sup+R", "RNN+Nd", "RNN+Nd+R",
+    "LSTM", "LSTM+Sup", "LSTM+Sup+R", "LSTM+Nd", "LSTM+Nd+R",
+)  # fmt: skip
+CFL_LABELS = ("LSTM", "Gref", "JM", "NS", "NS+S", "NS+U", "NS+S+U")
 
 
 def test_paper_names_and_syntax_variants_are_registered() -> None:
@@ -23,6 +26,24 @@ def test_paper_names_and_syntax_variants_are_registered() -> None:
     for label in CFL_LABELS:
         architecture = ARCHITECTURES[CFL_PREFIX + label]
         assert architecture.label == label and architecture.family == "rns-rnn"
+
+
+def test_registry_order_is_the_papers() -> None:
+    assert list(ARCHITECTURES)[: len(PAPER_NAMES)] == list(PAPER_NAMES)
+    assert [a.label for a in ARCHITECTURES.values() if a.family == "rns-rnn"] == list(CFL_LABELS)
+
+
+def test_nondeterministic_variants_and_sizes() -> None:
+    options = ModelOptions(cfl_num_states=3, cfl_num_symbols=3)
+    variants = {}
+    for label in ("NS", "NS+S", "NS+U", "NS+S+U"):
+        config = ARCHITECTURES[CFL_PREFIX + label].config(5, 20, options)
+        assert isinstance(config, RecurrentConfig) and isinstance(config.stack, NondeterministicSpec)
+        assert (config.num_layers, config.cell, config.variant, config.dropout) == (1, "lstm", "rns-rnn", 0.0)
+        variants[label] = (config.stack.normalized, config.stack.states_in_reading, config.stack.num_states)
+    assert variants == {"NS": (True, False, 3), "NS+S": (True, True, 3), "NS+U": (False, False, 3), "NS+S+U": (False, True, 3)}
+    nd = ARCHITECTURES["LSTM+Nd+R"].config(10, 16, ModelOptions())
+    assert isinstance(nd, RecurrentConfig) and nd.stack == VectorNondeterministicSpec(num_states=3, num_symbols=3, vector_size=5)
 
 
 def test_slugs_are_unique_and_path_safe() -> None:
