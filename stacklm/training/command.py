@@ -4,6 +4,8 @@
         --settings results/settings.json --checkpoint CKPT_PATH --out RUN_DIR
         [--phase search|final] [--trial N] [--device cpu|cuda] [--threads N]
 
+Reads the sections ``training``, ``evaluation``, ``tracking`` and ``model`` (the
+``ModelOptions`` of ``stacklm.models``: dropout, the reference's departures) of the settings.
 Writes ``RUN_DIR/model.pt`` (best parameters and model config) and ``RUN_DIR/train.parquet``
 (the learning curve, one row per checkpoint, with the run's metadata), then mirrors them to
 MLflow. The resumable state lives at CKPT_PATH: the same command after a kill continues.
@@ -22,6 +24,8 @@ import torch
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.metrics import EvaluationSettings
+from stacklm.models.config import from_dict
+from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.tasks import get_task
 from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
@@ -73,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     training = TrainingSettings.from_dict(settings.get("training", {}))
     evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
     tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    options = from_dict(ModelOptions, settings.get("model", {}), "model")
     hyperparameters = Hyperparameters.from_dict(read_json(args.hparams), path=str(args.hparams))
     config = training.train_config(hyperparameters)
     device = choose_device(args.device)
@@ -89,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         "trial": args.trial,
         "seed": args.seed,
         "hyperparameters": asdict(hyperparameters),
+        "model": asdict(options),
         "train_config": asdict(config),
         "training": asdict(training),
         "evaluation": asdict(evaluation),
@@ -101,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         len(vocabulary),
         parameter_budget=training.parameter_budget,
         token_features=token_features(args.architecture, task, vocabulary.tokens),
+        options=options,
         generator=torch.Generator().manual_seed(args.seed),
     )
     torch.manual_seed(args.seed)  # dropout

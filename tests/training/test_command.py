@@ -1,0 +1,94 @@
+"""End to end: ``stacklm train`` then ``stacklm evaluate`` on a small generated question-formation set."""
+
+import argparse
+import json
+import warnings
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stacklm.data.examples import write_examples
+from stacklm.data.splits import SplitSizes, build_splits
+from stacklm.errors import StacklmError
+from stacklm.evaluation import command as evaluate_command
+from stacklm.tasks import get_task
+from stacklm.tracking.mlflow_mirror import TrackingWarning
+from stacklm.training import command as train_command
+
+MAX_SOURCE_TOKENS = 9  # the short sentences of the grammar ("her newt does giggle . quest"), so that CPU training is quick
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    train_command.register(subparsers)
+    evaluate_command.register(subparsers)
+    arguments = parser.parse_args(list(argv))
+    return arguments.func(arguments)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("question-formation")
+    splits = build_splits(get_task("question-formation"), SplitSizes(train=10000, validation=400, test=800, generalization=100), seed=0)
+    short = {name: [example for example in examples if len(example.source) <= MAX_SOURCE_TOKENS] for name, examples in splits.items()}
+    sizes = {"train": 2000, "validation": 80, "test": 150, "generalization": 100}
+    for name, examples in short.items():
+        assert len(examples) >= sizes[name] or name == "generalization"
+        write_examples(directory / f"{name}.tsv", examples[: sizes[name]])
+    return directory
+
+
+def write_settings(path: Path, tracking_uri: str) -> Path:
+    settings = {
+        "tasks": ["question-formation"],
+        "model": {"dropout": 0.0},  # dropout slows learning too much for a short CPU run
+        "training": {"parameter_budget": 45_000, "examples_per_checkpoint": 2000, "progress_interval_s": 30},
+        "evaluation": {"tokens_per_batch": 2048, "samples_per_input": 2},
+        "tracking": {"uri": tracking_uri, "request_retries": 0, "request_timeout_s": 2},
+    }
+    path.write_text(json.dumps(settings))
+    return path
+
+
+def test_a_small_transformer_learns_question_formation_and_an_unreachable_store_leaves_complete_records(
+    data_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    settings = write_settings(tmp_path / "settings.json", "http://127.0.0.1:9")  # the discard port: nothing listens
+    (tmp_path / "hp.json").write_text(json.dumps({"learning_rate": 0.005, "tokens_per_batch": 256, "max_epochs": 20}))
+    run_dir = tmp_path / "run"
+    common = ["--task", "question-formation", "--data-dir", str(data_dir), "--settings", str(settings), "--device", "cpu", "--threads", "1"]
+    with pytest.warns(TrackingWarning) as caught:
+        assert run("train", *common, "--architecture", "Tf", "--hparams", str(tmp_path / "hp.json"), "--seed", "1",
+                   "--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(run_dir)) == 0
+    assert len(caught) == 1
+    curve = pq.read_table(run_dir / "train.parquet").to_pylist()
+    assert [row["checkpoint"] for row in curve] == list(range(1, len(curve) + 1)) and len(curve) >= 5
+    assert {row["architecture"] for row in curve} == {"Tf"} and curve[0]["parameters"] > 30_000
+    assert "stopping early" in capfd.readouterr().err or len(curve) == 20
+
+    with pytest.warns(TrackingWarning) as caught:
+        assert run("evaluate", *common, "--run", str(run_dir), "--out", str(run_dir / "metrics.parquet")) == 0
+    assert len(caught) == 1
+    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    metrics = {(row["split"], row["rule"], row["metric"]): row["value"] for row in rows}
+    assert metrics[("test", None, "full_accuracy")] > 0.9
+    assert metrics[("test", None, "partial_accuracy")] >= metrics[("test", None, "full_accuracy")]
+    assert metrics[("validation", None, "cross_entropy")] == pytest.approx(min(row["validation_cross_entropy"] for row in curve), rel=1e-4)
+    assert ("generalization", None, "log_ratio") in metrics and ("generalization", None, "mean_log_ratio") in metrics
+    assert {row["phase"] for row in rows} == {"final"} and {row["trial"] for row in rows} == {None}
+    assert {row["data_version"] for row in rows} == {curve[0]["data_version"]}
+
+
+def test_unknown_settings_keys_and_missing_models_are_named(data_dir: Path, tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"training": {"examples_per_chekpoint": 10}}))
+    (tmp_path / "hp.json").write_text(json.dumps({"learning_rate": 0.005, "tokens_per_batch": 256, "max_epochs": 1}))
+    with pytest.raises(StacklmError, match="training.examples_per_chekpoint"):
+        run("train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir), "--hparams", str(tmp_path / "hp.json"),
+            "--seed", "1", "--settings", str(settings), "--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "run"))
+    settings.write_text("{}")
+    with pytest.raises(StacklmError, match="model.pt: model file not found"):
+        run("evaluate", "--task", "question-formation", "--run", str(tmp_path / "run"), "--data-dir", str(data_dir),
+            "--settings", str(settings), "--out", str(tmp_path / "metrics.parquet"))
