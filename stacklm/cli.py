@@ -17,6 +17,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stacklm.report.commands",  # aggregate, report
     "stacklm.models.cli",  # models
     "stacklm.cfl.cli",  # cfl generate
+    "stacklm.training.command",  # train
+    "stacklm.evaluation.command",  # evaluate
+    "stacklm.tracking.command",  # tracking init
 )
 
 
