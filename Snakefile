@@ -7,6 +7,7 @@ configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
 
 
 rule all:

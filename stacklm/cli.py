@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stacklm.training.command",  # train
     "stacklm.evaluation.command",  # evaluate
     "stacklm.tracking.command",  # tracking init
+    "stacklm.data.cli",  # data generate, transform, fetch, repair, summarize, report, estimate-weights
 )
 
 

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from stacklm.data.settings import data_settings, data_targets
 from stacklm.errors import StacklmError
 
 Phase = Literal["search", "final"]
@@ -113,6 +114,7 @@ def check_settings(settings: dict[str, Any]) -> None:
     final_epochs = settings["final"]["max_epochs"]
     if final_epochs is not None and final_epochs < 1:
         raise StacklmError(f"config key 'final.max_epochs': must be null or at least 1, got {final_epochs!r}")
+    data_settings(settings)
     budget = settings.get("training", {}).get("parameter_budget")
     if budget is not None and budget <= 0:
         raise StacklmError(f"config key 'training.parameter_budget': the parameter budget must be positive, got {budget!r}")
@@ -287,7 +289,7 @@ def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
 
 def all_targets(settings: dict[str, Any]) -> list[str]:
     outputs = report_outputs(settings)
-    return [METRICS, *outputs["tables"], *outputs["document"], *outputs["figures"]]
+    return [*data_targets(settings), METRICS, *outputs["tables"], *outputs["document"], *outputs["figures"]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 
 from stacklm.data.examples import Example
 from stacklm.errors import StacklmError
+from stacklm.grammars import CompiledGrammar
 from stacklm.tasks import Task
 
 SPLITS = ("train", "validation", "test", "generalization")
@@ -66,13 +67,16 @@ class Splits:
         return ((name, getattr(self, name)) for name in SPLITS)
 
 
-def build_splits(task: Task, sizes: SplitSizes, seed: int, exclude: frozenset[tuple[str, ...]] = frozenset()) -> Splits:
-    """The four splits of ``task`` drawn from ``random.Random(seed)`` (module docstring)."""
+def build_splits(task: Task, sizes: SplitSizes, seed: int, exclude: frozenset[tuple[str, ...]] = frozenset(),
+                 grammars: tuple[CompiledGrammar, CompiledGrammar] | None = None) -> Splits:
+    """The four splits of ``task`` drawn from ``random.Random(seed)`` (module docstring), from
+    ``grammars`` = (in-distribution, generalization) when given, else the task's own."""
+    in_grammar, generalization_grammar = grammars or (task.grammar, task.generalization_grammar)
     rng = random.Random(seed)
     seen: set[tuple[str, ...]] = set(exclude)
     counts: Counter[str] = Counter()
-    generalization = _generalization_pool(task, sizes.generalization, rng, seen, counts)
-    in_distribution = _in_distribution_pool(task, sizes.in_distribution, rng, seen, counts)
+    generalization = _generalization_pool(task, generalization_grammar, sizes.generalization, rng, seen, counts)
+    in_distribution = _in_distribution_pool(task, in_grammar, sizes.in_distribution, rng, seen, counts)
     rng.shuffle(in_distribution)
     rng.shuffle(generalization)
     train_end = sizes.train
@@ -86,13 +90,13 @@ def build_splits(task: Task, sizes: SplitSizes, seed: int, exclude: frozenset[tu
     )
 
 
-def _generalization_pool(task: Task, size: int, rng: random.Random, seen: set, counts: Counter) -> list[Example]:
+def _generalization_pool(task: Task, grammar: CompiledGrammar, size: int, rng: random.Random, seen: set, counts: Counter) -> list[Example]:
     """Transform examples of new ambiguity-breaking sentences that pass the filter, per group
     up to its cap, drawn from the generalization grammar."""
     caps = task.generalization_caps(size)
     groups: Counter[str] = Counter()
     pool: list[Example] = []
-    for parse in _new_sentences(task, task.generalization_grammar, rng, seen, counts, "generalization", lambda: len(pool) < size):
+    for parse in _new_sentences(task, grammar, rng, seen, counts, "generalization", lambda: len(pool) < size):
         if not task.is_ambiguity_breaking(parse):
             counts["generalization draws: not ambiguity-breaking"] += 1
             continue
@@ -108,11 +112,11 @@ def _generalization_pool(task: Task, size: int, rng: random.Random, seen: set, c
     return pool
 
 
-def _in_distribution_pool(task: Task, size: int, rng: random.Random, seen: set, counts: Counter) -> list[Example]:
+def _in_distribution_pool(task: Task, grammar: CompiledGrammar, size: int, rng: random.Random, seen: set, counts: Counter) -> list[Example]:
     """Examples of new sentences with a fair-coin marker; ambiguity-breaking transform
     examples are dropped."""
     pool: list[Example] = []
-    for parse in _new_sentences(task, task.grammar, rng, seen, counts, "in-distribution", lambda: len(pool) < size):
+    for parse in _new_sentences(task, grammar, rng, seen, counts, "in-distribution", lambda: len(pool) < size):
         marker = task.transform_marker if rng.random() < 0.5 else task.identity_marker
         if marker == task.transform_marker and task.is_ambiguity_breaking(parse):
             counts["in-distribution draws: ambiguity-breaking, dropped"] += 1

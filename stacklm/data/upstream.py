@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stacklm.data.examples import Example
+from stacklm.data.examples import Example, parse_line
 from stacklm.errors import StacklmError
 
 MCCOY = ("tommccoy1/rnn-hierarchical-biases", "f34a87c4fe804cb288d0527daa9c251def0ae24e")
@@ -98,3 +98,10 @@ def repair_example(example: Example) -> Example:
     if example.marker != "passiv" or len(target) < 2 or target[0] not in NOMINATIVE_SINGULAR_DETERMINERS or target[1] not in BAD_NOMINATIVES:
         return example
     return replace(example, target=(target[0], target[1][:-1]) + target[2:])
+
+
+def read_upstream(task: str, split: str, mirror: str | Path | None) -> list[Example]:
+    """The upstream split as examples (checked as ``fetch_bytes`` checks; lines named by file)."""
+    text = fetch_bytes(task, split, mirror).decode("utf-8")
+    name = upstream_file(task, split).name
+    return [parse_line(line, name, number) for number, line in enumerate(text.splitlines(), start=1)]

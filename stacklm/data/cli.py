@@ -1,0 +1,165 @@
+"""``stacklm data ...``: the data stage's subcommands (one per workflow rule) and two user tools.
+
+    stacklm data generate   --task T --seed S [--train N ...] --out DIR [--validation-file F --generalization-file F]
+    stacklm data transform  --task T --rule hierarchical|linear   < sources   > targets
+    stacklm data fetch      --task T --split validation|generalization [--mirror DIR] --out FILE
+    stacklm data repair     --task T --input FILE --out FILE
+    stacklm data summarize  --task T --data DIR --out FILE.parquet
+    stacklm data report     --out FILE SUMMARY.parquet ...
+    stacklm data estimate-weights --task T [--mirror DIR] [--iterations K] [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from stacklm.data.dataset import make_splits, write_dataset
+from stacklm.data.examples import read_examples, write_examples
+from stacklm.data.splits import SplitSizes
+from stacklm.data.summary import describe, summarize_folder, write_parquet
+from stacklm.data.upstream import fetch_bytes, read_upstream, repair_example, upstream_file
+from stacklm.data.weights import estimate_weights, grammar_texts, write_grammar_files
+from stacklm.errors import StacklmError, located
+from stacklm.grammars import grammar_path
+from stacklm.tasks import TASK_NAMES, get_task
+
+DEFAULT_ITERATIONS = 4
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    data = subparsers.add_parser("data", help="datasets of the syntactic-transformation tasks")
+    commands = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
+
+    generate = commands.add_parser("generate", help="write the four splits of one task to a folder")
+    _task(generate)
+    generate.add_argument("--seed", type=int, required=True)
+    defaults = SplitSizes()
+    for split in ("train", "validation", "test", "generalization"):
+        generate.add_argument(f"--{split}", type=int, default=getattr(defaults, split), help=f"number of {split} examples (default {getattr(defaults, split)})")
+    generate.add_argument("--validation-file", type=Path, help="take validation examples from this upstream file")
+    generate.add_argument("--generalization-file", type=Path, help="take generalization examples from this upstream file")
+    generate.add_argument("--out", type=Path, required=True, help="output folder")
+    generate.set_defaults(func=_generate)
+
+    transform = commands.add_parser("transform", help="read sources (sentence and marker) on stdin, write their targets")
+    _task(transform)
+    transform.add_argument("--rule", choices=("hierarchical", "linear"), default="hierarchical")
+    transform.set_defaults(func=_transform)
+
+    fetch = commands.add_parser("fetch", help="an upstream file, by URL or from a mirror folder, sha256-checked")
+    _task(fetch)
+    fetch.add_argument("--split", choices=("validation", "generalization"), required=True)
+    fetch.add_argument("--mirror", type=Path, help="folder laid out as <mirror>/<task>/<upstream file name>")
+    fetch.add_argument("--out", type=Path, required=True)
+    fetch.set_defaults(func=_fetch)
+
+    repair = commands.add_parser("repair", help="apply the German passivization repair (paper App. A) to a split file")
+    _task(repair)
+    repair.add_argument("--input", type=Path, required=True)
+    repair.add_argument("--out", type=Path, required=True)
+    repair.set_defaults(func=_repair)
+
+    summary = commands.add_parser("summarize", help="construction counts and length histogram of a data folder, as Parquet")
+    _task(summary)
+    summary.add_argument("--data", type=Path, required=True)
+    summary.add_argument("--out", type=Path, required=True)
+    summary.set_defaults(func=_summarize)
+
+    report = commands.add_parser("report", help="print the summaries of several tasks and write them to a text file")
+    report.add_argument("summaries", type=Path, nargs="+")
+    report.add_argument("--out", type=Path, required=True)
+    report.set_defaults(func=_report)
+
+    weights = commands.add_parser("estimate-weights", help="fit a task's grammar weights to the upstream sentences")
+    _task(weights)
+    weights.add_argument("--mirror", type=Path, help="read the upstream files from this folder instead of downloading them")
+    weights.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    weights.add_argument("--out-dir", type=Path, help="where to write the two grammar files (default: the packaged grammars)")
+    weights.set_defaults(func=_estimate_weights)
+
+
+def _task(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help=f"one of {', '.join(TASK_NAMES)}")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    task = get_task(args.task)
+    sizes = SplitSizes.from_dict({split: getattr(args, split) for split in ("train", "validation", "test", "generalization")}, where="--")
+    given = {"validation": args.validation_file, "generalization": args.generalization_file}
+    if any(given.values()) and not all(given.values()):
+        raise StacklmError("--validation-file and --generalization-file go together")
+    upstream = {split: read_examples(path) for split, path in given.items()} if all(given.values()) else None
+    splits = make_splits(task, sizes, args.seed, upstream, {split: str(path) for split, path in given.items()})
+    for path in write_dataset(task, splits, args.out):
+        print(path)
+    return 0
+
+
+def _transform(args: argparse.Namespace) -> int:
+    task = get_task(args.task)
+    for number, line in enumerate(sys.stdin, start=1):
+        source = line.rstrip("\n").split()
+        if not source:
+            raise located("<stdin>", number, "empty line; expected a sentence followed by its marker")
+        try:
+            target = task.transform(source, args.rule)
+        except StacklmError as error:
+            raise located("<stdin>", number, str(error)) from None
+        print(" ".join(target), flush=False)
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    data = fetch_bytes(args.task, args.split, args.mirror)
+    _write_bytes_atomically(args.out, data)
+    print(f"{args.out}: {upstream_file(args.task, args.split).url} (sha256 ok)")
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    examples = read_examples(args.input)
+    repaired = [repair_example(example) for example in examples]
+    changed = sum(before != after for before, after in zip(examples, repaired))
+    write_examples(args.out, repaired)
+    print(f"{args.out}: repaired {changed} of {len(examples)} lines")
+    return 0
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    frame = summarize_folder(get_task(args.task), args.data)
+    write_parquet(frame, args.out)
+    print(describe(frame))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    text = describe(pd.concat([pd.read_parquet(path) for path in args.summaries], ignore_index=True)) + "\n"
+    _write_bytes_atomically(args.out, text.encode("utf-8"))
+    print(text, end="")
+    return 0
+
+
+def _estimate_weights(args: argparse.Namespace) -> int:
+    task = get_task(args.task)
+    upstream = {split: read_upstream(args.task, split, args.mirror) for split in ("validation", "generalization")}
+    in_distribution, generalization = estimate_weights(task, upstream["validation"], upstream["generalization"], args.iterations)
+    current = grammar_path(task.grammar_name).read_text(encoding="utf-8").splitlines()[0]
+    title = current[2:] if current.startswith("# ") else task.name
+    origin = upstream_file(args.task, "validation")
+    texts = grammar_texts(task, in_distribution, generalization, title, f"{origin.repository}@{origin.commit[:12]}", args.iterations)
+    for path in write_grammar_files(texts, args.out_dir or Path(str(grammar_path(task.grammar_name))).parent):
+        print(path)
+    return 0
+
+
+def _write_bytes_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as file:
+        file.write(data)
+        temporary = Path(file.name)
+    temporary.replace(path)

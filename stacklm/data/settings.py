@@ -1,0 +1,99 @@
+"""The ``data:`` settings and the data stage's lookups for ``workflow/rules/data.smk``.
+
+Paths of the stage (Snakemake patterns):
+
+    results/upstream/{task}/{split}.tsv            upstream file, sha256-checked (rule data_fetch)
+    results/upstream/{task}/{split}.repaired.tsv   after the German passivization repair (data_repair)
+    results/data/{task}/{split}.tsv                the four splits (data_generate)
+    results/data/{task}/construction.json          construction counts (data_generate)
+    results/data/{task}/summary.parquet            summary (data_summarize)
+    results/data/report.txt                        every task's summary, printed (data_report)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Mapping
+
+from stacklm.data.splits import SPLITS, SplitSizes
+from stacklm.data.upstream import REPAIRED_TASKS, UPSTREAM_SPLITS
+from stacklm.errors import StacklmError
+from stacklm.tasks import TASK_NAMES
+
+UPSTREAM_RAW = "results/upstream/{task}/{split}.tsv"
+UPSTREAM_REPAIRED = "results/upstream/{task}/{split}.repaired.tsv"
+DATA_DIR = "results/data/{task}"
+DATA_FILE = "results/data/{task}/{split}.tsv"
+CONSTRUCTION = "results/data/{task}/construction.json"
+SUMMARY = "results/data/{task}/summary.parquet"
+REPORT = "results/data/report.txt"
+UPSTREAM_LINES = {"validation": 1_000, "generalization": 10_000}  # every task's pinned files
+SOURCES = ("generate", "upstream")
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    source: Literal["generate", "upstream"] = "generate"
+    seed: int = 1
+    sizes: SplitSizes = field(default_factory=SplitSizes)
+    upstream_mirror: str | None = None  # folder <mirror>/<task>/<upstream file>; None: download
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], where: str = "data") -> "DataSettings":
+        known = {item.name for item in fields(cls)}
+        for key in values:
+            if key not in known:
+                raise StacklmError(f"config key '{where}.{key}': unknown; expected one of {', '.join(sorted(known))}")
+        settings = cls(**{key: value for key, value in values.items() if key != "sizes"},
+                       sizes=SplitSizes.from_dict(values.get("sizes", {}), where=f"{where}.sizes"))
+        if settings.source not in SOURCES:
+            raise StacklmError(f"config key '{where}.source': {settings.source!r} is not one of {', '.join(SOURCES)}")
+        if not isinstance(settings.seed, int) or isinstance(settings.seed, bool):
+            raise StacklmError(f"config key '{where}.seed': expected an integer, found {settings.seed!r}")
+        if settings.source == "upstream":
+            for split, lines in UPSTREAM_LINES.items():
+                if getattr(settings.sizes, split) > lines:
+                    raise StacklmError(f"config key '{where}.sizes.{split}': upstream has {lines} {split} examples per task, "
+                                       f"{getattr(settings.sizes, split)} requested")
+        return settings
+
+
+def data_settings(settings: Mapping[str, Any]) -> DataSettings:
+    """The checked ``data:`` section of the resolved settings, also checking ``tasks``."""
+    for position, name in enumerate(settings["tasks"]):
+        if name not in TASK_NAMES:
+            raise StacklmError(f"config key 'tasks[{position}]': unknown task {name!r}; known: {', '.join(TASK_NAMES)}")
+    return DataSettings.from_dict(settings.get("data", {}))
+
+
+def upstream_path(task: str, split: str) -> str:
+    """The upstream split file the data folder reads: repaired where the task needs it."""
+    return (UPSTREAM_REPAIRED if task in REPAIRED_TASKS else UPSTREAM_RAW).format(task=task, split=split)
+
+
+def generate_inputs(settings: Mapping[str, Any], task: str) -> dict[str, str]:
+    if data_settings(settings).source == "generate":
+        return {}
+    return {split: upstream_path(task, split) for split in UPSTREAM_SPLITS}
+
+
+def generate_options(settings: Mapping[str, Any], task: str) -> str:
+    """Options of ``stacklm data generate`` for ``task`` (seed, sizes, upstream files)."""
+    data = data_settings(settings)
+    options = [f"--seed {data.seed}"] + [f"--{split} {getattr(data.sizes, split)}" for split in SPLITS]
+    options += [f"--{split}-file {path}" for split, path in generate_inputs(settings, task).items()]
+    return " ".join(options)
+
+
+def fetch_options(settings: Mapping[str, Any]) -> str:
+    mirror = data_settings(settings).upstream_mirror
+    return f"--mirror {mirror}" if mirror is not None else ""
+
+
+def data_files(task: str) -> list[str]:
+    return [DATA_FILE.format(task=task, split=split) for split in SPLITS]
+
+
+def data_targets(settings: Mapping[str, Any]) -> list[str]:
+    """Every task's summary, and the report that prints them."""
+    return [SUMMARY.format(task=task) for task in settings["tasks"]] + [REPORT]

@@ -1,0 +1,86 @@
+"""Split construction: sizes, determinism, de-duplication, where ambiguity-breaking examples go."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacklm.data.splits import SplitSizes, build_splits
+from stacklm.data.validate import validate_splits
+from stacklm.errors import StacklmError
+from stacklm.grammars import CompiledGrammar
+from stacklm.tasks import TASK_NAMES, get_task
+
+SIZES = SplitSizes(train=600, validation=50, test=100, generalization=150)
+
+
+@pytest.fixture(scope="module", params=TASK_NAMES)
+def task_and_splits(request):
+    task = get_task(request.param)
+    return task, build_splits(task, SIZES, seed=3)
+
+
+def test_sizes_markers_and_targets(task_and_splits):
+    task, splits = task_and_splits
+    assert {name: len(examples) for name, examples in splits.items()} == {"train": 600, "validation": 50, "test": 100, "generalization": 150}
+    validate_splits(task, dict(splits.items()), {name: name for name, _ in splits.items()})
+    in_distribution = splits.train + splits.validation + splits.test
+    transform_share = sum(example.marker == task.transform_marker for example in in_distribution) / len(in_distribution)
+    assert 0.25 < transform_share < 0.5  # a fair coin, less the dropped ambiguity-breaking transforms
+    assert all(example.linear is None for example in in_distribution)
+    for example in splits.generalization:
+        assert example.marker == task.transform_marker
+        assert example.target == task.transform(example.source, "hierarchical")
+        assert example.linear == task.transform(example.source, "linear") != example.target
+
+
+def test_no_sentence_twice_and_no_generalization_input_elsewhere(task_and_splits):
+    _, splits = task_and_splits
+    sentences = [example.source[:-1] for _, examples in splits.items() for example in examples]
+    assert len(set(sentences)) == len(sentences)
+    generalization = {example.source for example in splits.generalization}
+    assert not generalization & {example.source for example in splits.train + splits.validation + splits.test}
+
+
+def test_same_seed_same_splits_other_seed_other_splits():
+    task = get_task("german-question-formation")
+    first, second = build_splits(task, SIZES, seed=5), build_splits(task, SIZES, seed=5)
+    assert first == second
+    assert build_splits(task, SIZES, seed=6).train != first.train
+
+
+def test_caps_split_generalization_between_subject_and_object_relatives():
+    task = get_task("question-formation")
+    splits = build_splits(task, SplitSizes(train=0, validation=0, test=0, generalization=300), seed=1)
+    kinds = [task.construction(task.parse(example.source[:-1])).split()[0] for example in splits.generalization]
+    assert kinds.count("subject=SRC") <= 200 and kinds.count("subject=ORC") <= 100
+    assert splits.counts["generalization group SRC"] + splits.counts["generalization group ORC"] == 300
+
+
+def test_excluded_sentences_never_appear():
+    task = get_task("passivization")
+    full = build_splits(task, SIZES, seed=2)
+    excluded = frozenset(example.source[:-1] for example in full.train[:300])
+    again = build_splits(task, SIZES, seed=2, exclude=excluded)
+    assert not excluded & {example.source[:-1] for _, examples in again.items() for example in examples}
+
+
+def test_an_exhausted_language_is_an_error(monkeypatch):
+    import stacklm.data.splits as splits_module
+
+    monkeypatch.setattr(splits_module, "MAX_FRUITLESS_DRAWS", 50)
+    task = get_task("passivization")
+    grammar = task.grammar.grammar
+    first_rules = {}
+    for rule in grammar.rules:
+        first_rules.setdefault(rule.lhs, rule.key)
+    one_sentence = CompiledGrammar(grammar.reweighted({key: 1.0 for key in first_rules.values()}))
+    with pytest.raises(StacklmError, match="50 in-distribution draws in a row repeated earlier sentences"):
+        build_splits(task, SplitSizes(train=2, validation=0, test=0, generalization=0), seed=0, grammars=(one_sentence, one_sentence))
+
+
+def test_sizes_from_dict_names_the_key():
+    assert SplitSizes.from_dict({"train": 5}) == SplitSizes(train=5)
+    with pytest.raises(StacklmError, match="config key 'data.sizes.trian'"):
+        SplitSizes.from_dict({"trian": 5}, where="data.sizes")
+    with pytest.raises(StacklmError, match="config key 'data.sizes.test': expected an integer >= 0"):
+        SplitSizes.from_dict({"test": -1}, where="data.sizes")
