@@ -76,7 +76,7 @@ class Circuit:
     """The chart items of a grammar, and an order in which one width can be filled."""
 
     items: tuple[Item, ...]
-    labels: tuple[str, ...]  # readable name of each item: "S", "3", "ε", "[( S]"
+    labels: tuple[str, ...]  # readable name of each item: "S", "3" (terminal 3), "ε", "[0 S]"
     index: dict[Symbol, int]  # item of each terminal and nonterminal
     nullable: frozenset[int]  # items that derive ε
     min_width: tuple[int, ...]  # the shortest string each item derives
@@ -220,9 +220,9 @@ def _same_width_dependencies(item: Item, nullable: frozenset[int]) -> tuple[int,
     if isinstance(item, Alternatives):
         return tuple(body for body, _ in item.rules)
     if isinstance(item, Concatenation):
-        return tuple(
-            [item.right] * (item.left in nullable) + [item.left] * (item.right in nullable)
-        )
+        empty_left_part = (item.right,) if item.left in nullable else ()  # k = 0: I(A, i, i) ⊗ I(B, i, j)
+        empty_right_part = (item.left,) if item.right in nullable else ()  # k = w: I(A, i, j) ⊗ I(B, j, j)
+        return empty_left_part + empty_right_part
     return ()
 
 

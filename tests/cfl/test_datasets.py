@@ -63,11 +63,11 @@ def test_test_split_has_100_strings_per_valid_length_in_order(marked_test):
 
 
 def test_train_and_validation_are_length_homogeneous_batches_from_one_generator():
-    sampler = LengthSampler.build(LANGUAGES["dyck-2"].grammar, 80)
+    sampler = LengthSampler.build(LANGUAGES["marked-reversal"].grammar, 80)
     train = sample_strings(sampler, "train", 11)
     validation = sample_strings(sampler, "validation", 11)
     assert len(train) == 10_000 and len(validation) == 1_000
-    valid = set(range(40, 81, 2))
+    valid = set(range(41, 80, 2))
     for strings in (train, validation):
         batches = [strings[first : first + 10] for first in range(0, len(strings), 10)]
         assert all(len({len(string) for string in batch}) == 1 and len(batch[0]) in valid for batch in batches)
