@@ -110,7 +110,7 @@ def _transform(args: argparse.Namespace) -> int:
             target = task.transform(source, args.rule)
         except StacklmError as error:
             raise located("<stdin>", number, str(error)) from None
-        print(" ".join(target), flush=False)
+        print(" ".join(target))
     return 0
 
 

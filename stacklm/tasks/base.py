@@ -21,7 +21,7 @@ from stacklm.data.examples import Example
 from stacklm.errors import StacklmError
 from stacklm.grammars import CompiledGrammar, Parse, Skeleton, compiled
 
-Rule = Literal["hierarchical", "linear"]
+TransformRule = Literal["hierarchical", "linear"]
 PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
 CASES = ("Nom", "Acc", "Dat")
 MARKER_POS = "Marker"
@@ -62,7 +62,7 @@ class Task(ABC):
     def linear(self, sentence: Sequence[str]) -> tuple[str, ...]:
         """The transform marker's target under the linear rule, from the words alone."""
 
-    def transform(self, source: Sequence[str], rule: Rule) -> tuple[str, ...]:
+    def transform(self, source: Sequence[str], rule: TransformRule) -> tuple[str, ...]:
         """Target of ``source`` (sentence tokens then the marker) under ``rule``."""
         if not source:
             raise StacklmError(f"{self.name}: empty source")

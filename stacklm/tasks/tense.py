@@ -13,7 +13,7 @@ reference's third token is a relative pronoun, else the first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, Sequence
 
 from stacklm.grammars import Parse
@@ -38,7 +38,7 @@ def _number(tag: str) -> str:
 class TenseReinflection(Task):
     inflected_prefix: str = "Aux"  # preterminals of the words that change tense
     noun_prefix: str = "N_"
-    present: Mapping[str, tuple[str, str]] = None  # past form → (present singular, present plural)
+    present: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # past form → (present singular, present plural)
     main_class: str = "A"  # word class at the partial-accuracy check's main position
 
     partial_accuracy_kind: ClassVar = "pos_main_word"

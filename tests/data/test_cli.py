@@ -6,7 +6,6 @@ import io
 import json
 
 import pandas as pd
-import pytest
 
 from stacklm.cli import main
 from stacklm.data.examples import read_examples
