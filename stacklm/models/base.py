@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable, Self
+from typing import Callable, Generic, Iterable, Iterator, Self, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -28,6 +28,22 @@ from torch import Tensor, nn
 UNIFORM_BOUND = 0.1
 TANH_GAIN = 5 / 3
 RELU_GAIN = math.sqrt(2)
+
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+class Layers(nn.ModuleList, Generic[ModuleT]):
+    """An ``nn.ModuleList`` whose items keep their type."""
+
+    def __init__(self, modules: Iterable[ModuleT]) -> None:
+        super().__init__(modules)
+
+    def __getitem__(self, index: int) -> ModuleT:  # type: ignore[override]
+        return cast(ModuleT, super().__getitem__(index))
+
+    def __iter__(self) -> Iterator[ModuleT]:
+        return cast(Iterator[ModuleT], super().__iter__())
 
 
 class ModelState(ABC):

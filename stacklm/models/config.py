@@ -58,7 +58,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         if value not in get_args(hint):
             raise StacklmError(f"{path}: {value!r} is not one of {', '.join(map(repr, get_args(hint)))}")
         return value
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return from_dict(hint, value, path)
     if origin is tuple:
         if isinstance(value, (str, Mapping)) or not hasattr(value, "__iter__"):

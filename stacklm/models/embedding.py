@@ -97,6 +97,8 @@ class FeatureTable:
 class TiedEmbedding(nn.Module):
     """Ẽ (rows, width): input embeddings and, through its first V rows, the output layer."""
 
+    feature_ids: Tensor  # (rows, K), a buffer, with a feature table only
+
     def __init__(self, num_rows: int, width: int, features: FeatureTable | None = None, feature_width: int = 20) -> None:
         super().__init__()
         self.width = width

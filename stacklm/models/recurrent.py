@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stacklm.models.base import LanguageModel, ModelState, uniform_, xavier_
+from stacklm.models.base import LanguageModel, Layers, ModelState, uniform_, xavier_
 from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
@@ -130,7 +130,7 @@ class RecurrentLanguageModel(LanguageModel):
         )
         self.output_layer = None if bearing else nn.Linear(hidden, config.vocabulary_size)
         self.initial_hidden = nn.Parameter(torch.empty(config.num_layers, hidden)) if bearing else None  # w^(ℓ)_0
-        self.layers = nn.ModuleList(
+        self.layers = Layers(
             RecurrentLayer(
                 (self.token_width + config.reading_size) if index == 0 else hidden,
                 hidden,

@@ -20,8 +20,8 @@ Each width is sized to the parameter budget (``stacklm.models.sizing``); the CFL
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 
@@ -47,6 +47,9 @@ DEFAULT_BUDGET = 200_000
 ModelConfig = TransformerConfig | RecurrentConfig
 
 
+CflStack = Literal["Gref", "JM", "NS", "NS+S", "NS+U", "NS+S+U"]
+
+
 @dataclass(frozen=True)
 class Architecture:
     name: str  # registry key, e.g. "LSTM+Nd+R", "Tf+Syn", "cfl/NS+S+U"
@@ -54,11 +57,24 @@ class Architecture:
     slug: str  # for paths and run names
     family: Literal["bearing-syntactic-fruit", "rns-rnn"]
     config_class: type[TransformerConfig] | type[RecurrentConfig]
-    shape: Callable[[ModelOptions], Shape]  # the structure, given the options
+    base: Literal["transformer", "rnn", "lstm"]
+    stack: StackSpec | None = None  # Bearing: the stack of every stack layer or of the stack RNN
+    stack_layers: int = 0  # transformers: 1 (layer 3 of 5) or 2 (layers 2 and 4)
+    reading_to_output: bool = False  # +R
+    syntax: bool = False  # +Syn
+    cfl_stack: CflStack | None = None  # CFL: the stack, sized by the options
 
-    @property
-    def syntax(self) -> bool:
-        return self.name.endswith(SYNTAX_SUFFIX)
+    def shape(self, options: ModelOptions) -> Shape:
+        """The structure of this architecture under ``options``."""
+        if self.family == "rns-rnn":
+            return Shape("lstm", "rns-rnn", stack=_cfl_stack(self.cfl_stack, options), num_layers=1)
+        if self.base == "transformer":
+            positions = {0: (), 1: (2,), 2: (1, 3)}[self.stack_layers]
+            layers = tuple(self.stack if index in positions else None for index in range(5))
+            return Shape("transformer", self.family, layers=layers, syntax=self.syntax)
+        return Shape(
+            self.base, self.family, stack=self.stack, reading_to_output=self.reading_to_output, syntax=self.syntax, num_layers=3
+        )
 
     def sizing(
         self, vocabulary_size: int, options: ModelOptions, parameter_budget: int = DEFAULT_BUDGET, feature_values: int = 0
@@ -94,80 +110,59 @@ class Architecture:
         )
 
 
-def _transformer(stack: StackSpec | None, count: int, syntax: bool) -> Callable[[ModelOptions], Shape]:
-    """5 layers; one stack in layer 3, two in layers 2 and 4 (seed 000 §5)."""
-    positions = {0: (), 1: (2,), 2: (1, 3)}[count]
-    layers = tuple(stack if index in positions else None for index in range(5))
-    return lambda options: Shape("transformer", "bearing-syntactic-fruit", layers=layers, syntax=syntax)
-
-
-def _recurrent(
-    base: Literal["rnn", "lstm"], stack: StackSpec | None, reading_to_output: bool, syntax: bool
-) -> Callable[[ModelOptions], Shape]:
-    return lambda options: Shape(
-        base, "bearing-syntactic-fruit", stack=stack, reading_to_output=reading_to_output, syntax=syntax, num_layers=3
+def _cfl_stack(label: CflStack | None, options: ModelOptions) -> StackSpec | None:
+    """The CFL stacks: Gref and JM with vector size m, the NS family with |Q| states and |Γ| symbols."""
+    if label is None:
+        return None
+    if label == "Gref":
+        return StratificationSpec(vector_size=options.cfl_stack_vector_size)
+    if label == "JM":
+        return SuperpositionSpec(vector_size=options.cfl_stack_vector_size)
+    return NondeterministicSpec(
+        num_states=options.cfl_num_states,
+        num_symbols=options.cfl_num_symbols,
+        normalized="+U" not in label,
+        states_in_reading="+S" in label,
     )
-
-
-def _cfl(stack: Callable[[ModelOptions], StackSpec | None]) -> Callable[[ModelOptions], Shape]:
-    return lambda options: Shape("lstm", "rns-rnn", stack=stack(options), num_layers=1)
 
 
 BEARING_STACKS: dict[str, StackSpec] = {
     "Sup": SuperpositionSpec(vector_size=50),
     "Nd": VectorNondeterministicSpec(num_states=3, num_symbols=3, vector_size=5),
 }
-
-CFL_STACKS: dict[str, Callable[[ModelOptions], StackSpec | None]] = {
-    "LSTM": lambda options: None,
-    "Gref": lambda options: StratificationSpec(vector_size=options.cfl_stack_vector_size),
-    "JM": lambda options: SuperpositionSpec(vector_size=options.cfl_stack_vector_size),
-    **{
-        label: lambda options, normalized=normalized, states=states: NondeterministicSpec(
-            num_states=options.cfl_num_states,
-            num_symbols=options.cfl_num_symbols,
-            normalized=normalized,
-            states_in_reading=states,
-        )
-        for label, normalized, states in (
-            ("NS", True, False),
-            ("NS+S", True, True),
-            ("NS+U", False, False),
-            ("NS+S+U", False, True),
-        )
-    },
-}
+CFL_STACKS: tuple[CflStack, ...] = ("Gref", "JM", "NS", "NS+S", "NS+U", "NS+S+U")
 
 
 def _bearing_architectures() -> list[Architecture]:
-    entries: list[tuple[str, type[TransformerConfig] | type[RecurrentConfig], Callable[[bool], Callable[[ModelOptions], Shape]]]] = []
-    entries.append(("Tf", TransformerConfig, lambda syntax: _transformer(None, 0, syntax)))
+    """Tf, Tf+Sup, Tf+Sup+Sup, Tf+Nd, Tf+Nd+Nd, RNN, RNN+Sup, RNN+Sup+R, …, LSTM+Nd+R; then each +Syn."""
+    family: Literal["bearing-syntactic-fruit"] = "bearing-syntactic-fruit"
+    recurrent_bases: tuple[tuple[Literal["rnn", "lstm"], str], ...] = (("rnn", "RNN"), ("lstm", "LSTM"))
+    plain: list[Architecture] = [Architecture("Tf", "Tf", "tf", family, TransformerConfig, "transformer")]
     for token, spec in BEARING_STACKS.items():
         for count in (1, 2):
             name = "Tf" + f"+{token}" * count
-            entries.append((name, TransformerConfig, lambda syntax, spec=spec, count=count: _transformer(spec, count, syntax)))
-    for base, label in (("rnn", "RNN"), ("lstm", "LSTM")):
-        entries.append((label, RecurrentConfig, lambda syntax, base=base: _recurrent(base, None, False, syntax)))
+            plain.append(Architecture(name, name, name.lower(), family, TransformerConfig, "transformer", spec, count))
+    for base, label in recurrent_bases:
+        plain.append(Architecture(label, label, label.lower(), family, RecurrentConfig, base))
         for token, spec in BEARING_STACKS.items():
             for reading_to_output in (False, True):
                 name = f"{label}+{token}" + ("+R" if reading_to_output else "")
-                entries.append(
-                    (name, RecurrentConfig, lambda syntax, base=base, spec=spec, r=reading_to_output: _recurrent(base, spec, r, syntax))
+                plain.append(
+                    Architecture(name, name, name.lower(), family, RecurrentConfig, base, spec, reading_to_output=reading_to_output)
                 )
-    architectures = []
-    for syntax in (False, True):
-        for name, config_class, shape in entries:
-            full_name = name + (SYNTAX_SUFFIX if syntax else "")
-            architectures.append(
-                Architecture(full_name, full_name, full_name.lower(), "bearing-syntactic-fruit", config_class, shape(syntax))
-            )
-    return architectures
+    syntax = [
+        replace(a, name=a.name + SYNTAX_SUFFIX, label=a.label + SYNTAX_SUFFIX, slug=(a.name + SYNTAX_SUFFIX).lower(), syntax=True)
+        for a in plain
+    ]
+    return plain + syntax
 
 
 def _cfl_architectures() -> list[Architecture]:
-    return [
-        Architecture(CFL_PREFIX + label, label, "cfl-" + label.lower(), "rns-rnn", RecurrentConfig, _cfl(stack))
-        for label, stack in CFL_STACKS.items()
+    """cfl/LSTM, cfl/Gref, cfl/JM, cfl/NS, cfl/NS+S, cfl/NS+U, cfl/NS+S+U."""
+    lstm = Architecture(CFL_PREFIX + "LSTM", "LSTM", "cfl-lstm", "rns-rnn", RecurrentConfig, "lstm")
+    return [lstm] + [
+        Architecture(CFL_PREFIX + label, label, "cfl-" + label.lower(), "rns-rnn", RecurrentConfig, "lstm", cfl_stack=label)
+        for label in CFL_STACKS
     ]
 
 

@@ -185,6 +185,8 @@ class NondeterministicInterface(StackInterface):
 
 
 class VectorNondeterministicInterface(StackInterface):
+    stack: VectorNondeterministicStack  # a module: it owns the bottom logits w₀
+
     def __init__(
         self, input_size: int, spec: VectorNondeterministicSpec, *, bias: bool, pushed_vector: PushedVector, xavier: bool
     ) -> None:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stacklm.models.base import RELU_GAIN, LanguageModel, ModelState, layer_norm_, uniform_layer_, xavier_
+from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
 from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
@@ -208,7 +208,7 @@ class Transformer(LanguageModel):
         self.bos_index = config.vocabulary_size
         self.embedding = TiedEmbedding(config.vocabulary_size + 1, config.width, features, config.syntax_feature_width or 0)
         self.input_dropout = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, spec) for spec in config.layers)
+        self.blocks = Layers(Block(config, spec) for spec in config.layers)
         self.final_norm = nn.LayerNorm(config.width)
 
     def _embed(self, tokens: Tensor, first_position: int) -> Tensor:

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 import torch
 
 from stacklm.errors import StacklmError
+from stacklm.models.base import LanguageModel
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
-from stacklm.models.recurrent import RecurrentConfig
+from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
 from stacklm.models.registry import ARCHITECTURES, CFL_PREFIX, build_model, get_architecture
-from stacklm.models.stack_interface import NondeterministicSpec, SuperpositionSpec, VectorNondeterministicSpec
-from stacklm.models.transformer import Transformer, TransformerConfig
+from stacklm.models.stack_interface import (
+    NondeterministicSpec,
+    SuperpositionSpec,
+    VectorNondeterministicInterface,
+    VectorNondeterministicSpec,
+)
+from stacklm.models.transformer import StackAttention, Transformer, TransformerConfig
 
 PAPER_NAMES = (
     "Tf", "Tf+Sup", "Tf+Sup+Sup", "Tf+Nd", "Tf+Nd+Nd", "RNN", "RNN+Sup", "RNN+Sup+R", "RNN+Nd", "RNN+Nd+R",
@@ -110,10 +118,33 @@ def test_initialization_option_changes_standard_feedforward_layers_only() -> Non
 
 def test_pushed_vector_option() -> None:
     hidden = torch.randn(4, 16, generator=torch.Generator().manual_seed(0)) * 3
-    for pushed_vector, bounded in (("sigmoid", True), ("raw", False)):
-        model = build_model(
-            "Tf+Sup", 10, options=ModelOptions(width=16, reference=ReferenceBehaviour(pushed_vector=pushed_vector))
-        )
+    for reference, bounded in ((ReferenceBehaviour(pushed_vector="sigmoid"), True), (ReferenceBehaviour(pushed_vector="raw"), False)):
+        model = build_model("Tf+Sup", 10, options=ModelOptions(width=16, reference=reference))
         assert isinstance(model, Transformer)
-        pushed = model.blocks[2].sublayer.interface.actions(hidden).pushed  # type: ignore[union-attr]
+        sublayer = model.blocks[2].sublayer
+        assert isinstance(sublayer, StackAttention)
+        pushed = sublayer.interface.actions(hidden).pushed
         assert bool(((pushed >= 0) & (pushed <= 1)).all()) is bounded
+
+
+def test_initialize_sets_every_parameter_from_the_generator(architecture_name: str, tiny_model: Callable[..., LanguageModel]) -> None:
+    model = tiny_model(architecture_name)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    model.initialize(torch.Generator().manual_seed(3))
+    again = tiny_model(architecture_name)
+    again.initialize(torch.Generator().manual_seed(3))
+    for (name, parameter), other in zip(model.named_parameters(), again.parameters()):
+        assert not parameter.isnan().any(), name
+        torch.testing.assert_close(parameter, other, rtol=0, atol=0)
+
+
+def test_nondeterministic_rnn_initialization_follows_the_option() -> None:
+    def action_bound(reference: ReferenceBehaviour) -> float:
+        model = build_model("LSTM+Nd", 10, options=ModelOptions(width=64, reference=reference), generator=torch.Generator().manual_seed(0))
+        assert isinstance(model, RecurrentLanguageModel) and isinstance(model.interface, VectorNondeterministicInterface)
+        return model.interface.action_layer.weight.abs().max().item()
+
+    paper, reference = action_bound(ReferenceBehaviour()), action_bound(ReferenceBehaviour(initialization="reference"))
+    assert reference <= 0.1 < paper <= (6 / (64 + 189)) ** 0.5
