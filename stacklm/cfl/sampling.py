@@ -63,6 +63,7 @@ class LengthSampler:
 
     def valid_lengths(self, low: int, high: int) -> tuple[int, ...]:
         """The lengths ℓ ∈ [low, high] with β(S, ℓ) > 0."""
+        self._check_length(low)
         self._check_length(high)
         return tuple(length for length in range(low, high + 1) if self.log_beta[self.circuit.start][length] > -math.inf)
 

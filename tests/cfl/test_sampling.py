@@ -121,6 +121,8 @@ def test_invalid_or_out_of_table_lengths_are_rejected(samplers):
         samplers["marked-reversal"].sample(40, random.Random(0))
     with pytest.raises(StacklmError, match="outside the sampler's table"):
         samplers["dyck-2"].log_total(101)
+    with pytest.raises(StacklmError, match="length -1 is outside"):
+        samplers["dyck-2"].valid_lengths(-1, 10)
 
 
 def test_draw_never_returns_a_zero_weight_option_even_when_the_uniform_rounds_up():
