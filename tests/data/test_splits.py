@@ -27,6 +27,8 @@ def test_sizes_markers_and_targets(task_and_splits):
     transform_share = sum(example.marker == task.transform_marker for example in in_distribution) / len(in_distribution)
     assert 0.25 < transform_share < 0.5  # a fair coin, less the dropped ambiguity-breaking transforms
     assert all(example.linear is None for example in in_distribution)
+    vocabulary = set(task.vocabulary())
+    assert all(set(example.source) | set(example.target) | set(example.linear or ()) <= vocabulary for _, examples in splits.items() for example in examples)
     for example in splits.generalization:
         assert example.marker == task.transform_marker
         assert example.target == task.transform(example.source, "hierarchical")
