@@ -112,7 +112,7 @@ class Passivization(Task):
         raise StacklmError(f"{self.name}: {' '.join(pair)!r} is not a determiner and noun in {readings}")
 
     def is_ambiguity_breaking(self, parse: Parse) -> bool:
-        return self._skeleton_facts(parse.skeleton, _construction).startswith("subject=PP")
+        return self._skeleton_facts(parse.skeleton, _subject_kind) == "PP"
 
     def construction(self, parse: Parse) -> str:
         return self._skeleton_facts(parse.skeleton, _construction)
@@ -124,6 +124,10 @@ def _clause(skeleton: Skeleton) -> tuple[int, int, int, str]:
     verb, obj = skeleton.children(predicate)
     head = skeleton.nodes[skeleton.children(obj)[1]].label  # N_S, N_P, N_S_Acc, N_P_Acc
     return subject, skeleton.nodes[verb].start, obj, head.split("_")[1]
+
+
+def _subject_kind(skeleton: Skeleton) -> str:
+    return noun_phrase_kind(skeleton, main_clause(skeleton)[0])
 
 
 def _construction(skeleton: Skeleton) -> str:
