@@ -50,6 +50,8 @@ class DataSettings:
             raise StacklmError(f"config key '{where}.source': {settings.source!r} is not one of {', '.join(SOURCES)}")
         if not isinstance(settings.seed, int) or isinstance(settings.seed, bool):
             raise StacklmError(f"config key '{where}.seed': expected an integer, found {settings.seed!r}")
+        if settings.upstream_mirror is not None and not isinstance(settings.upstream_mirror, str):
+            raise StacklmError(f"config key '{where}.upstream_mirror': expected a folder path or null, found {settings.upstream_mirror!r}")
         if settings.source == "upstream":
             for split, lines in UPSTREAM_LINES.items():
                 if getattr(settings.sizes, split) > lines:

@@ -25,6 +25,7 @@ def test_defaults_and_typed_fields():
         ({"sead": 1}, None, "config key 'data.sead': unknown"),
         ({"source": "web"}, None, "config key 'data.source': 'web' is not one of generate, upstream"),
         ({"seed": "one"}, None, "config key 'data.seed': expected an integer"),
+        ({"upstream_mirror": 3}, None, "config key 'data.upstream_mirror': expected a folder path or null"),
         ({"sizes": {"tests": 3}}, None, "config key 'data.sizes.tests': unknown"),
         ({"source": "upstream", "sizes": {"validation": 2000}}, None, "config key 'data.sizes.validation': upstream has 1000"),
         ({}, ["question-formation", "passivisation"], r"config key 'tasks\[1\]': unknown task 'passivisation'"),
