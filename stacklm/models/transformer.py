@@ -59,7 +59,8 @@ class TransformerConfig:
 
 def sinusoidal_encoding(positions: Tensor, width: int) -> Tensor:
     """PE[p, 2i] = sin(p / 10000^{2i/d}), PE[p, 2i+1] = cos(p / 10000^{2i/d}): (len(positions), d)."""
-    frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float64) * (-math.log(10000.0) / width))  # (d/2,)
+    exponents = torch.arange(0, width, 2, dtype=torch.float64, device=positions.device)
+    frequencies = torch.exp(exponents * (-math.log(10000.0) / width))  # (d/2,)
     angles = positions.to(torch.float64).unsqueeze(1) * frequencies  # (n, d/2)
     return torch.stack([angles.sin(), angles.cos()], dim=2).flatten(1)  # (n, d)
 

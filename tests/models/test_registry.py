@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import pytest
@@ -9,6 +10,8 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.models.base import LanguageModel
+from stacklm.models.config import from_dict
+from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
 from stacklm.models.registry import ARCHITECTURES, CFL_PREFIX, build_model, get_architecture
@@ -148,3 +151,12 @@ def test_nondeterministic_rnn_initialization_follows_the_option() -> None:
 
     paper, reference = action_bound(ReferenceBehaviour()), action_bound(ReferenceBehaviour(initialization="reference"))
     assert reference <= 0.1 < paper <= (6 / (64 + 189)) ** 0.5
+
+
+def test_configs_and_feature_tables_round_trip_through_dicts(architecture_name: str) -> None:
+    architecture = ARCHITECTURES[architecture_name]
+    config = architecture.config(12, 24, ModelOptions(reference=ReferenceBehaviour(pushed_vector="raw")))
+    assert isinstance(config, architecture.config_class)
+    assert architecture.config_class.from_dict(dataclasses.asdict(config)) == config
+    table = FeatureTable.from_rows([{"pos": "N", "case": "none", "subword": "whole"}])
+    assert from_dict(FeatureTable, dataclasses.asdict(table)) == table
