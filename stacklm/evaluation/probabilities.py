@@ -13,8 +13,7 @@ The second output token's probability sums over the first (exact second-word acc
 
     p_M(y'_2 = r_2 | x) = Σ_{a ≠ EOS} p_M(a | x) · p_M(r_2 | x a),
 
-computed with the model's incremental state: the prompt is read once, then the state is
-copied for every candidate a and advanced one step.
+computed in one forward pass over x·a for every candidate a.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
-from stacklm.models.base import ModelState
 from stacklm.training.batching import group_by_token_budget, make_batch
 from stacklm.training.loss import position_log_probabilities
 
@@ -77,14 +75,6 @@ def score_outputs(
     )
 
 
-def prompt_states(model: nn.Module, prompts: Tensor) -> ModelState:
-    """The model's state after reading ``prompts`` (B, n), all of one length."""
-    state = model.initial_state(prompts.size(0))
-    for step in range(prompts.size(1)):
-        state = state.next(prompts[:, step])
-    return state
-
-
 def same_length_chunks(lengths: Sequence[int], rows_per_prompt: int, tokens_per_batch: int) -> list[list[int]]:
     """Prompts of identical length, as many per chunk as keep rows · (length + 1) within the budget."""
     by_length: dict[int, list[int]] = {}
@@ -92,7 +82,7 @@ def same_length_chunks(lengths: Sequence[int], rows_per_prompt: int, tokens_per_
         by_length.setdefault(length, []).append(index)
     chunks = []
     for length, members in sorted(by_length.items()):
-        size = max(1, tokens_per_batch // (rows_per_prompt * (length + 2)))
+        size = max(1, tokens_per_batch // (rows_per_prompt * (length + 1)))
         chunks.extend(members[start : start + size] for start in range(0, len(members), size))
     return chunks
 
@@ -108,25 +98,26 @@ def second_token_log_probabilities(
 ) -> Tensor:
     """log p_M(y'_2 = r_2 | x) for each prompt x and reference second token r_2: (N,) float64.
 
+    Each chunk of same-length prompts (at most ``tokens_per_batch`` prompt tokens) is run once
+    with every first token a ≠ EOS appended, so one forward pass holds V − 1 rows per prompt.
     ``None`` (a reference without a second token) can never be matched: −inf.
     """
     device = torch.device(device)
-    vocabulary_size = eos_index + 1
-    candidates = torch.arange(eos_index, device=device)  # every first token but EOS: (V − 1,)
+    candidates = eos_index  # first tokens 0 … V − 2; EOS ends the output before a second token
     result = torch.full((len(prompts),), -torch.inf, dtype=torch.float64)
     model.eval()
     with torch.no_grad():
-        for chunk in same_length_chunks([len(prompt) for prompt in prompts], vocabulary_size, tokens_per_batch):
+        for chunk in same_length_chunks([len(prompt) for prompt in prompts], 1, tokens_per_batch):
             chunk = [index for index in chunk if second_tokens[index] is not None]
             if not chunk:
                 continue
             tokens = torch.tensor([list(prompts[index]) for index in chunk], dtype=torch.long, device=device)  # (B, n)
-            state = prompt_states(model, tokens)
-            first = torch.log_softmax(state.output().double(), dim=-1)[:, :eos_index]  # (B, V − 1)
-            expanded = state.transform_tensors(lambda tensor: tensor.repeat_interleave(eos_index, dim=0))
-            after = expanded.next(candidates.repeat(len(chunk)))  # B·(V − 1) rows
-            second = torch.log_softmax(after.output().double(), dim=-1).view(len(chunk), eos_index, vocabulary_size)
-            references = torch.tensor([second_tokens[index] for index in chunk], device=device)  # (B,)
-            picked = second.gather(2, references.view(-1, 1, 1).expand(-1, eos_index, 1)).squeeze(2)  # (B, V − 1)
-            result[torch.tensor(chunk)] = torch.logsumexp(first + picked, dim=1).cpu()
+            length = tokens.size(1)
+            first_tokens = torch.arange(candidates, device=device).repeat(len(chunk)).unsqueeze(1)  # (B·(V − 1), 1)
+            inputs = torch.cat([tokens.repeat_interleave(candidates, dim=0), first_tokens], dim=1)  # (B·(V − 1), n + 1)
+            log_probabilities = torch.log_softmax(model(inputs).double(), dim=-1)  # (B·(V − 1), n + 2, V)
+            first = log_probabilities[::candidates, length, :candidates]  # (B, V − 1): p(a | x)
+            references = torch.tensor([second_tokens[index] for index in chunk], device=device).repeat_interleave(candidates)  # (B·(V − 1),)
+            second = log_probabilities[:, length + 1].gather(1, references.unsqueeze(1)).view(len(chunk), candidates)  # (B, V − 1): p(r_2 | x a)
+            result[torch.tensor(chunk)] = torch.logsumexp(first + second, dim=1).cpu()
     return result

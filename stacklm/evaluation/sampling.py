@@ -2,7 +2,8 @@
 
 Seed 000 §5 estimates tense reinflection's (and passivization's) partial accuracy from 10
 outputs sampled per input; the reference draws them with seed 123 and at most 50 tokens
-(``reference-implementation.md`` §10.6). Prompts of identical length are sampled together:
+(``reference-implementation.md`` §10.6). Prompts of identical length are sampled together,
+as many as keep samples · (prompt length + 1) within the token budget:
 each is repeated ``num_samples`` times, read once, and extended one token at a time from
 softmax(y_t) until every row has produced EOS or reached ``max_length`` tokens.
 """
@@ -12,9 +13,18 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from stacklm.evaluation.probabilities import prompt_states, same_length_chunks
+from stacklm.evaluation.probabilities import same_length_chunks
+from stacklm.models.base import ModelState
+
+
+def prompt_states(model: nn.Module, prompts: Tensor) -> ModelState:
+    """The model's state after reading ``prompts`` (B, n), all of one length."""
+    state = model.initial_state(prompts.size(0))
+    for step in range(prompts.size(1)):
+        state = state.next(prompts[:, step])
+    return state
 
 
 def sample_outputs(
@@ -34,7 +44,7 @@ def sample_outputs(
     samples: list[list[tuple[int, ...]]] = [[] for _ in prompts]
     model.eval()
     with torch.no_grad():
-        for chunk in same_length_chunks([len(prompt) + max_length for prompt in prompts], num_samples, tokens_per_batch):
+        for chunk in same_length_chunks([len(prompt) for prompt in prompts], num_samples, tokens_per_batch):
             tokens = torch.tensor([list(prompts[index]) for index in chunk], dtype=torch.long, device=device)  # (B, n)
             state = prompt_states(model, tokens.repeat_interleave(num_samples, dim=0))  # B·S rows
             rows = tokens.size(0) * num_samples

@@ -100,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
         "evaluation": asdict(evaluation),
         "tracking": asdict(tracking),
     }
-    fingerprint = hashlib.sha256(json.dumps({**run_settings, "data_version": version}, sort_keys=True).encode()).hexdigest()
+    # What determines the trained parameters: a checkpoint written under anything else is not resumed.
+    determining = ("task", "architecture", "seed", "hyperparameters", "model", "train_config")
+    fingerprint_source = {key: run_settings[key] for key in determining} | {"parameter_budget": training.parameter_budget, "data_version": version}
+    fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
 
     model = build_model(
         args.architecture,

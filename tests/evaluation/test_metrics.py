@@ -29,11 +29,11 @@ def random_pairs(count: int, seed: int) -> tuple[list[list[int]], list[list[int]
     return prompts, outputs
 
 
-def one_at_a_time(model: ToyLanguageModel, prompt: list[int], output: list[int]) -> tuple[float, float]:
-    """p(y·EOS | x) and p(x·y·EOS), multiplying next-token probabilities one step at a time."""
+def one_at_a_time(model: ToyLanguageModel, prompt: list[int], output: list[int], with_eos: bool = True) -> tuple[float, float]:
+    """p(y·EOS | x) and p(x·y·EOS) (without EOS: p(y… | x), p(x·y…)), one next-token probability at a time."""
     state = model.initial_state(1)
     conditional = joint = 1.0
-    for position, token in enumerate(prompt + output + [EOS]):
+    for position, token in enumerate(prompt + output + ([EOS] if with_eos else [])):
         probability = float(torch.softmax(state.output().double(), dim=-1)[0, token])
         joint *= probability
         if position >= len(prompt):
@@ -52,6 +52,19 @@ def test_batched_full_accuracy_equals_per_token_products_one_string_at_a_time() 
     torch.testing.assert_close(scores.output.exp(), torch.tensor([value[0] for value in expected], dtype=torch.float64), rtol=1e-5, atol=0)
     torch.testing.assert_close(scores.string.exp(), torch.tensor([value[1] for value in expected], dtype=torch.float64), rtol=1e-5, atol=0)
     assert scores.output_tokens.tolist() == [len(output) + 1 for output in outputs]
+
+
+def test_exact_second_word_probability_sums_over_the_first_word_step_by_step() -> None:
+    model = toy_model(2)
+    model.eval()
+    prompts, _ = random_pairs(12, 4)
+    seconds = [index % EOS for index in range(12)]
+    exact = second_token_log_probabilities(model, prompts, seconds, eos_index=EOS, tokens_per_batch=16).exp()
+    with torch.no_grad():
+        expected = [sum(one_at_a_time(model, prompt, [first, second], with_eos=False)[0] for first in range(EOS))
+                    for prompt, second in zip(prompts, seconds)]
+    torch.testing.assert_close(exact, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=0)
+    assert second_token_log_probabilities(model, [[0, 4]], [None], eos_index=EOS, tokens_per_batch=16).item() == -math.inf
 
 
 def test_exact_second_word_accuracy_lies_in_the_confidence_interval_of_10000_samples() -> None:

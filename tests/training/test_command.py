@@ -2,11 +2,14 @@
 
 import argparse
 import json
-import warnings
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from stacklm.data.examples import write_examples
 from stacklm.data.splits import SplitSizes, build_splits
@@ -92,3 +95,46 @@ def test_unknown_settings_keys_and_missing_models_are_named(data_dir: Path, tmp_
     with pytest.raises(StacklmError, match="model.pt: model file not found"):
         run("evaluate", "--task", "question-formation", "--run", str(tmp_path / "run"), "--data-dir", str(data_dir),
             "--settings", str(settings), "--out", str(tmp_path / "metrics.parquet"))
+
+
+RUNNER = """
+import argparse, sys
+from stacklm.training import command
+parser = argparse.ArgumentParser()
+command.register(parser.add_subparsers())
+arguments = parser.parse_args(sys.argv[1:])
+sys.exit(arguments.func(arguments))
+"""
+
+
+def test_a_run_killed_mid_epoch_and_restarted_equals_an_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({
+        "training": {"parameter_budget": 8000, "examples_per_checkpoint": 300, "progress_interval_s": 3600},
+        "tracking": {"enabled": False},
+    }))
+    (tmp_path / "hp.json").write_text(json.dumps({"learning_rate": 0.003, "tokens_per_batch": 256, "max_epochs": 1}))
+
+    def command(name: str) -> list[str]:
+        return [sys.executable, "-c", RUNNER, "train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir),
+                "--hparams", str(tmp_path / "hp.json"), "--seed", "3", "--settings", str(settings), "--device", "cpu", "--threads", "1",
+                "--checkpoint", str(tmp_path / f"{name}.ckpt"), "--out", str(tmp_path / name)]
+
+    subprocess.run(command("whole"), check=True, capture_output=True)
+    killed = subprocess.Popen(command("killed"), stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    for line in killed.stderr:  # the line is printed once the checkpoint is on disk
+        if line.startswith("checkpoint 3:"):
+            break
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL and not (tmp_path / "killed" / "model.pt").exists()
+    state = torch.load(tmp_path / "killed.ckpt", weights_only=False)
+    assert len(state["curve"]) == 3 and state["counters"]["epoch"] == 0 and 0 < state["counters"]["batch_index"]  # 900 of the epoch's 2000 examples
+    resumed = subprocess.run(command("killed"), check=True, capture_output=True, text=True)
+    assert "resuming from" in resumed.stderr
+
+    curves = [pq.read_table(tmp_path / name / "train.parquet").drop(["wall_time_s", "tokens_per_s"]).to_pylist() for name in ("whole", "killed")]
+    assert curves[0] == curves[1] and len(curves[0]) >= 7
+    whole, continued = (torch.load(tmp_path / name / "model.pt", weights_only=False)["parameters"] for name in ("whole", "killed"))
+    assert whole.keys() == continued.keys() and all(torch.equal(whole[key], continued[key]) for key in whole)

@@ -1,25 +1,17 @@
 import io
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import TrainConfig, cfl_train_config
-from stacklm.training.loop import TrainingDiverged, train, validation_cross_entropy
+from stacklm.training.loop import TrainingDiverged, TrainResult, train, validation_cross_entropy
 from stacklm.training.batching import make_batch
 from stacklm.training.progress import Progress
-from toy_language_model import ToyLanguageModel, counting_data, toy_config
-
-HELPER = Path(__file__).with_name("toy_language_model.py")
+from training.toy_language_model import ToyLanguageModel, counting_data, toy_config
 
 
-def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None) -> tuple[ToyLanguageModel, object]:
+def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None) -> tuple[ToyLanguageModel, TrainResult]:
     model = ToyLanguageModel(3, dropout=0.1)
     model.initialize(torch.Generator().manual_seed(seed))
     torch.manual_seed(seed)
@@ -46,30 +38,6 @@ def test_same_seed_same_curve_and_parameters_other_seed_differs() -> None:
     for name, tensor in first_model.state_dict().items():
         assert torch.equal(tensor, second_model.state_dict()[name])
     assert other.curve != first.curve
-
-
-def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
-    command = [sys.executable, str(HELPER)]
-    subprocess.run(command + ["--checkpoint", str(tmp_path / "whole.pt"), "--out", str(tmp_path / "whole.out")], check=True, capture_output=True)
-    killed = subprocess.Popen(command + ["--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "killed.out"),
-                                         "--seconds-per-forward", "0.02"], stderr=subprocess.PIPE, text=True)
-    assert killed.stderr is not None
-    for line in killed.stderr:  # kill right after the 3rd checkpoint, in the middle of epoch 2
-        if line.startswith("checkpoint 3:"):
-            break
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
-    assert killed.returncode == -signal.SIGKILL and not (tmp_path / "killed.out").exists()
-    state = checkpoint_file.load(tmp_path / "ckpt.pt")
-    assert len(state["curve"]) == 3 and state["counters"]["epoch"] == 1 and state["counters"]["batch_index"] > 0
-    resumed = subprocess.run(command + ["--checkpoint", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "killed.out")],
-                             check=True, capture_output=True, text=True)
-    assert "resuming from" in resumed.stderr
-    whole = torch.load(tmp_path / "whole.out", weights_only=False)
-    continued = torch.load(tmp_path / "killed.out", weights_only=False)
-    assert continued["curve"] == whole["curve"]
-    for name, tensor in whole["parameters"].items():
-        assert torch.equal(tensor, continued["parameters"][name])
 
 
 def test_a_finished_run_restarted_writes_the_same_result(tmp_path: Path) -> None:

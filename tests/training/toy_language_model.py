@@ -1,26 +1,19 @@
 """A tiny GRU language model with the interface of ``stacklm.models.base.LanguageModel``.
 
 The training and evaluation tests use it where any language model will do, so that they do
-not depend on an architecture's speed or size. Run as a script, it trains one toy run on a
-toy data set (the subprocess of the SIGKILL test).
+not depend on an architecture's speed or size.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
-import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
 from stacklm.training.config import TrainConfig
-from stacklm.training.loop import train
-from stacklm.training.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -45,7 +38,7 @@ class ToyState:
 
 
 class ToyLanguageModel(nn.Module):
-    def __init__(self, vocabulary_size: int, hidden_size: int = 16, dropout: float = 0.0, seconds_per_forward: float = 0.0) -> None:
+    def __init__(self, vocabulary_size: int, hidden_size: int = 16, dropout: float = 0.0) -> None:
         super().__init__()
         self.vocabulary_size = vocabulary_size
         self.embedding = nn.Embedding(vocabulary_size, hidden_size)
@@ -53,11 +46,9 @@ class ToyLanguageModel(nn.Module):
         self.cell = nn.GRUCell(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(hidden_size, vocabulary_size)
-        self.seconds_per_forward = seconds_per_forward
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Logits (B, n + 1, V) for tokens (B, n)."""
-        time.sleep(self.seconds_per_forward)
         hidden = self.initial_hidden.expand(tokens.size(0), -1)  # (B, H)
         hiddens = [hidden]
         for step in range(tokens.size(1)):
@@ -80,24 +71,6 @@ def counting_data(count: int, seed: int) -> list[list[int]]:
     return [[0] * k + [1] * k for k in (generator.randint(1, 6) for _ in range(count))]
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--checkpoint", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seconds-per-forward", type=float, default=0.0)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    config = toy_config()
-    model = ToyLanguageModel(3, dropout=0.1, seconds_per_forward=args.seconds_per_forward)
-    model.initialize(torch.Generator().manual_seed(1))
-    torch.manual_seed(1)
-    result = train(model, counting_data(120, 1), counting_data(30, 2), config, seed=1, eos_index=2, checkpoint_path=args.checkpoint, progress=Progress(interval_s=0.0))
-    torch.save({"curve": result.curve, "parameters": model.state_dict()}, args.out)
-
-
 def toy_config() -> TrainConfig:
     return TrainConfig(learning_rate=0.01, tokens_per_batch=40, max_epochs=3, examples_per_checkpoint=50, early_stopping_patience=10)
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
