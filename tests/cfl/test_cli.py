@@ -24,8 +24,9 @@ def test_generate_writes_the_reference_test_set_and_returns_zero(tmp_path):
 
 
 def test_cfl_generate_is_registered_with_the_stacklm_command():
+    """The module is listed for ``stacklm`` (not building the whole parser: that imports every other command's module)."""
     assert "stacklm.cfl.cli" in cli.COMMAND_MODULES
-    args = cli.build_parser().parse_args(["cfl", "generate", "--language", "dyck-2", "--split", "train", "--seed", "3", "--out", "x.tsv"])
+    args = parser().parse_args(["cfl", "generate", "--language", "dyck-2", "--split", "train", "--seed", "3", "--out", "x.tsv"])
     assert args.func is run_generate
 
 
