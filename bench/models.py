@@ -2,8 +2,10 @@
 
 For each architecture and length n, a batch of 1024 tokens (1024 / n sequences of n random
 tokens from the task's vocabulary) runs forward and backward (summed cross-entropy); the time
-is the median over repeats after one warm-up. The table gives tokens per second and the
-slowdown relative to Tf at the same n (Tf tokens/s ÷ its tokens/s).
+is the median over repeats after one warm-up, measured as this process's CPU time (torch on
+one thread by default), so that other jobs on a shared machine inflate it less than wall
+time would. The table gives tokens per CPU second and the slowdown relative to Tf at the same
+n (Tf tokens/s ÷ its tokens/s).
 
     .venv/bin/python bench/models.py [--task question-formation] [--lengths 16 32 64] [--threads 1]
 """
@@ -36,11 +38,11 @@ def seconds_per_batch(name: str, vocabulary_size: int, length: int, tokens: int,
     times = []
     for repeat in range(repeats + 1):
         model.zero_grad()
-        start = time.perf_counter()
+        start = time.process_time()
         logits = model(inputs)  # (B, n + 1, V)
         F.cross_entropy(logits.reshape(-1, vocabulary_size), targets.reshape(-1), reduction="sum").backward()
         if repeat:
-            times.append(time.perf_counter() - start)
+            times.append(time.process_time() - start)
     return statistics.median(times)
 
 
@@ -55,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     vocabulary_size = len(task_vocabulary(args.task))
-    print(f"task {args.task} (V = {vocabulary_size}), {args.tokens} tokens per batch, {args.threads} thread(s), median of {args.repeats}")
+    print(f"task {args.task} (V = {vocabulary_size}), {args.tokens} tokens per batch, {args.threads} thread(s), CPU time, median of {args.repeats}")
     header = "| architecture | " + " | ".join(f"n={n} tokens/s | n={n} × Tf" for n in args.lengths) + " |"
     print(header)
     print("|" + "---|" * (1 + 2 * len(args.lengths)))
