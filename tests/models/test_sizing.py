@@ -65,3 +65,15 @@ def test_syntax_counts_use_the_feature_values() -> None:
     plain = build_model("Tf", 3, options=options)
     difference = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in plain.parameters())
     assert difference == 20 * features.value_count - 4 * 20  # f·Φ added, (V + 1)·f token columns removed
+
+
+@pytest.mark.parametrize("vocabulary_size", [3, 4, 5, 8])  # the five CFL tasks' vocabularies, EOS included
+def test_cfl_counts_equal_built_counts(vocabulary_size: int) -> None:
+    for num_states, vector_size in ((2, 2), (3, 20), (3, 40)):
+        options = ModelOptions(cfl_num_states=num_states, cfl_stack_vector_size=vector_size)
+        for name, architecture in ARCHITECTURES.items():
+            if architecture.family != "rns-rnn":
+                continue
+            model = build_model(name, vocabulary_size, options=options)
+            sizing = architecture.sizing(vocabulary_size, options)
+            assert (sizing.width, sum(p.numel() for p in model.parameters())) == (20, sizing.parameters), name
