@@ -144,8 +144,8 @@ def train(
             state.step += 1
             if not math.isfinite(loss_value):
                 raise TrainingDiverged(
-                    f"loss is {loss_value} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)}); "
-                    f"the last checkpoint is {checkpoint_path}"
+                    f"loss is {loss_value} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)})"
+                    + (f"; the last checkpoint is {checkpoint_path}" if state.curve and checkpoint_path is not None else "")
                 )
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip_norm)
