@@ -8,8 +8,10 @@ The grammar is compiled into a *circuit* of chart items, each covering a span w_
 - a concatenation C = A B,            I(C, i, j)   = ⊕_{k=i}^{j} I(A, i, k) ⊗ I(B, k, j);
 - a nonterminal X,                    I(X, i, j)   = ⊕_{X → α} p(X → α) ⊗ I(α, i, j).
 
-A right-hand side α = Y₁ … Y_m (m ≥ 2) is the left-nested chain of concatenations
-[Y₁ Y₂], [[Y₁ Y₂] Y₃], …; equal prefixes share one item. Every parse of w_{i+1..j} from X
+A right-hand side α = Y₁ … Y_m (m ≥ 2) becomes binary concatenations: a terminal at
+either end is split off first (a Y₂…Y_m, then Y₁…Y_{m−1} b), and what remains is
+left-nested, [Y₁ Y₂], [[Y₁ Y₂] Y₃], …. Equal parts share one item, so ( Q S Q ) and
+[ Q S Q ] share [Q S Q], whose splits cost O(n) each, while a terminal's costs O(1). Every parse of w_{i+1..j} from X
 fixes the span of each of its nodes (an empty span sits where its neighbours put it), so the
 recurrence counts each parse exactly once, and I(S, 0, n) = p_G(w) in the LOG semiring (as
 ln p_G(w)), the best parse's probability in MAX_PLUS, and p_G(w) in REAL.
@@ -96,19 +98,22 @@ def compile_grammar(grammar: Grammar) -> Circuit:
         index[name] = len(items)
         items.append(Alternatives(()))
         labels.append(name)
-    prefixes: dict[tuple[Symbol, ...], int] = {}
+    parts: dict[tuple[Symbol, ...], int] = {}
 
     def item_of(rhs: tuple[Symbol, ...]) -> int:
         if not rhs:
             return 0
         if len(rhs) == 1:
             return index[rhs[0]]
-        if rhs not in prefixes:
-            left = item_of(rhs[:-1])
-            prefixes[rhs] = len(items)
-            items.append(Concatenation(left, index[rhs[-1]]))
+        if rhs not in parts:
+            if isinstance(rhs[0], int):  # a Y₂ … Y_m
+                left, right = index[rhs[0]], item_of(rhs[1:])
+            else:  # [Y₁ … Y_{m−1}] Y_m: left-nested, and a trailing terminal comes off first
+                left, right = item_of(rhs[:-1]), index[rhs[-1]]
+            parts[rhs] = len(items)
+            items.append(Concatenation(left, right))
             labels.append("[" + " ".join(str(symbol) for symbol in rhs) + "]")
-        return prefixes[rhs]
+        return parts[rhs]
 
     for name in grammar.nonterminals:
         items[index[name]] = Alternatives(tuple((item_of(rule.rhs), rule.probability) for rule in grammar.rules_of(name)))
