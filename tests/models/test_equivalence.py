@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from stacklm.models.base import LanguageModel
+from stacklm.models.recurrent import RecurrentLanguageModel
 
 TOY_VOCABULARY_SIZE = 7  # as in conftest.tiny_model
 
@@ -71,3 +72,19 @@ def test_state_slicing_and_detach(architecture_name: str, tiny_model: Callable[.
         for t in range(2, 4):
             sliced = sliced.next(tokens[1:, t])
         torch.testing.assert_close(sliced.output(), model(tokens)[1:, 4], atol=1e-5, rtol=1e-5)
+
+
+def test_stack_rnn_actions_come_from_the_top_hidden_state_without_dropout(tiny_model: Callable[..., LanguageModel]) -> None:
+    model = tiny_model("LSTM+Sup", dropout=0.5).train()
+    assert isinstance(model, RecurrentLanguageModel) and model.interface is not None
+    seen: list[torch.Tensor] = []
+    actions = model.interface.actions
+
+    def recording_actions(hidden: torch.Tensor) -> object:
+        seen.append(hidden)
+        return actions(hidden)
+
+    model.interface.actions = recording_actions  # type: ignore[method-assign]
+    first = model.initial_state(2).next(torch.tensor([1, 2]))
+    first.next(torch.tensor([3, 4]))
+    assert len(seen) == 1 and seen[0] is first.hidden[-1]  # h_1 itself, applied lazily at step 2
