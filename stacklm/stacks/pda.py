@@ -69,8 +69,22 @@ from typing import Callable, Protocol, Sequence
 import torch
 from torch import Tensor
 
-from stacklm.semiring import LOG, Semiring
-from stacklm.stacks.kernels.shifted import pop_left, pop_output, pop_right, pop_shift, shifted_log_matmul, shifted_log_pop, stack_columns
+from stacklm.semiring import LOG, Semiring, logsumexp
+from stacklm.stacks.kernels.shifted import (
+    pop_left,
+    pop_output,
+    pop_right,
+    pop_shift,
+    ShareBuffer,
+    append_share,
+    column_shares,
+    prepare_column,
+    prepared_log_matmul,
+    prepared_log_pop,
+    share_pop,
+    shifted_log_matmul,
+    stack_columns,
+)
 
 
 @dataclass(frozen=True)
@@ -142,38 +156,65 @@ class Transitions:
     pushed: Tensor | None  # (B, m): v_t, or None without vectors
 
 
+Prepared = tuple[Tensor, ...]  # a column as its engine keeps it; every tensor has rows at dim 1
+
+
 @dataclass(frozen=True)
 class PDATables:
     """The part of γ, α and η that later steps need, after ``steps`` steps."""
 
     steps: int  # t
     first_column: int  # index k of columns[0]
-    columns: tuple[Tensor, ...]  # columns k = first_column … t, each (B, G·m + slots·N, N)
+    columns: tuple[Prepared, ...]  # columns k = first_column … t, each (B, G·m + slots·N, N) as prepared
     alpha_rows: Tensor  # (B, slots(t), N): α[i] of the row i of each slot of column t
     alpha: Tensor  # (B, N): α[t]
     eta: Tensor | None  # (B, m, N): η[t]
+    shares: ShareBuffer | None = None  # the fast engine's dense copy of the columns (full stack)
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> PDATables:
         return PDATables(
             steps=self.steps,
             first_column=self.first_column,
-            columns=tuple(function(column) for column in self.columns),
+            columns=tuple(tuple(function(tensor) for tensor in column) for column in self.columns),
             alpha_rows=function(self.alpha_rows),
             alpha=function(self.alpha),
             eta=None if self.eta is None else function(self.eta),
+            shares=None if self.shares is None else self.shares.transform(function),
         )
 
 
 class Contraction(Protocol):
-    """How the DP's sums of products are computed; the DP itself never changes."""
+    """How the DP's sums of products are computed; the DP itself never changes.
+
+    A column is handed to ``prepare`` once, with α of its step (the shift of every later
+    product over its configurations); ``prepared_matmul`` and ``pop`` read prepared columns.
+    """
 
     semiring: type[Semiring]
+
+    def prepare(
+        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None
+    ) -> tuple[Prepared, ShareBuffer | None]:
+        """Column (B, rows, N), α (B, N) of its step and α of its rows (B, rows) -> the form later
+        products read; ``index`` is the column's k when every column is kept (no window)."""
 
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
         """⊕_c left[..., i, c] ⊗ right[..., c, j]; ``shift`` (..., C) is α of each c."""
 
-    def pop(self, columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
-        """⊕_{k,u} col_k[row, (u, y)] ⊗ γ'[k][(u, y), r] -> (B, rows, N)."""
+    def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
+        """``matmul`` with a prepared column (B, rows, N) as the left operand."""
+
+    def pop(
+        self,
+        columns: Sequence[Prepared],
+        mask: Tensor | None,
+        gamma_prime: Tensor,
+        alpha: Tensor,
+        num_states: int,
+        row_weights: Tensor,
+        shares: ShareBuffer | None,
+    ) -> Tensor:
+        """⊕_{k,u} col_k[row, (u, y)] ⊗ γ'[k][(u, y), r] -> (B, rows, N); ``row_weights`` α of the rows."""
 
 
 @dataclass(frozen=True)
@@ -182,29 +223,77 @@ class ReferenceContraction:
 
     semiring: type[Semiring]
 
+    def prepare(
+        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None
+    ) -> tuple[Prepared, ShareBuffer | None]:
+        return (column,), None
+
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
         return self.semiring.sum(self.semiring.times(left.unsqueeze(-1), right.unsqueeze(-3)), dim=-2)
 
-    def pop(self, columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
+    def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
+        return self.matmul(column[0], right, shift)
+
+    def pop(
+        self,
+        columns: Sequence[Prepared],
+        mask: Tensor | None,
+        gamma_prime: Tensor,
+        alpha: Tensor,
+        num_states: int,
+        row_weights: Tensor,
+        shares: ShareBuffer | None,
+    ) -> Tensor:
         num_symbols = gamma_prime.size(2) // num_states
-        dense = stack_columns(columns, mask, self.semiring.zero)
+        dense = stack_columns([column[0] for column in columns], mask, self.semiring.zero)
         left = pop_left(dense, num_states, num_symbols)
         right = pop_right(gamma_prime, num_states, num_symbols)
-        per_symbol = self.matmul(left, right, pop_shift(alpha, num_states, num_symbols))
-        return pop_output(per_symbol)
+        return pop_output(self.matmul(left, right, pop_shift(alpha, num_states, num_symbols)))
 
 
 @dataclass(frozen=True)
 class ShiftedLogContraction:
-    """LOG only: real matrix products shifted by log α (see ``kernels/shifted.py``)."""
+    """LOG only: products as real matrix products in a space shifted by log α (``kernels/shifted.py``).
+
+    A column is kept as Ĝ = exp(γ − log α − ρ) (row maximum 1) for the products over the last
+    column, and, without a window, also as shares Ŝ in one dense buffer that the pop reads as
+    a view; with a window the pop stacks the D columns (Ĝ_k · exp(ρ_k − ℓ)) each step.
+    """
 
     semiring: type[Semiring] = LOG
 
+    def prepare(
+        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None
+    ) -> tuple[Prepared, ShareBuffer | None]:
+        left_hat, row_offset = prepare_column(column, alpha)
+        if index is None:
+            return (left_hat, row_offset), None
+        share = column_shares(column, row_weights, alpha)
+        return (left_hat, row_offset, share), append_share(shares, share.detach(), index)
+
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+        if left.size(-2) == 1:
+            # One row (α, the push of η): an exact log-sum-exp, reduced along the inner dimension.
+            terms = (right + left.transpose(-1, -2)).transpose(-1, -2).contiguous()  # (..., J, C)
+            return logsumexp(terms, dim=-1).unsqueeze(-2)
         return shifted_log_matmul(left, right, shift)
 
-    def pop(self, columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
-        return shifted_log_pop(columns, mask, gamma_prime, alpha, num_states)
+    def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
+        return prepared_log_matmul((column[0], column[1]), right, shift)
+
+    def pop(
+        self,
+        columns: Sequence[Prepared],
+        mask: Tensor | None,
+        gamma_prime: Tensor,
+        alpha: Tensor,
+        num_states: int,
+        row_weights: Tensor,
+        shares: ShareBuffer | None,
+    ) -> Tensor:
+        if shares is not None and mask is None and all(len(column) == 3 for column in columns):
+            return share_pop([column[2] for column in columns], shares, row_weights, gamma_prime, alpha, num_states)
+        return prepared_log_pop([(column[0], column[1]) for column in columns], mask, gamma_prime, alpha, num_states)
 
 
 FAST = ShiftedLogContraction()
@@ -215,11 +304,12 @@ def _one_hot(semiring: type[Semiring], size: int, index: int, like: Tensor) -> T
     return torch.where(positions == index, semiring.one, semiring.zero).to(like.dtype)
 
 
-def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, semiring: type[Semiring], like: Tensor) -> PDATables:
+def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, engine: Contraction, like: Tensor) -> PDATables:
     """t = 0: α[0] = 𝟙[q0, ⊥]; the bottom row −1 (weight 𝟙 if it may be replaced); η[0] = v₀ at (q0, ⊥).
 
     ``bottom``: v₀ (B, m) in the semiring's representation, or None without vectors.
     """
+    semiring = engine.semiring
     num_configurations = sizes.num_configurations
     options = {"dtype": like.dtype, "device": like.device}
     first_configuration = _one_hot(semiring, num_configurations, 0, like)  # (N,)
@@ -246,7 +336,17 @@ def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, semi
         bottom_group = bottom_slot if sizes.window is not None else 0
         eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
         column = torch.cat([eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1)
-    return PDATables(steps=0, first_column=0, columns=(column,), alpha_rows=alpha_rows, alpha=alpha, eta=eta)
+    prepared, shares = engine.prepare(column, alpha, _row_weights(sizes, alpha_rows), None, 0 if sizes.window is None else None)
+    return PDATables(steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares)
+
+
+def _row_weights(sizes: PDASizes, alpha_rows: Tensor) -> Tensor:
+    """α of each row of a column (B, G·m + slots·N): one (log 0) for η rows, which carry α already."""
+    batch_size = alpha_rows.size(0)
+    gamma_rows = alpha_rows.reshape(batch_size, -1)
+    if sizes.eta_rows == 0:
+        return gamma_rows
+    return torch.cat([gamma_rows.new_zeros(batch_size, sizes.eta_rows), gamma_rows], dim=1)
 
 
 def _valid_rows(sizes: PDASizes, rows: list[int], below: Tensor) -> Tensor:
@@ -273,42 +373,52 @@ def push_vector_term(alpha: Tensor, transitions: Transitions, engine: Contractio
     return engine.semiring.times(transitions.pushed.unsqueeze(-1), reached.unsqueeze(1))
 
 
-def replace_term(previous: Tensor, valid: Tensor | None, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
+def replace_term(previous: Prepared, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
     """Σ_{s,z} γ[i→t−1][q,x→s,z] Δ^R_t[s,z→r,y] (and the same for η rows) -> (B, rows, N).
 
-    ``previous``: column t−1 (B, rows, N); ``valid`` (rows,) hides the row a window drops.
+    ``previous``: column t−1; ``alpha``: α[t−1]. A row that a window drops gets the push.
     """
-    if valid is not None:
-        previous = torch.where(valid.unsqueeze(-1), previous, engine.semiring.zero)
-    return engine.matmul(previous, transitions.replace, alpha)
+    return engine.prepared_matmul(previous, transitions.replace, alpha)
 
 
-def pop_prime_term(previous_gamma: Tensor, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
+def pop_prime_term(previous_gamma: Prepared, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
     """γ'_t[k][u,y,r] = Σ_{s,z} γ[k→t−1][u,y→s,z] Δ⁻_t[s,z→r] -> (B, slots(t−1)·N, Q), rows (k, u, y)."""
-    return engine.matmul(previous_gamma, transitions.pop, alpha)
+    return engine.prepared_matmul(previous_gamma, transitions.pop, alpha)
 
 
 def pop_term(
-    columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, sizes: PDASizes, engine: Contraction
+    columns: Sequence[Prepared],
+    mask: Tensor | None,
+    gamma_prime: Tensor,
+    alpha: Tensor,
+    row_weights: Tensor,
+    shares: ShareBuffer | None,
+    sizes: PDASizes,
+    engine: Contraction,
 ) -> Tensor:
     """Σ_k Σ_u γ[i→k][q,x→u,y] γ'_t[k][u,y,r] (and the same for η rows) -> (B, rows, N).
 
     ``columns``: column k for each split point k; ``gamma_prime``: (B, K, N, Q); ``alpha``:
-    α[k] (B, K, N).
+    α[k] (B, K, N); ``row_weights``: α of the output rows (B, rows).
     """
-    return engine.pop(columns, mask, gamma_prime, alpha, sizes.num_states)
+    return engine.pop(columns, mask, gamma_prime, alpha, sizes.num_states, row_weights, shares)
 
 
 def bottom_pop_term(
-    columns: Sequence[Tensor], gamma_prime: Tensor, alpha: Tensor, sizes: PDASizes, engine: Contraction
+    columns: Sequence[Prepared], gamma_prime: Tensor, alpha: Tensor, row_weights: Tensor, sizes: PDASizes, engine: Contraction
 ) -> Tensor:
     """Σ_{k ∈ {t−1−D, t−D}} Σ_u γ[−1→k][q0,⊥→u,y] γ'_t[k][u,y,r] -> (B, bottom rows, N).
 
     With a window, the split points k whose elements still fit (t−1−k ≤ D) but that rows
     i ≥ t−D cannot use: only the exempt bottom row (and its η group) reaches them.
     """
-    bottom = [torch.cat([column[:, start:stop] for start, stop in sizes.bottom_rows()], dim=1) for column in columns]
-    return engine.pop(bottom, None, gamma_prime, alpha, sizes.num_states)
+    bottom = [_rows(column, sizes.bottom_rows()) for column in columns]
+    return engine.pop(bottom, None, gamma_prime, alpha, sizes.num_states, row_weights, None)
+
+
+def _rows(column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
+    """The rows of a prepared column in ``ranges``, in order."""
+    return tuple(torch.cat([tensor[:, start:stop] for start, stop in ranges], dim=1) for tensor in column)
 
 
 def _plus_at_rows(semiring: type[Semiring], body: Tensor, ranges: list[tuple[int, int]], addend: Tensor) -> Tensor:
@@ -350,13 +460,10 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         entering = (torch.arange(sizes.slots(step), device=device) == push_slot).view(1, -1, 1)
         alpha_rows = torch.where(entering, tables.alpha.unsqueeze(1), tables.alpha_rows)
 
-    gamma_prime = pop_prime_term(previous[:, eta_rows:], tables.alpha, transitions, engine)
+    gamma_prime = pop_prime_term(tuple(tensor[:, eta_rows:] for tensor in previous), tables.alpha, transitions, engine)
     gamma_prime = gamma_prime.view(batch_size, -1, num_configurations, sizes.num_states)  # (B, slots(t−1), N, Q)
 
-    replace_valid = None
-    if sizes.window is not None:
-        replace_valid = _valid_rows(sizes, frame, torch.tensor([step - 1], device=device)).squeeze(-1)
-    body = replace_term(previous, replace_valid, tables.alpha, transitions, engine)  # (B, rows(t−1), N)
+    body = replace_term(previous, tables.alpha, transitions, engine)  # (B, rows(t−1), N)
 
     first_split = max(tables.first_column, 0 if sizes.window is None else step - sizes.window + 1)
     splits = list(range(first_split, step - 1))
@@ -364,11 +471,14 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         columns = [tables.columns[k - tables.first_column] for k in splits]
         split_slots = torch.tensor([sizes.slot(k) for k in splits], device=device)
         mask = None if sizes.window is None else _valid_rows(sizes, frame, torch.tensor(splits, device=device))
+        row_weights = _row_weights(sizes, alpha_rows)[:, : max(tensor.size(1) for column in columns for tensor in column[:1])]
         popped = pop_term(
             columns,
             mask,
             gamma_prime.index_select(1, split_slots),
             alpha_rows.index_select(1, split_slots),
+            row_weights,
+            tables.shares,
             sizes,
             engine,
         )
@@ -384,6 +494,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
                 [tables.columns[k - tables.first_column] for k in bottom_splits],
                 gamma_prime.index_select(1, bottom_slots),
                 tables.alpha_rows.index_select(1, bottom_slots),
+                _rows((_row_weights(sizes, alpha_rows),), sizes.bottom_rows())[0],
                 sizes,
                 engine,
             )
@@ -413,7 +524,10 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         groups = column[:, :eta_rows].view(batch_size, sizes.eta_groups, sizes.vector_size, num_configurations)
         eta_total = semiring.sum(groups, dim=1)
 
-    columns = tables.columns + (column,)
+    prepared, shares = engine.prepare(
+        column, alpha, _row_weights(sizes, alpha_rows), tables.shares, step if sizes.window is None else None
+    )
+    columns = tables.columns + (prepared,)
     first_column = tables.first_column
     if sizes.window is not None:
         # The bottom row reaches two split points further back than the other rows.
@@ -421,7 +535,9 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         drop = max(0, keep_from - first_column)
         columns = columns[drop:]
         first_column += drop
-    return PDATables(steps=step, first_column=first_column, columns=columns, alpha_rows=alpha_rows, alpha=alpha, eta=eta_total)
+    return PDATables(
+        steps=step, first_column=first_column, columns=columns, alpha_rows=alpha_rows, alpha=alpha, eta=eta_total, shares=shares
+    )
 
 
 def from_log(semiring: type[Semiring], log_weights: Tensor) -> Tensor:

@@ -27,7 +27,7 @@ is kept for backward is a reference to each column, never the O(t²) operand of 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -39,14 +39,9 @@ def _finite_or_zero(x: Tensor) -> Tensor:
 
 def _scaled_operands(left: Tensor, right: Tensor, shift: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """L̂ (..., I, C), R̂ (..., C, J) and the log offsets ℓ (..., I, 1), ρ (..., 1, J)."""
+    right_hat, column_offset = _right_hat(right, shift)
     usable = torch.isfinite(shift)
-    shift = _finite_or_zero(shift)
-    right_shifted = torch.where(usable.unsqueeze(-1), right + shift.unsqueeze(-1), -math.inf)
-    column_max = _finite_or_zero(right_shifted.amax(dim=-2, keepdim=True))
-    column_total = (right_shifted - column_max).exp().sum(dim=-2, keepdim=True)
-    column_offset = torch.where(column_total > 0, column_total.log() + column_max, column_max)
-    right_hat = (right_shifted - column_offset).exp()
-    left_shifted = torch.where(usable.unsqueeze(-2), left - shift.unsqueeze(-2), -math.inf)
+    left_shifted = torch.where(usable.unsqueeze(-2), left - _finite_or_zero(shift).unsqueeze(-2), -math.inf)
     row_offset = _finite_or_zero(left_shifted.amax(dim=-1, keepdim=True))
     left_hat = (left_shifted - row_offset).exp()
     return left_hat, right_hat, row_offset, column_offset
@@ -130,54 +125,257 @@ def pop_output(per_symbol: Tensor) -> Tensor:
     return per_symbol.permute(0, 2, 3, 1).reshape(batch, rows, num_states * num_symbols)
 
 
-class _ShiftedLogPop(torch.autograd.Function):
+def _right_hat(right: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
+    """R̂ (..., C, J), each column a distribution over c, and its log offset ρ (..., 1, J)."""
+    usable = torch.isfinite(shift)
+    right_shifted = torch.where(usable.unsqueeze(-1), right + _finite_or_zero(shift).unsqueeze(-1), -math.inf)
+    # A reduction over the inner dimension: PyTorch's CPU amax over dim −2 is ~10× slower.
+    column_max = _finite_or_zero(right_shifted.transpose(-1, -2).contiguous().amax(dim=-1).unsqueeze(-2))
+    column_total = (right_shifted - column_max).exp().sum(dim=-2, keepdim=True)
+    column_offset = torch.where(column_total > 0, column_total.log() + column_max, column_max)
+    return (right_shifted - column_offset).exp(), column_offset
+
+
+def prepare_column(column: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """A table column (B, rows, N) of log weights as Ĝ = exp(column − log α − ρ) and ρ (B, rows).
+
+    ``alpha`` (B, N) is log α of the column's own step, the shift of every later product over
+    the column's configurations; ρ is the row maximum, so each row of Ĝ has maximum 1. Done
+    once per column, so no later step takes an exponential of the table.
+    """
+    alpha = alpha.detach()
+    usable = torch.isfinite(alpha).unsqueeze(1)
+    shifted = torch.where(usable, column - _finite_or_zero(alpha).unsqueeze(1), -math.inf)
+    row_offset = _finite_or_zero(shifted.detach().amax(dim=-1))
+    return (shifted - row_offset.unsqueeze(-1)).exp(), row_offset
+
+
+class _PreparedLogMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, gamma_prime: Tensor, alpha: Tensor, mask: Tensor | None, num_states: int, *columns: Tensor) -> Tensor:
-        num_symbols = gamma_prime.size(2) // num_states
-        dense = stack_columns(columns, mask, -math.inf)
-        left = pop_left(dense, num_states, num_symbols)
-        right = pop_right(gamma_prime, num_states, num_symbols)
-        shift = pop_shift(alpha, num_states, num_symbols)
-        left_hat, right_hat, row_offset, column_offset = _scaled_operands(left, right, shift)
+    def forward(ctx: Any, left_hat: Tensor, row_offset: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+        right_hat, column_offset = _right_hat(right, shift)
         total = left_hat @ right_hat
-        ctx.save_for_backward(gamma_prime, alpha, total, *columns)
-        ctx.mask = mask
-        ctx.num_states = num_states
-        return pop_output(_log_of_sum(total, row_offset, column_offset))
+        ctx.save_for_backward(left_hat, right_hat, total)
+        return _log_of_sum(total, row_offset.unsqueeze(-1), column_offset)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        gamma_prime, alpha, total, *columns = ctx.saved_tensors
-        num_states = ctx.num_states
+        left_hat, right_hat, total = ctx.saved_tensors
+        scaled = torch.where(total > 0, grad / torch.where(total > 0, total, 1.0), 0.0)
+        grad_left = scaled @ right_hat.transpose(-1, -2)
+        grad_right = right_hat * (left_hat.transpose(-1, -2) @ scaled)
+        return grad_left, None, grad_right, None
+
+
+def prepared_log_matmul(prepared: tuple[Tensor, Tensor], right: Tensor, shift: Tensor) -> Tensor:
+    """log Σ_c exp(column[..., i, c] + right[..., c, j]) from a prepared column (Ĝ, ρ).
+
+    ``shift`` must be the log α the column was prepared with. Returns (B, rows, J).
+    """
+    left_hat, row_offset = prepared
+    return _PreparedLogMatmul.apply(left_hat, row_offset, right, shift.detach())
+
+
+def _dense_pop_left(left_hats: Sequence[Tensor], row_offsets: Sequence[Tensor], mask: Tensor | None, rows: int, num_states: int) -> tuple[Tensor, Tensor, Tensor]:
+    """L̂ (B, S, rows, K·Q) for the pop, with its row offset ℓ (B, rows, 1) and scales (B, rows, K).
+
+    Column k enters as Ĝ_k · exp(ρ_k − ℓ), ℓ = max_k ρ_k per row: the common row shift.
+    """
+    batch, _, configurations = left_hats[0].shape
+    num_symbols = configurations // num_states
+    splits = len(left_hats)
+    dense = left_hats[0].new_zeros(batch, num_symbols, rows, splits, num_states)
+    offsets = left_hats[0].new_full((batch, rows, splits), -math.inf)
+    for split, (left_hat, row_offset) in enumerate(zip(left_hats, row_offsets)):
+        size = min(rows, left_hat.size(1))
+        dense[:, :, :size, split] = left_hat[:, :size].view(batch, size, num_states, num_symbols).permute(0, 3, 1, 2)
+        offsets[:, :size, split] = row_offset[:, :size]
+    if mask is not None:
+        offsets = torch.where(mask, offsets, -math.inf)
+    row_shift = _finite_or_zero(offsets.amax(dim=-1, keepdim=True))
+    scales = (offsets - row_shift).exp()
+    dense.mul_(scales.view(batch, 1, rows, splits, 1))
+    return dense.view(batch, num_symbols, rows, splits * num_states), row_shift, scales
+
+
+class _PreparedLogPop(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, gamma_prime: Tensor, alpha: Tensor, mask: Tensor | None, num_states: int, rows: int, *prepared: Tensor
+    ) -> Tensor:
+        splits = len(prepared) // 2
+        left_hats, row_offsets = prepared[:splits], prepared[splits:]
         num_symbols = gamma_prime.size(2) // num_states
-        dense = stack_columns(columns, ctx.mask, -math.inf)
-        left = pop_left(dense, num_states, num_symbols)
-        right = pop_right(gamma_prime, num_states, num_symbols)
-        shift = pop_shift(alpha, num_states, num_symbols)
-        left_hat, right_hat, _, _ = _scaled_operands(left, right, shift)
-        batch, rows, _ = grad.shape
-        grad_per_symbol = grad.reshape(batch, rows, num_states, num_symbols).permute(0, 3, 1, 2)
-        grad_left, grad_right = _gradients(left_hat, right_hat, total, grad_per_symbol)
-        splits = len(columns)
-        # grad_left (B, S, rows, K·Q) -> (K, B, rows, Q, S) so that each column's part is one slice.
-        grad_left = grad_left.reshape(batch, num_symbols, rows, splits, num_states).permute(3, 0, 2, 4, 1)
-        grad_columns = [
-            grad_left[k, :, : column.size(1)].reshape(batch, column.size(1), num_states * num_symbols)
-            for k, column in enumerate(columns)
+        left, row_shift, scales = _dense_pop_left(left_hats, row_offsets, mask, rows, num_states)
+        right_hat, column_offset = _right_hat(pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols))
+        total = left @ right_hat
+        ctx.save_for_backward(right_hat, total, scales, *left_hats)
+        ctx.mask = mask
+        ctx.shape = (num_states, rows, row_offsets)
+        return pop_output(_log_of_sum(total, row_shift.unsqueeze(1), column_offset))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        right_hat, total, scales, *left_hats = ctx.saved_tensors
+        num_states, rows, row_offsets = ctx.shape
+        batch, _, configurations = grad.shape
+        num_symbols = configurations // num_states
+        splits = len(left_hats)
+        left, _, _ = _dense_pop_left(left_hats, row_offsets, ctx.mask, rows, num_states)
+        grad_per_symbol = grad.view(batch, rows, num_states, num_symbols).permute(0, 3, 1, 2)
+        scaled = torch.where(total > 0, grad_per_symbol / torch.where(total > 0, total, 1.0), 0.0)
+        grad_right = right_hat * (left.transpose(-1, -2) @ scaled)
+        grad_left = (scaled @ right_hat.transpose(-1, -2)).view(batch, num_symbols, rows, splits, num_states)
+        grad_left.mul_(scales.view(batch, 1, rows, splits, 1))
+        grad_left_hats = [
+            grad_left[:, :, : left_hat.size(1), split].permute(0, 2, 3, 1).reshape(left_hat.shape)
+            for split, left_hat in enumerate(left_hats)
         ]
         # grad_right (B, S, K·Q(u), Q(r)) -> γ' layout (B, K, N, Q).
         grad_gamma_prime = (
-            grad_right.reshape(batch, num_symbols, splits, num_states, num_states)
-            .permute(0, 2, 3, 1, 4)
-            .reshape(gamma_prime.shape)
+            grad_right.view(batch, num_symbols, splits, num_states, num_states).permute(0, 2, 3, 1, 4).reshape(batch, splits, configurations, num_states)
         )
-        return (grad_gamma_prime, None, None, None, *grad_columns)
+        return (grad_gamma_prime, None, None, None, None, *grad_left_hats, *([None] * splits))
 
 
-def shifted_log_pop(columns: Sequence[Tensor], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int) -> Tensor:
+def prepared_log_pop(
+    prepared: Sequence[tuple[Tensor, Tensor]], mask: Tensor | None, gamma_prime: Tensor, alpha: Tensor, num_states: int
+) -> Tensor:
     """The pop contraction out[row, (r, y)] = log Σ_{k,u} exp(col_k[row, (u, y)] + γ'[k, (u, y), r]).
 
-    ``columns``: K tensors (B, rows_k, N); ``mask``: (rows, K) or None; ``gamma_prime``:
-    (B, K, N, Q); ``alpha``: log α[k] (B, K, N), the shift. Returns (B, rows, N).
+    ``prepared``: (Ĝ_k, ρ_k) of each split point k, Ĝ_k (B, rows_k, N); ``mask``: (rows, K) or
+    None; ``gamma_prime``: (B, K, N, Q); ``alpha``: log α[k] (B, K, N), the columns' shifts.
+    Returns (B, rows, N), rows = the longest column. Keeps for backward only references to the
+    columns and O(rows·K) numbers; the dense operand is rebuilt.
     """
-    return _ShiftedLogPop.apply(gamma_prime, alpha.detach(), mask, num_states, *columns)
+    rows = max(left_hat.size(1) for left_hat, _ in prepared)
+    left_hats = [left_hat for left_hat, _ in prepared]
+    row_offsets = [row_offset for _, row_offset in prepared]
+    return _PreparedLogPop.apply(gamma_prime, alpha.detach(), mask, num_states, rows, *left_hats, *row_offsets)
+
+
+class ShareBuffer:
+    """The share columns Ŝ_k of a full stack, transposed and stacked: (B, K·N, rows), [(k, u, y), row].
+
+    Ŝ_k[(i, a), b] = α[i][a] γ[i→k][a, b] / α[k][b] ∈ [0, 1], the share of row (i, a) in the
+    weight of (k, b). Column k is written once, when it is made, into rows k·N … (k+1)·N;
+    step t reads the block of columns 0 … t−2, a view, so no step copies the table. (The
+    transposed layout makes the products [N × K·N] @ [K·N × rows], ~2× faster on CPU than
+    [rows × K·N] @ [K·N × N].) The buffer
+    is outside autograd: each pop also receives the columns themselves, for their gradients,
+    and a region is never written after a step has read it. A state advanced twice (two
+    continuations of one prefix) gets its own copy, because ``filled`` tells who wrote last.
+    """
+
+    def __init__(self, tensor: Tensor, filled: int) -> None:
+        self.tensor = tensor
+        self.filled = filled
+
+    def transform(self, function: Callable[[Tensor], Tensor]) -> ShareBuffer:
+        return ShareBuffer(function(self.tensor).clone(), self.filled)
+
+
+def append_share(buffer: ShareBuffer | None, share: Tensor, index: int) -> ShareBuffer:
+    """``buffer`` with column ``index`` (B, rows_k, N) written into it, reallocated when needed."""
+    batch, rows, configurations = share.shape
+    if buffer is None or buffer.filled != index or buffer.tensor.size(2) < rows or buffer.tensor.size(1) < (index + 1) * configurations:
+        columns = max(16, 2 * (index + 1))
+        capacity_rows = rows + (columns - index - 1) * configurations
+        tensor = share.new_zeros(batch, columns * configurations, capacity_rows)
+        if buffer is not None and index > 0:
+            kept = buffer.tensor[:, : index * configurations, : min(capacity_rows, buffer.tensor.size(2))]
+            tensor[:, : kept.size(1), : kept.size(2)] = kept
+        buffer = ShareBuffer(tensor, index)
+    with torch.no_grad():
+        buffer.tensor[:, index * configurations : (index + 1) * configurations, :rows] = share.transpose(1, 2)
+    buffer.filled = index + 1
+    return buffer
+
+
+def column_shares(column: Tensor, row_weights: Tensor, alpha: Tensor) -> Tensor:
+    """Ŝ = exp(column + log α[i][a] − log α[k][b]) (B, rows, N); 0 where a weight is 0."""
+    alpha = alpha.detach()
+    row_weights = row_weights.detach()
+    usable = torch.isfinite(alpha).unsqueeze(1) & torch.isfinite(row_weights).unsqueeze(-1)
+    exponent = column + _finite_or_zero(row_weights).unsqueeze(-1) - _finite_or_zero(alpha).unsqueeze(1)
+    return torch.where(usable, exponent, -math.inf).exp()
+
+
+def _block_diagonal_right(right_hat: Tensor, num_symbols: int) -> Tensor:
+    """R̂ (B, K, Q(u), S(y), Q(r)) -> (B, K·N, N) with entry [(k, u, y), (r, y')] = R̂ 𝟙[y = y']."""
+    batch, splits, num_states = right_hat.shape[:3]
+    identity = torch.eye(num_symbols, dtype=right_hat.dtype, device=right_hat.device).view(1, 1, 1, num_symbols, 1, num_symbols)
+    blocks = right_hat.unsqueeze(-1) * identity
+    return blocks.reshape(batch, splits * num_states * num_symbols, num_states * num_symbols)
+
+
+class _SharePop(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, gamma_prime: Tensor, alpha: Tensor, row_weights: Tensor, buffer: Tensor, num_states: int, *shares: Tensor
+    ) -> Tensor:
+        batch, splits, configurations, _ = gamma_prime.shape
+        num_symbols = configurations // num_states
+        rows = row_weights.size(1)
+        # log W[k, (u, y), r] = log α[k][u, y] + γ'[k][u, y, r], normalised per output (r, y) over (k, u).
+        right = gamma_prime.view(batch, splits, num_states, num_symbols, num_states).permute(0, 3, 1, 2, 4)
+        shift = alpha.view(batch, splits, num_states, num_symbols).permute(0, 3, 1, 2)
+        right_hat, column_offset = _right_hat(
+            right.reshape(batch, num_symbols, splits * num_states, num_states), shift.reshape(batch, num_symbols, splits * num_states)
+        )
+        # right_hat (B, S, K·Q(u), Q(r)) -> (B, K, Q(u), S(y), Q(r)) -> block diagonal in y.
+        right_blocks = right_hat.view(batch, num_symbols, splits, num_states, num_states).permute(0, 2, 3, 1, 4)
+        block_matrix = _block_diagonal_right(right_blocks, num_symbols)
+        left_transposed = buffer[:, : splits * configurations, :rows]
+        total = (block_matrix.transpose(-1, -2).contiguous() @ left_transposed).transpose(-1, -2)  # (B, rows, N)
+        # column offset (B, S(y), 1, Q(r)) -> (B, 1, N) in (r, y) order.
+        offset = column_offset.view(batch, num_symbols, num_states).transpose(1, 2).reshape(batch, 1, configurations)
+        usable_rows = torch.isfinite(row_weights).unsqueeze(-1)
+        nonempty = (total > 0) & usable_rows
+        output = torch.where(
+            nonempty, torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1), -math.inf
+        )
+        ctx.save_for_backward(right_hat, block_matrix, total, row_weights)
+        ctx.buffer = buffer
+        ctx.sizes = (num_states, [share.size(1) for share in shares])
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        right_hat, block_matrix, total, row_weights = ctx.saved_tensors
+        num_states, share_rows = ctx.sizes
+        batch, rows, configurations = grad.shape
+        num_symbols = configurations // num_states
+        splits = len(share_rows)
+        left_transposed = ctx.buffer[:, : splits * configurations, :rows]
+        nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
+        scaled = torch.where(nonempty, grad / torch.where(nonempty, total, 1.0), 0.0).transpose(-1, -2).contiguous()  # (B, N, rows)
+        grad_left_transposed = block_matrix @ scaled  # (B, K·N, rows)
+        grad_blocks = (scaled @ left_transposed.transpose(-1, -2)).transpose(-1, -2)
+        grad_blocks = grad_blocks.reshape(batch, splits, num_states, num_symbols, num_states, num_symbols)
+        grad_right_blocks = torch.diagonal(grad_blocks, dim1=3, dim2=5)  # (B, K, Q(u), Q(r), S(y))
+        grad_right_hat = grad_right_blocks.permute(0, 4, 1, 2, 3).reshape(right_hat.shape)  # (B, S, K·Q, Q)
+        grad_log_weight = right_hat * grad_right_hat
+        grad_gamma_prime = (
+            grad_log_weight.view(batch, num_symbols, splits, num_states, num_states).permute(0, 2, 3, 1, 4).reshape(batch, splits, configurations, num_states)
+        )
+        grad_shares = [
+            grad_left_transposed[:, split * configurations : (split + 1) * configurations, :size].transpose(-1, -2)
+            for split, size in enumerate(share_rows)
+        ]
+        return (grad_gamma_prime, None, None, None, None, *grad_shares)
+
+
+def share_pop(
+    shares: Sequence[Tensor], buffer: ShareBuffer, row_weights: Tensor, gamma_prime: Tensor, alpha: Tensor, num_states: int
+) -> Tensor:
+    """The pop contraction of a full stack from share columns: log Σ_{k,u} γ[i→k][a,(u,y)] γ'[k][(u,y),r].
+
+    ``shares``: Ŝ_k of the split points k = 0 … K−1, the first K blocks of ``buffer``;
+    ``row_weights``: log α[i][a] of the output rows (0 for η rows), (B, rows);
+    ``gamma_prime``: (B, K, N, Q); ``alpha``: log α[k] (B, K, N). Returns (B, rows, N).
+
+    Real matrix product Ŝ W̃ with W̃[(k, u, y), (r, y)] = α[k][u,y] γ'[k][u,y,r] / Σ_{k,u}(…),
+    then out = log(Ŝ W̃) + log Σ_{k,u}(…) − log α[i][a]. Backward keeps the O(K·N²) W̃ only.
+    """
+    return _SharePop.apply(gamma_prime, alpha.detach(), row_weights.detach(), buffer.tensor, num_states, *shares)
