@@ -1,3 +1,4 @@
+import argparse
 import json
 import os
 import signal
@@ -64,8 +65,6 @@ def test_runs_mirrored_to_sqlite_are_found_through_a_real_mlflow_server(tmp_path
     database = tmp_path / "mlflow" / "mlflow.db"
     settings_file = tmp_path / "settings.json"
     settings_file.write_text(json.dumps({"tasks": ["question-formation", "passivization"], "tracking": {"uri": f"sqlite:///{database}"}}))
-    import argparse
-
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     arguments = parser.parse_args(["tracking", "init", "--settings", str(settings_file)])

@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.tracking.records import METRICS_SCHEMA, RunMetadata, code_version, curve_table, data_version, metrics_table, write_table
