@@ -7,7 +7,13 @@ configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/settings.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/tracking.smk"
+include: "workflow/rules/search.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

@@ -51,12 +51,13 @@ RUN_METRICS = RUN_DIR + "/metrics.parquet"
 CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
 METRICS = "results/metrics.parquet"
 REPORT_TABLE = "results/report/tables/{task}.tex"
+REPORT_MARKDOWN = "results/report/tables/{task}.md"
 REPORT_DOCUMENT = "results/report/report.tex"
 REPORT_FIGURE = "results/report/figures/figure3.{extension}"
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")
 
-TRAINING_SPLITS: tuple[str, ...] = ("train", "validation")
-EVALUATION_SPLITS: tuple[str, ...] = ("test", "generalization")
+# Training and evaluation both read every split (the data version is a hash of all four).
+SPLITS: tuple[str, ...] = ("train", "validation", "test", "generalization")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,16 +222,13 @@ def hparams_path(task: str, architecture: str, phase: str, index: str | int) -> 
     raise StacklmError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
 
 
-def data_files(task: str, splits: tuple[str, ...]) -> list[str]:
-    return [DATA_FILE.format(task=task, split=split) for split in splits]
+def trial_option(phase: str, index: str | int) -> str:
+    """The ``--trial`` option of a search run's ``stacklm train`` (empty for a final run)."""
+    return f" --trial {index}" if phase == "search" else ""
 
 
-def trial_files(settings: dict[str, Any], pattern: str, task: str, architecture: str) -> list[str]:
-    """``pattern`` for every search trial of (task, architecture slug), in trial order."""
-    return [
-        pattern.format(task=task, architecture=architecture, phase="search", index=trial, trial=trial)
-        for trial in trials(settings)
-    ]
+def data_files(task: str) -> list[str]:
+    return [DATA_FILE.format(task=task, split=split) for split in SPLITS]
 
 
 def device(gpus: int) -> str:
@@ -282,6 +280,7 @@ def final_metrics(settings: dict[str, Any]) -> list[str]:
 def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
     return {
         "tables": [REPORT_TABLE.format(task=task) for task in settings["tasks"]],
+        "markdown": [REPORT_MARKDOWN.format(task=task) for task in settings["tasks"]],
         "document": [REPORT_DOCUMENT],
         "figures": [REPORT_FIGURE.format(extension=extension) for extension in FIGURE_EXTENSIONS],
     }
@@ -289,7 +288,7 @@ def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
 
 def all_targets(settings: dict[str, Any]) -> list[str]:
     outputs = report_outputs(settings)
-    return [*data_targets(settings), METRICS, *outputs["tables"], *outputs["document"], *outputs["figures"]]
+    return [*data_targets(settings), METRICS, *(path for paths in outputs.values() for path in paths)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,12 +33,13 @@ def report_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     tasks = settings["tasks"]
     architectures = settings["architectures"]
-    if len(args.tables) != len(tasks):
-        raise StacklmError(f"--tables: {len(args.tables)} files given for {len(tasks)} tasks")
+    for option in ("tables", "markdown"):
+        if len(getattr(args, option)) != len(tasks):
+            raise StacklmError(f"--{option}: {len(getattr(args, option))} files given for {len(tasks)} tasks")
     metrics = pd.read_parquet(args.metrics)
     seeds = len(settings["final"]["seeds"])
     panels = []
-    for task, path in zip(tasks, args.tables):
+    for task, path, markdown in zip(tasks, args.tables, args.markdown):
         cells = summarize(metrics, task, architectures)
         panels.append((task, cells))
         number = PAPER_TABLES[task][0]
@@ -48,6 +49,7 @@ def report_command(args: argparse.Namespace) -> int:
         ]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(render_table(task, architectures, column_sets, source=Path(args.metrics).name))
+        Path(markdown).write_text(render_table(task, architectures, column_sets, source=Path(args.metrics).name, markdown=True))
     threshold = settings["report"]["min_test_accuracy"]
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
     from stacklm.report.figures import plot_figure3
@@ -69,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--metrics", required=True, help="results/metrics.parquet")
     report.add_argument("--settings", required=True, help="results/settings.json")
     report.add_argument("--tables", required=True, nargs="+", help="one .tex per task, in the settings' task order")
+    report.add_argument("--markdown", required=True, nargs="+", help="the same tables in Markdown, same order")
     report.add_argument("--document", required=True, help="the standalone .tex that includes the tables and the figure")
     report.add_argument("--figures", required=True, nargs="+", help="Figure 3 files (.png, .pdf)")
     report.set_defaults(func=report_command)

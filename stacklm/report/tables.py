@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import jinja2
 
@@ -75,6 +75,7 @@ def best_architectures(cells: Mapping[tuple[str, str], Summary], architectures: 
 
 
 def render_cell(summary: Summary | None, bold: bool) -> str:
+    """A LaTeX cell: mean (bold if best), then ±std in small text."""
     if summary is None or math.isnan(summary.mean):
         return MISSING
     mean = format_mean(summary.mean)
@@ -84,24 +85,45 @@ def render_cell(summary: Summary | None, bold: bool) -> str:
     return f"{mean} {{\\scriptsize $\\pm${std}}}" if std else mean
 
 
+def render_markdown_cell(summary: Summary | None, bold: bool) -> str:
+    """The same cell in Markdown: **mean** ±std."""
+    if summary is None or math.isnan(summary.mean):
+        return MISSING
+    mean = format_mean(summary.mean).replace("$", "").replace("\\infty", "∞")
+    if bold:
+        mean = f"**{mean}**"
+    std = format_std(summary.std)
+    return f"{mean} ±{std}" if std else mean
+
+
 @dataclass(frozen=True)
 class ColumnSet:
     title: str
     cells: Mapping[tuple[str, str], Summary]
 
 
-def render_table(task: str, architectures: Sequence[str], column_sets: Sequence[ColumnSet], source: str) -> str:
-    """The LaTeX ``table*`` for ``task``: one row per architecture, one group per column set."""
-    rows = []
+def table_rows(
+    architectures: Sequence[str], column_sets: Sequence[ColumnSet], cell: Callable[[Summary | None, bool], str]
+) -> list[dict[str, object]]:
+    """One ``{"label", "cells"}`` per architecture: every column of every set, in order."""
+    rows: list[dict[str, object]] = []
     for name in architectures:
-        row = []
+        cells = []
         for column_set in column_sets:
             for column in COLUMNS:
                 best = name in best_architectures(column_set.cells, architectures, column)
-                row.append(render_cell(column_set.cells.get((name, column.key)), best))
-        rows.append({"label": name, "cells": row})
+                cells.append(cell(column_set.cells.get((name, column.key)), best))
+        rows.append({"label": name, "cells": cells})
+    return rows
+
+
+def render_table(
+    task: str, architectures: Sequence[str], column_sets: Sequence[ColumnSet], source: str, markdown: bool = False
+) -> str:
+    """The table for ``task`` (LaTeX ``table*``, or Markdown): a row per architecture, a group per column set."""
+    rows = table_rows(architectures, column_sets, render_markdown_cell if markdown else render_cell)
     number, caption = PAPER_TABLES[task]
-    return environment().get_template("table.tex.j2").render(
+    return environment().get_template("table.md.j2" if markdown else "table.tex.j2").render(
         task=task,
         number=number,
         caption=caption,

@@ -1,11 +1,25 @@
-# Validation and lookups only: every decision lives in `stacklm`, where tests reach it.
+# Validation and lookups only: every decision lives in `stacklm.workflow`, where tests reach it.
+import json
+
 from snakemake.utils import validate
 
-import stacklm.workflow
+import stacklm.workflow as dag
 
 validate(config, "../schemas/config.schema.yaml")
-SETTINGS = stacklm.workflow.resolve(config)
+# The preset is applied here, after the schema ran; `resolve` re-checks what it changed and
+# what no schema can (architecture names), naming the key, before any job runs.
+SETTINGS = dag.resolve(config)
+
+
+wildcard_constraints:
+    task=r"[a-z0-9-]+",
+    architecture=r"[^/]+",
+    phase="|".join(dag.PHASES),
+    index=r"\d+",
+    trial=r"\d+",
+    extension="|".join(dag.FIGURE_EXTENSIONS),
 
 
 def all_targets():
-    return stacklm.workflow.all_targets(SETTINGS)
+    return dag.all_targets(SETTINGS)
+

@@ -1,0 +1,190 @@
+"""stacklm.workflow: presets, the checks that name the key, the deterministic draw, selection,
+lookups and targets."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from stacklm import workflow
+from stacklm.cli import main
+from stacklm.errors import StacklmError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.fixture
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    return workflow.resolve(copy.deepcopy(config))
+
+
+def test_full_config_has_the_papers_settings(settings: dict[str, Any]) -> None:
+    assert len(settings["tasks"]) == 7
+    assert {"Tf", "Tf+Nd+Nd", "RNN+Sup+R", "LSTM+Nd+R", "Tf+Syn", "Tf+Nd+Syn"} <= set(settings["architectures"])
+    assert settings["search"]["trials"] == 10
+    assert settings["search"]["max_epochs"] == 5
+    assert settings["search"]["tokens_per_batch"] == {"low": 512, "high": 2048}
+    assert settings["search"]["learning_rate"] == {"low": 1e-5, "high": 1e-3}
+    assert settings["final"] == {"seeds": [1, 2, 3, 4, 5], "max_epochs": None}
+
+
+@pytest.mark.parametrize("preset", ["small", "ci"])
+def test_presets_resolve_and_keep_every_task_architecture_in_small(config: dict[str, Any], preset: str) -> None:
+    settings = workflow.resolve({**copy.deepcopy(config), "preset": preset})
+    assert "presets" not in settings and "preset" not in settings
+    if preset == "small":
+        assert settings["tasks"] == config["tasks"]
+        assert settings["architectures"] == config["architectures"]
+
+
+def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
+    config = {"preset": "p", "a": {"b": 1, "c": 2}, "presets": {"p": {"a": {"b": 5}}}}
+    assert workflow.apply_preset(config) == {"a": {"b": 5, "c": 2}}
+    with pytest.raises(StacklmError, match=r"'presets\.p\.a\.x'"):
+        workflow.apply_preset({"preset": "p", "a": {"b": 1}, "presets": {"p": {"a": {"x": 1}}}})
+    with pytest.raises(StacklmError, match="'preset': unknown preset 'q'"):
+        workflow.apply_preset({"preset": "q", "presets": {"p": {}}})
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (lambda s: s["architectures"].append("Tf+Quantum"), r"architectures\[17\]"),
+        (lambda s: s["architectures"].__setitem__(0, "cfl/NS+S+U"), r"architectures\[0\]"),
+        (lambda s: s["search"].__setitem__("trials", 0), r"search\.trials"),
+        (lambda s: s["search"].__setitem__("max_epochs", 0), r"search\.max_epochs"),
+        (lambda s: s["search"]["learning_rate"].__setitem__("low", 0.0), r"search\.learning_rate\.low"),
+        (lambda s: s["search"]["tokens_per_batch"].__setitem__("low", 4096), r"search\.tokens_per_batch"),
+        (lambda s: s["final"].__setitem__("seeds", []), r"final\.seeds"),
+        (lambda s: s["final"].__setitem__("max_epochs", 0), r"final\.max_epochs"),
+        (lambda s: s.setdefault("training", {}).__setitem__("parameter_budget", 0), r"training\.parameter_budget"),
+        (lambda s: s.setdefault("training", {}).__setitem__("parameter_budget", -5), r"training\.parameter_budget"),
+        (lambda s: s["report"].__setitem__("min_test_accuracy", 1.5), r"report\.min_test_accuracy"),
+    ],
+)
+def test_invalid_settings_name_the_key(settings: dict[str, Any], change: Any, key: str) -> None:
+    change(settings)
+    with pytest.raises(StacklmError, match=f"config key '{key}'"):
+        workflow.check_settings(settings)
+
+
+def test_a_preset_cannot_smuggle_zero_trials_past_the_schema(config: dict[str, Any]) -> None:
+    broken = copy.deepcopy(config)
+    broken["presets"]["ci"]["search"]["trials"] = 0
+    with pytest.raises(StacklmError, match=r"'search\.trials'"):
+        workflow.resolve({**broken, "preset": "ci"})
+
+
+def test_draw_is_a_pure_function_of_task_architecture_trial(settings: dict[str, Any]) -> None:
+    search = settings["search"]
+    first = workflow.draw_hyperparameters(search, "question-formation", "Tf+Nd", 3)
+    assert first == workflow.draw_hyperparameters(copy.deepcopy(search), "question-formation", "Tf+Nd", 3)
+    others = {
+        workflow.draw_hyperparameters(search, "question-formation", "Tf+Nd", 4),
+        workflow.draw_hyperparameters(search, "passivization", "Tf+Nd", 3),
+        workflow.draw_hyperparameters(search, "question-formation", "Tf", 3),
+        workflow.draw_hyperparameters({**search, "salt": 1}, "question-formation", "Tf+Nd", 3),
+    }
+    assert first not in others and len(others) == 4
+    assert first.max_epochs == 5
+
+
+def test_draw_follows_the_distributions_of_appendix_d(settings: dict[str, Any]) -> None:
+    draws = [workflow.draw_hyperparameters(settings["search"], "t", "Tf", trial) for trial in range(1, 4001)]
+    batches = [draw.tokens_per_batch for draw in draws]
+    assert min(batches) >= 512 and max(batches) <= 2048 and all(isinstance(b, int) for b in batches)
+    assert min(batches) < 530 and max(batches) > 2030  # the whole range is reached
+    logs = [math.log10(draw.learning_rate) for draw in draws]
+    assert -5 <= min(logs) and max(logs) <= -3
+    # log-uniform: each decade holds about half of the draws (binomial sd ≈ 32 of 4000)
+    assert abs(sum(log < -4 for log in logs) - 2000) < 160
+    assert abs(sum(batch < 1280 for batch in batches) - 2000) < 160
+
+
+def test_select_trial_takes_the_lowest_finite_score_first_on_ties() -> None:
+    assert workflow.select_trial([2.0, 1.5, 1.5, 3.0]) == 1
+    assert workflow.select_trial([float("nan"), float("inf"), 4.0]) == 2
+    with pytest.raises(StacklmError, match="no search trial"):
+        workflow.select_trial([float("nan")])
+
+
+def test_lowest_validation_cross_entropy_reads_the_best_checkpoint() -> None:
+    curve = pd.DataFrame({"validation_cross_entropy": [2.0, 0.7, 0.9]})
+    assert workflow.lowest_validation_cross_entropy(curve) == 0.7
+
+
+def test_hparams_path_by_phase() -> None:
+    assert workflow.hparams_path("qf", "tf", "search", "3") == "results/search/qf/tf/trial3.json"
+    assert workflow.hparams_path("qf", "tf", "final", "2") == "results/search/qf/tf/best.json"
+    with pytest.raises(StacklmError, match="unknown phase"):
+        workflow.hparams_path("qf", "tf", "warmup", "1")
+
+
+def test_slugs_round_trip(settings: dict[str, Any]) -> None:
+    slugs = [workflow.architecture_slug(name) for name in settings["architectures"]]
+    assert len(set(slugs)) == len(slugs) and all("/" not in slug for slug in slugs)
+    assert [workflow.architecture_name(slug) for slug in slugs] == settings["architectures"]
+
+
+def test_train_resources_by_family_grow_with_each_attempt(settings: dict[str, Any]) -> None:
+    slug = workflow.architecture_slug
+    assert workflow.train_resources(settings, slug("Tf+Nd"), 1) == workflow.JobResources(1440, 16000)
+    assert workflow.train_resources(settings, slug("LSTM+Sup+R"), 1) == workflow.JobResources(480, 8000)
+    assert workflow.train_resources(settings, slug("RNN"), 1) == workflow.JobResources(240, 4000)
+    assert workflow.train_resources(settings, slug("Tf+Nd"), 3) == workflow.JobResources(4 * 1440, 4 * 16000)
+
+
+def test_only_search_runs_name_their_trial() -> None:
+    assert workflow.trial_option("search", "7") == " --trial 7"
+    assert workflow.trial_option("final", "2") == ""
+
+
+def test_device_from_the_gpu_resource() -> None:
+    assert workflow.device(0) == "cpu"
+    assert workflow.device(1) == "cuda"
+
+
+def test_targets_cover_every_final_run_and_the_report(settings: dict[str, Any]) -> None:
+    runs = workflow.final_runs(settings)
+    assert len(runs) == 7 * len(settings["architectures"]) * 5
+    assert "results/runs/question-formation/tf+nd/final/3/metrics.parquet" in workflow.final_metrics(settings)
+    targets = workflow.all_targets(settings)
+    assert workflow.METRICS in targets and workflow.REPORT_DOCUMENT in targets
+    assert "results/report/tables/german-passivization.tex" in targets
+    assert {"results/report/figures/figure3.png", "results/report/figures/figure3.pdf"} <= set(targets)
+
+
+def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: dict[str, Any]) -> None:
+    settings_path = tmp_path / "settings.json"
+    assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
+    assert json.loads(settings_path.read_text()) == settings
+    trial_paths = [str(tmp_path / f"trial{trial}.json") for trial in range(1, 11)]
+    assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *trial_paths]) == 0
+    drawn = [json.loads(Path(path).read_text()) for path in trial_paths]
+    assert drawn[1] == {**workflow.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
+    curves = []
+    for trial, loss in enumerate([3.0, 1.0, 0.5, 2.0, 4.0, 5.0, 6.0, 7.0, 0.6, 9.0], start=1):
+        curves.append(str(tmp_path / f"curve{trial}.parquet"))
+        pd.DataFrame({"validation_cross_entropy": [loss + 1, loss, loss + 0.5]}).to_parquet(curves[-1])
+    best = tmp_path / "best.json"
+    assert main(["select", "--settings", str(settings_path), "--hparams", *trial_paths, "--curves", *curves, "--out", str(best)]) == 0
+    assert json.loads(best.read_text()) == {**drawn[2], "max_epochs": None}
+
+
+def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    settings["search"]["trials"] = 0
+    assert main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "s.json")]) == 2
+    assert "search.trials" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()

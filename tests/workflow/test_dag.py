@@ -1,0 +1,92 @@
+"""The DAG of the full config (dry-run), the profiles, and configs rejected before any job."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from stacklm import workflow
+
+from snakemake_runs import ROOT, run_snakemake
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The "Job stats" table Snakemake prints: rule -> job count (and "total")."""
+    table = output.split("Job stats:")[1]
+    return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.MULTILINE)}
+
+
+def test_dry_run_of_the_full_config_lists_every_job_quickly(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    directory = workflow_copy({})
+    start = time.perf_counter()
+    result = run_snakemake(directory, "-n", "--quiet", "rules", "--workflow-profile", "none")
+    elapsed_s = time.perf_counter() - start
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    counts = job_counts(result.stdout + result.stderr)
+    settings = workflow.resolve(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    pairs = len(settings["tasks"]) * len(settings["architectures"])
+    seeds = len(settings["final"]["seeds"])
+    expected = {
+        "settings": 1,
+        "tracking": 1,
+        "hparams": pairs,
+        "train": pairs * (settings["search"]["trials"] + seeds),
+        "select": pairs,
+        "evaluate": pairs * seeds,
+        "aggregate": 1,
+        "report": 1,
+        "all": 1,
+    }
+    assert {rule: counts.get(rule) for rule in expected} == expected
+    print(f"\nsnakemake -n of the full config: {counts['total']} jobs in {elapsed_s:.1f} s")
+    assert elapsed_s < 30
+
+
+@pytest.mark.parametrize(
+    ("profile", "device", "gpus"),
+    [("profiles/cpu", "cpu", "gpu=0"), ("profiles/slurm", "cuda", "gpu=1")],
+)
+def test_profiles_choose_the_device_and_the_slurm_resources(
+    workflow_copy: Callable[[dict[str, Any]], Path], profile: str, device: str, gpus: str
+) -> None:
+    directory = workflow_copy({"preset": "ci"})
+    target = "results/runs/question-formation/lstm+sup/final/1/model.pt"
+    result = run_snakemake(directory, target, "-n", "--profile", profile, "--configfile", "test.yaml")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    output = result.stdout + result.stderr
+    train = [line for line in output.splitlines() if line.startswith("Shell command: stacklm train")]
+    assert train and all(f"--device {device}" in line for line in train)
+    assert re.search(rf"resources:.*{gpus}", output)
+    if profile == "profiles/slurm":
+        # Sup family: config.yaml resources, not the profile's defaults; the account survives
+        # the auto-loaded profiles/default.
+        assert re.search(r"resources:.*slurm_account=CHANGEME, slurm_partition=gpu, runtime=480, gpu=1", output)
+        assert "mem_mb=8000" in output
+
+
+def test_default_profile_stays_executor_neutral() -> None:
+    keys = set(yaml.safe_load((ROOT / "profiles" / "default" / "profile.yaml").read_text()))
+    assert keys == {"printshellcmds", "rerun-incomplete", "keep-going", "show-failed-logs"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"architectures": ["Tf", "Tf+Quantum"]}, "architectures[1]"),
+        ({"search": {"trials": 0}}, "search.trials"),
+        ({"preset": "ci", "presets": {"ci": {"search": {"trials": 0}}}}, "search.trials"),
+    ],
+)
+def test_invalid_config_is_rejected_before_any_job_naming_the_key(
+    workflow_copy: Callable[[dict[str, Any]], Path], overrides: dict[str, Any], key: str
+) -> None:
+    directory = workflow_copy(overrides)
+    result = run_snakemake(directory, "--cores", "1", "--configfile", "test.yaml")
+    assert result.returncode != 0
+    assert f"config key '{key}'" in result.stderr
+    assert not (directory / "results").exists()

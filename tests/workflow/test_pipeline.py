@@ -1,0 +1,208 @@
+"""The `ci` preset end to end through Snakemake: the real DAG, a real SQLite MLflow store,
+real Parquet, rendered tables and figures.
+
+Two copies of the workflow run side by side: A straight through; B killed while a model is
+training (SIGINT to Snakemake's process group, as Ctrl-C in its terminal: Snakemake and the
+training job stop, the lock is released, the checkpoint stays), then started again with the
+same command. Both must end with the same tables. A's MLflow store is then served and loaded in headless Chromium;
+B's store is deleted and its report rebuilt, byte for byte, from Parquet alone.
+
+All tests share the two runs, so they form one xdist group (`pytest -n 2 --dist loadgroup`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+import pytest
+import yaml
+
+from snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
+
+pytestmark = pytest.mark.xdist_group("ci-pipeline")
+
+RUN = ("--profile", "profiles/cpu", "--configfile", "test.yaml")
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@dataclass(frozen=True)
+class Pipelines:
+    straight: Path  # run once, uninterrupted
+    resumed: Path  # interrupted mid-training, then the same command again
+    killed_while: str  # the run directory that was training when B was interrupted
+    settings: dict
+
+
+def wait_for_training(directory: Path, process: subprocess.Popen[str], timeout_s: float) -> str:
+    """Poll until a model has a checkpoint but no model.pt yet; its run directory."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError("the pipeline finished before any model was seen training")
+        for checkpoint in (directory / "results" / "checkpoints").glob("*/*/*/*.pt"):
+            task, architecture, phase = checkpoint.parts[-4:-1]
+            run = Path("results", "runs", task, architecture, phase, checkpoint.stem)
+            if not (directory / run / "model.pt").exists():
+                return str(run)
+        time.sleep(0.05)
+    raise AssertionError(f"no model was training within {timeout_s} s")
+
+
+@pytest.fixture(scope="module")
+def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Pipelines:
+    root = tmp_path_factory.mktemp("pipelines")
+    directories = []
+    for name in ("straight", "resumed"):
+        directory = copy_workflow(root / name)
+        (directory / "test.yaml").write_text(yaml.safe_dump({"preset": "ci"}))
+        directories.append(directory)
+    straight, resumed = directories
+    # One core each, side by side: the pair costs about one run on two cores.
+    arguments = (*RUN, "--cores", "1")
+    with open(straight / "snakemake.out", "w") as straight_log, open(resumed / "killed.out", "w") as killed_log:
+        first = subprocess.Popen(
+            snakemake_command(*arguments), cwd=straight, env=snakemake_environment(), stdout=straight_log, stderr=subprocess.STDOUT, text=True
+        )
+        second = subprocess.Popen(
+            snakemake_command(*arguments),
+            cwd=resumed,
+            env=snakemake_environment(),
+            stdout=killed_log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: Snakemake and the jobs it started
+        )
+        killed_while = wait_for_training(resumed, second, timeout_s=300)
+        os.killpg(second.pid, signal.SIGINT)
+        assert second.wait(timeout=120) != 0
+        assert first.wait(timeout=600) == 0, (straight / "snakemake.out").read_text()[-5000:]
+    again = run_snakemake(resumed, *arguments)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
+    (resumed / "resumed.out").write_text(again.stdout + again.stderr)
+    settings = json.loads((straight / "results" / "settings.json").read_text())
+    return Pipelines(straight, resumed, killed_while, settings)
+
+
+def report_files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted((directory / "results" / "report" / "tables").iterdir())
+    }
+
+
+def test_ci_run_writes_metrics_tables_figures_and_mlflow_runs(pipelines: Pipelines) -> None:
+    directory, settings = pipelines.straight, pipelines.settings
+    metrics = pd.read_parquet(directory / "results" / "metrics.parquet")
+    runs = metrics[["task", "architecture", "seed"]].drop_duplicates()
+    assert len(runs) == len(settings["tasks"]) * len(settings["architectures"]) * len(settings["final"]["seeds"])
+    assert set(metrics["phase"]) == {"final"}
+    assert {"full_accuracy", "partial_accuracy", "log_ratio", "cross_entropy"} <= set(metrics["metric"])
+    for task in settings["tasks"]:
+        table = (directory / "results" / "report" / "tables" / f"{task}.tex").read_text()
+        for name in settings["architectures"]:
+            assert f"\n{name} & " in table
+    assert (directory / "results" / "report" / "figures" / "figure3.png").read_bytes().startswith(b"\x89PNG")
+    assert (directory / "results" / "report" / "figures" / "figure3.pdf").read_bytes().startswith(b"%PDF")
+    assert "\\input{tables/" in (directory / "results" / "report" / "report.tex").read_text()
+    with sqlite3.connect(directory / "results" / "mlflow" / "mlflow.db") as store:
+        names = {name for (name,) in store.execute("SELECT name FROM runs")}
+    trials = settings["search"]["trials"]
+    assert len(names) == len(settings["tasks"]) * len(settings["architectures"]) * (trials + len(settings["final"]["seeds"]))
+
+
+def test_killed_mid_training_then_rerun_ends_with_the_same_tables(pipelines: Pipelines) -> None:
+    assert (pipelines.resumed / pipelines.killed_while / "model.pt").exists()
+    # The rerun continued the interrupted model from its checkpoint rather than starting over.
+    log = Path("logs", "train", *Path(pipelines.killed_while).parts[2:]).with_suffix(".log")
+    assert "resuming from" in (pipelines.resumed / log).read_text()
+    assert report_files(pipelines.resumed) == report_files(pipelines.straight)
+    figure = Path("results", "report", "figures", "figure3.pdf")
+    assert (pipelines.resumed / figure).read_bytes() == (pipelines.straight / figure).read_bytes()
+
+
+def test_report_rebuilt_without_the_mlflow_store_is_identical(pipelines: Pipelines) -> None:
+    directory = pipelines.resumed
+    before = report_files(directory)
+    shutil.rmtree(directory / "results" / "mlflow")
+    for path in (directory / "results" / "report").rglob("*.*"):
+        path.unlink()
+    result = run_snakemake(directory, *RUN)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    output = result.stdout + result.stderr
+    assert "rule report:" in output and "rule train:" not in output and "rule evaluate:" not in output
+    assert not (directory / "results" / "mlflow").exists()
+    assert report_files(directory) == before
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(pipelines: Pipelines) -> Iterator[str]:
+    """`mlflow server` on 127.0.0.1 over run A's SQLite store, stopped by its process group."""
+    port = free_port()
+    store = pipelines.straight / "results" / "mlflow" / "mlflow.db"
+    environment = {**snakemake_environment(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(
+        ["mlflow", "server", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError("mlflow server did not become healthy") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_mlflow_ui_shows_the_runs_in_headless_chromium(pipelines: Pipelines, mlflow_server: str) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: `make test` installs Debian's chromium")
+    with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/experiments/search?max_results=100", timeout=10) as response:
+        experiments = {item["name"]: item["experiment_id"] for item in json.load(response)["experiments"]}
+    task = pipelines.settings["tasks"][0]
+    with tempfile.TemporaryDirectory() as profile:
+        page = subprocess.run(
+            [
+                str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                f"--user-data-dir={profile}", "--window-size=1400,900", "--virtual-time-budget=20000", "--dump-dom",
+                f"{mlflow_server}/#/experiments/{experiments[task]}/runs",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    dom = page.stdout
+    for name in pipelines.settings["architectures"]:
+        for seed in pipelines.settings["final"]["seeds"]:
+            assert f"{task}/{name}/final/seed-{seed}" in dom, f"run {task}/{name}/final/seed-{seed} not on the page"

@@ -1,0 +1,24 @@
+# Metrics of one final model on the test set and on the generalization set under the
+# hierarchical and the linear rule: RUN_DIR/metrics.parquet, the source of every table.
+
+
+rule evaluate:
+    input:
+        model=dag.RUN_MODEL,
+        data=lambda wildcards: dag.data_files(wildcards.task),
+        settings=dag.SETTINGS_JSON,
+        tracking=ancient(dag.TRACKING_MARKER),
+    output:
+        dag.RUN_METRICS,
+    params:
+        data_dir=dag.DATA_DIR,
+        run_dir=dag.RUN_DIR,
+        device=lambda wildcards, resources: dag.device(resources.gpu),
+    log:
+        "logs/evaluate/{task}/{architecture}/{phase}/{index}.log",
+    threads: 1
+    resources:
+        gpu=0,
+    shell:
+        "stacklm evaluate --task {wildcards.task} --run {params.run_dir} --data-dir {params.data_dir}"
+        " --settings {input.settings} --out {output} --device {params.device} --threads {threads} > {log} 2>&1"

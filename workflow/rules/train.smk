@@ -1,0 +1,35 @@
+# One training run: a search trial (phase `search`, index = trial) or a final model (phase
+# `final`, index = seed). The resumable state lives at a `params:` path, not an output:
+# Snakemake deletes the outputs of a failed job, and a retried or re-run job resumes from it.
+
+
+rule train:
+    input:
+        data=lambda wildcards: dag.data_files(wildcards.task),
+        hparams=lambda wildcards: dag.hparams_path(
+            wildcards.task, wildcards.architecture, wildcards.phase, wildcards.index
+        ),
+        settings=dag.SETTINGS_JSON,
+        tracking=ancient(dag.TRACKING_MARKER),
+    output:
+        model=dag.RUN_MODEL,
+        curve=dag.RUN_CURVE,
+    params:
+        architecture=lambda wildcards: dag.architecture_name(wildcards.architecture),
+        data_dir=dag.DATA_DIR,
+        run_dir=dag.RUN_DIR,
+        checkpoint=dag.CHECKPOINT,
+        device=lambda wildcards, resources: dag.device(resources.gpu),
+        trial=lambda wildcards: dag.trial_option(wildcards.phase, wildcards.index),
+    log:
+        "logs/train/{task}/{architecture}/{phase}/{index}.log",
+    threads: 1
+    resources:
+        gpu=0,
+        runtime=lambda wildcards, attempt: dag.train_resources(SETTINGS, wildcards.architecture, attempt).runtime_min,
+        mem_mb=lambda wildcards, attempt: dag.train_resources(SETTINGS, wildcards.architecture, attempt).mem_mb,
+    shell:
+        "stacklm train --task {wildcards.task} --architecture {params.architecture:q}"
+        " --data-dir {params.data_dir} --hparams {input.hparams} --phase {wildcards.phase}{params.trial} --seed {wildcards.index}"
+        " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
+        " --device {params.device} --threads {threads} > {log} 2>&1"
