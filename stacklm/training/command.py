@@ -8,7 +8,8 @@ Reads the sections ``training``, ``evaluation``, ``tracking`` and ``model`` (the
 ``ModelOptions`` of ``stacklm.models``: dropout, the reference's departures) of the settings.
 Writes ``RUN_DIR/model.pt`` (best parameters and model config) and ``RUN_DIR/train.parquet``
 (the learning curve, one row per checkpoint, with the run's metadata), then mirrors them to
-MLflow. The resumable state lives at CKPT_PATH: the same command after a kill continues.
+MLflow. The resumable state lives at CKPT_PATH: the same command after a kill continues; on
+SIGTERM the state of the current step is saved first (exit status 2).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from stacklm.tasks import get_task
 from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
 from stacklm.tracking.records import RunMetadata, code_version, curve_table, data_version, write_table
 from stacklm.training.config import Hyperparameters, TrainingSettings
-from stacklm.training.loop import TrainResult, train
+from stacklm.training.loop import StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
 from stacklm.training.run_files import (
     SavedModel,
@@ -114,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
         generator=torch.Generator().manual_seed(args.seed),
     )
     torch.manual_seed(args.seed)  # dropout
+    stop_request = StopRequest()
+    stop_request.install()
     result = train(
         model,
         [vocabulary.encode(example.language_model_string()) for example in splits["train"]],
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         fingerprint=fingerprint,
         device=device,
         progress=Progress(interval_s=training.progress_interval_s),
+        stop_request=stop_request,
     )
     metadata = RunMetadata(
         task=args.task,

@@ -7,7 +7,8 @@ end) the validation cross-entropy per token (EOS counted) drives the schedule an
 stopping; the best parameters are kept, and the whole training state is written atomically
 to ``checkpoint_path``: model, optimizer, schedule, counters, position in the epoch, RNG
 states and the learning curve so far. The same call after a kill continues from there and
-gives the same result as a run that was never interrupted. After the last epoch a final
+gives the same result as a run that was never interrupted; a requested stop (SIGTERM, sent
+by SLURM before a time limit) saves the state at the current step first. After the last epoch a final
 checkpoint scores the batches trained since the previous one, so that a short run (the
 hyperparameter search's 5 epochs) is judged on all of its training.
 """
@@ -15,9 +16,11 @@ hyperparameter search's 5 epochs) is judged on all of its training.
 from __future__ import annotations
 
 import math
+import signal
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from types import FrameType
 from typing import Any, Sequence
 
 import torch
@@ -34,6 +37,28 @@ from stacklm.training.schedule import ScheduleState, after_checkpoint, is_new_be
 
 class TrainingDiverged(StacklmError):
     """The loss became NaN or infinite."""
+
+
+class TrainingInterrupted(StacklmError):
+    """A stop was requested (SIGTERM before a cluster's time limit); the state was saved first."""
+
+
+class StopRequest:
+    """Set by a signal: the loop then saves its whole state after the current step and stops.
+
+    The state between two checkpoints is as complete as at a checkpoint (position in the epoch,
+    counters, optimizer, RNG states), so the resumed run still equals an uninterrupted one.
+    """
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def install(self, signals: Sequence[signal.Signals] = (signal.SIGTERM,)) -> None:
+        for number in signals:
+            signal.signal(number, self._handle)
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        self.reason = signal.Signals(number).name
 
 
 @dataclass(frozen=True)
@@ -104,11 +129,13 @@ def train(
     fingerprint: str = "",
     device: torch.device | str = "cpu",
     progress: Progress | None = None,
+    stop_request: StopRequest | None = None,
 ) -> TrainResult:
     """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
 
     ``fingerprint`` identifies the run (config, seed, data); a checkpoint written under another
-    fingerprint is refused rather than resumed.
+    fingerprint is refused rather than resumed. When ``stop_request`` is set, the state is saved
+    after the current step and ``TrainingInterrupted`` is raised.
     """
     if not training or not validation:
         raise StacklmError("training and validation data must not be empty")
@@ -163,6 +190,15 @@ def train(
                 checkpoint()
                 if state.stopped_early:
                     break
+            if stop_request is not None and stop_request.reason is not None:
+                state.wall_time_s = wall_before + time.monotonic() - session_start
+                if checkpoint_path is not None:
+                    _save(checkpoint_path, fingerprint, model, optimizer, state)
+                progress.close()
+                raise TrainingInterrupted(
+                    f"{stop_request.reason} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)})"
+                    + (f"; the training state is saved in {checkpoint_path}: the same command continues" if checkpoint_path is not None else "")
+                )
         else:
             state.epoch += 1
             state.batch_index = 0

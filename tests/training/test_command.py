@@ -98,16 +98,14 @@ def test_unknown_settings_keys_and_missing_models_are_named(data_dir: Path, tmp_
 
 
 RUNNER = """
-import argparse, sys
-from stacklm.training import command
-parser = argparse.ArgumentParser()
-command.register(parser.add_subparsers())
-arguments = parser.parse_args(sys.argv[1:])
-sys.exit(arguments.func(arguments))
+import sys
+from stacklm import cli
+cli.COMMAND_MODULES = ("stacklm.training.command",)  # the real entry point, without the other teams' commands
+sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def test_a_run_killed_mid_epoch_and_restarted_equals_an_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
+def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({
         "training": {"parameter_budget": 8000, "examples_per_checkpoint": 300, "progress_interval_s": 3600},
@@ -131,6 +129,16 @@ def test_a_run_killed_mid_epoch_and_restarted_equals_an_uninterrupted_run(data_d
     assert killed.returncode == -signal.SIGKILL and not (tmp_path / "killed" / "model.pt").exists()
     state = torch.load(tmp_path / "killed.ckpt", weights_only=False)
     assert len(state["curve"]) == 3 and state["counters"]["epoch"] == 0 and 0 < state["counters"]["batch_index"]  # 900 of the epoch's 2000 examples
+    stopped = subprocess.Popen(command("killed"), stderr=subprocess.PIPE, text=True)  # resumes, then gets a SIGTERM between checkpoints
+    assert stopped.stderr is not None
+    assert next(stopped.stderr).startswith("resuming from")
+    for line in stopped.stderr:
+        if line.startswith("checkpoint 4:"):
+            break
+    stopped.send_signal(signal.SIGTERM)
+    assert stopped.wait() == 2 and "SIGTERM at step" in stopped.stderr.read()
+    state = torch.load(tmp_path / "killed.ckpt", weights_only=False)
+    assert len(state["curve"]) == 4 and state["counters"]["batches_since_checkpoint"] > 0  # saved between checkpoints
     resumed = subprocess.run(command("killed"), check=True, capture_output=True, text=True)
     assert "resuming from" in resumed.stderr
 
