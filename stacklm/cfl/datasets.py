@@ -19,7 +19,10 @@ ln p_true(w) and with the per-length-bin value ln p_G(w | |w|) = ln p_G(w) − l
     H(S, p_true) = −Σ_{w∈S} ln p_true(w) / Σ_{w∈S} (|w| + 1)   nats per symbol.
 
 Strings keep their sampling order, so in train and validation the strings 10b … 10b+9
-(0-based) form batch b, of one length.
+(0-based) form batch b, of one length. A seed fixes the data for this code: the sampler
+draws once per rule choice and once per binary split of the compiled grammar
+(:mod:`stacklm.cfl.inside`), so a change to the compilation changes which strings a seed
+gives, though never their distribution.
 
 File format (UTF-8 TSV, one header line, then one string per line, in sampling order):
 ``tokens<TAB>true_logprob<TAB>length_bin_logprob`` with space-separated integer tokens and
