@@ -11,6 +11,8 @@ source of truth — and then mirrors the metrics to the run's MLflow run.
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from stacklm.data.vocabulary import Vocabulary
@@ -43,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     saved = load_model(args.run / "model.pt")
     if saved.task != args.task:
         raise StacklmError(f"{args.run / 'model.pt'} was trained on {saved.task!r}, not on --task {args.task!r}")
+    # the run's settings, with the evaluation settings this command used
     metadata = RunMetadata(**saved.metadata)
+    metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | {"evaluation": asdict(evaluation)}, sort_keys=True))
     version = data_version(split_paths(args.data_dir))
     if version != metadata.data_version:
         raise StacklmError(f"the data in {args.data_dir} differs from the data {args.run} was trained on (sha256 {version[:12]} ≠ {metadata.data_version[:12]})")

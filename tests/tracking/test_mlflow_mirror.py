@@ -69,6 +69,7 @@ def test_runs_mirrored_to_sqlite_are_found_through_a_real_mlflow_server(tmp_path
     register(parser.add_subparsers())
     arguments = parser.parse_args(["tracking", "init", "--settings", str(settings_file)])
     assert arguments.func(arguments) == 0 and database.exists()
+    assert arguments.func(arguments) == 0  # a second init finds the store and the experiments
     settings = TrackingSettings(uri=f"sqlite:///{database}")
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrackingWarning)

@@ -82,6 +82,8 @@ def test_a_small_transformer_learns_question_formation_and_an_unreachable_store_
     assert ("generalization", None, "log_ratio") in metrics and ("generalization", None, "mean_log_ratio") in metrics
     assert {row["phase"] for row in rows} == {"final"} and {row["trial"] for row in rows} == {None}
     assert {row["data_version"] for row in rows} == {curve[0]["data_version"]}
+    config = json.loads(rows[0]["config"])
+    assert config["evaluation"]["samples_per_input"] == 2 and config["model"]["dropout"] == 0.0 and config["hyperparameters"]["max_epochs"] == 20
 
 
 def test_unknown_settings_keys_and_missing_models_are_named(data_dir: Path, tmp_path: Path) -> None:
