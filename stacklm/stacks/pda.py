@@ -193,7 +193,7 @@ class Contraction(Protocol):
     semiring: type[Semiring]
 
     def prepare(
-        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None
+        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None, num_states: int
     ) -> tuple[Prepared, ShareBuffer | None]:
         """Column (B, rows, N), α (B, N) of its step and α of its rows (B, rows) -> the form later
         products read; ``index`` is the column's k when every column is kept (no window)."""
@@ -224,7 +224,7 @@ class ReferenceContraction:
     semiring: type[Semiring]
 
     def prepare(
-        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None
+        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None, num_states: int
     ) -> tuple[Prepared, ShareBuffer | None]:
         return (column,), None
 
@@ -263,13 +263,13 @@ class ShiftedLogContraction:
     semiring: type[Semiring] = LOG
 
     def prepare(
-        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None
+        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None, num_states: int
     ) -> tuple[Prepared, ShareBuffer | None]:
         left_hat, row_offset = prepare_column(column, alpha)
         if index is None:
             return (left_hat, row_offset), None
         share = column_shares(column, row_weights, alpha)
-        return (left_hat, row_offset, share), append_share(shares, share.detach(), index)
+        return (left_hat, row_offset, share), append_share(shares, share.detach(), index, num_states)
 
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
         if left.size(-2) == 1:
@@ -336,7 +336,9 @@ def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, engi
         bottom_group = bottom_slot if sizes.window is not None else 0
         eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
         column = torch.cat([eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1)
-    prepared, shares = engine.prepare(column, alpha, _row_weights(sizes, alpha_rows), None, 0 if sizes.window is None else None)
+    prepared, shares = engine.prepare(
+        column, alpha, _row_weights(sizes, alpha_rows), None, 0 if sizes.window is None else None, sizes.num_states
+    )
     return PDATables(steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares)
 
 
@@ -373,17 +375,21 @@ def push_vector_term(alpha: Tensor, transitions: Transitions, engine: Contractio
     return engine.semiring.times(transitions.pushed.unsqueeze(-1), reached.unsqueeze(1))
 
 
-def replace_term(previous: Prepared, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
-    """Σ_{s,z} γ[i→t−1][q,x→s,z] Δ^R_t[s,z→r,y] (and the same for η rows) -> (B, rows, N).
+def replace_and_pop_prime_terms(
+    previous: Prepared, alpha: Tensor, transitions: Transitions, sizes: PDASizes, engine: Contraction
+) -> tuple[Tensor, Tensor]:
+    """Both products of column t−1 over (s, z), done as one:
 
-    ``previous``: column t−1; ``alpha``: α[t−1]. A row that a window drops gets the push.
+        replace:  Σ_{s,z} γ[i→t−1][q,x→s,z] Δ^R_t[s,z→r,y]  -> (B, rows, N), every row (η rows too)
+        γ'_t[k][u,y,r] = Σ_{s,z} γ[k→t−1][u,y→s,z] Δ⁻_t[s,z→r]  -> (B, slots(t−1), N, Q), γ rows (k, u, y)
+
+    ``previous``: column t−1; ``alpha``: α[t−1]. A row that a window drops gets the push instead.
     """
-    return engine.prepared_matmul(previous, transitions.replace, alpha)
-
-
-def pop_prime_term(previous_gamma: Prepared, alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
-    """γ'_t[k][u,y,r] = Σ_{s,z} γ[k→t−1][u,y→s,z] Δ⁻_t[s,z→r] -> (B, slots(t−1)·N, Q), rows (k, u, y)."""
-    return engine.prepared_matmul(previous_gamma, transitions.pop, alpha)
+    num_configurations = sizes.num_configurations
+    products = engine.prepared_matmul(previous, torch.cat([transitions.replace, transitions.pop], dim=-1), alpha)
+    replaced = products[..., :num_configurations]
+    gamma_prime = products[:, sizes.eta_rows :, num_configurations:]
+    return replaced, gamma_prime.reshape(products.size(0), -1, num_configurations, sizes.num_states)
 
 
 def pop_term(
@@ -460,10 +466,8 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         entering = (torch.arange(sizes.slots(step), device=device) == push_slot).view(1, -1, 1)
         alpha_rows = torch.where(entering, tables.alpha.unsqueeze(1), tables.alpha_rows)
 
-    gamma_prime = pop_prime_term(tuple(tensor[:, eta_rows:] for tensor in previous), tables.alpha, transitions, engine)
-    gamma_prime = gamma_prime.view(batch_size, -1, num_configurations, sizes.num_states)  # (B, slots(t−1), N, Q)
-
-    body = replace_term(previous, tables.alpha, transitions, engine)  # (B, rows(t−1), N)
+    # body (B, rows(t−1), N); gamma_prime (B, slots(t−1), N, Q)
+    body, gamma_prime = replace_and_pop_prime_terms(previous, tables.alpha, transitions, sizes, engine)
 
     first_split = max(tables.first_column, 0 if sizes.window is None else step - sizes.window + 1)
     splits = list(range(first_split, step - 1))
@@ -525,7 +529,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         eta_total = semiring.sum(groups, dim=1)
 
     prepared, shares = engine.prepare(
-        column, alpha, _row_weights(sizes, alpha_rows), tables.shares, step if sizes.window is None else None
+        column, alpha, _row_weights(sizes, alpha_rows), tables.shares, step if sizes.window is None else None, sizes.num_states
     )
     columns = tables.columns + (prepared,)
     first_column = tables.first_column

@@ -200,3 +200,38 @@ def test_float32_agrees_with_float64(scale: float, tolerance: float, window: int
     for exact, approximate in zip(results[torch.float64], results[torch.float32]):
         assert torch.isfinite(approximate).all()
         assert (approximate - exact).abs().max() <= tolerance * exact.abs().max()
+
+
+def test_two_continuations_of_one_state_are_independent() -> None:
+    # The fast path keeps the full stack's columns in a shared buffer; advancing one state twice
+    # (sampling, beam search) must not let one continuation overwrite the other's columns.
+    first, second = random_actions(1, 20, 2, 2, 2, seed=14), random_actions(1, 20, 2, 2, 2, seed=15)
+    stack = VectorNondeterministicStack(2, 2, 2).double()
+    prefix = chunk(first, 0, 18)
+    _, state = stack.run(prefix)
+    one, _ = stack.run(chunk(first, 18, 20), state)
+    other, _ = stack.run(chunk(second, 18, 20), state)
+    again, _ = stack.run(chunk(first, 18, 20), state)
+    torch.testing.assert_close(one, stack.readings(first)[:, 18:], rtol=1e-12, atol=1e-12)
+    whole_other = torch.cat([prefix.push, second.push[:, 18:]], dim=1), torch.cat([prefix.replace, second.replace[:, 18:]], dim=1)
+    mixed = VectorNondeterministicActions(
+        whole_other[0], whole_other[1], torch.cat([prefix.pop, second.pop[:, 18:]], dim=1), torch.cat([prefix.pushed, second.pushed[:, 18:]], dim=1)
+    )
+    torch.testing.assert_close(other, stack.readings(mixed)[:, 18:], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(again, one, rtol=1e-12, atol=1e-12)
+
+
+def test_gradients_of_a_continuation_survive_another() -> None:
+    first, second = random_actions(1, 20, 2, 2, 2, seed=16), random_actions(1, 20, 2, 2, 2, seed=17)
+    stack = VectorNondeterministicStack(2, 2, 2).double()
+    gradients = []
+    for interleave in (False, True):
+        push = first.push.clone().requires_grad_()
+        actions = VectorNondeterministicActions(push, first.replace, first.pop, first.pushed)
+        _, state = stack.run(chunk(actions, 0, 18))
+        readings, _ = stack.run(chunk(actions, 18, 20), state)
+        if interleave:
+            stack.run(chunk(second, 18, 20), state)
+        (readings * torch.linspace(-1, 1, readings.size(-1), dtype=torch.float64)).sum().backward()
+        gradients.append(push.grad)
+    torch.testing.assert_close(gradients[1], gradients[0], rtol=1e-12, atol=1e-12)
