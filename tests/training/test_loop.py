@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from stacklm.errors import StacklmError
 from stacklm.training.config import TrainConfig, cfl_train_config
 from stacklm.training.loop import TrainingDiverged, TrainResult, train, validation_cross_entropy
 from stacklm.training.batching import make_batch
@@ -49,7 +50,7 @@ def test_a_finished_run_restarted_writes_the_same_result(tmp_path: Path) -> None
 def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     toy_run(checkpoint=tmp_path / "ckpt.pt")
     model = ToyLanguageModel(3)
-    with pytest.raises(Exception, match="another run"):
+    with pytest.raises(StacklmError, match="another run"):
         train(model, counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2,
               checkpoint_path=tmp_path / "ckpt.pt", fingerprint="other", progress=Progress(io.StringIO()))
 
