@@ -54,10 +54,17 @@ t−D … t−1, slot D the bottom row (dVPDA only), and a mask hides the rows a
 have (G = number of slots). The state also holds α of the
 rows of the last column (B, slots, N), α[t] (B, N) and η[t] (B, m, N).
 
+The sums of products are left to a ``Contraction``: ``ReferenceContraction`` materialises
+every term in the semiring (the definition; REAL, LOG, MAX_PLUS), ``ShiftedLogContraction``
+(LOG) turns each into a real matrix product shifted by log α and keeps each column, once
+made, in real form: Ĝ = exp(γ − log α − ρ) with row maxima 1 for the products over the last
+column, and, without a window, the shares α[i]γ[i→k]/α[k] ∈ [0, 1] in one dense buffer that
+the pop reads as a view (``kernels/shifted.py``). The DP below is the same for both.
+
 Cost per sequence, full stack: the pop contraction, Σ_t (t·N + m) × (t·Q) × Q per symbol,
 ≈ n³·Q³S²/3 multiply-adds (plus O(n²·N²) for the rest); memory kept for backward
-O(n²·N²): the columns and O(t·N²) per step, never a step's O(t²) operand. With a window:
-O(n·D²·Q³S²) time and O(n·D·N²) memory.
+O(n²·N²): the columns (log, Ĝ, shares, buffer) and O(t·N²) per step, never a step's O(t²)
+operand. With a window: O(n·D²·Q³S²) time and O(n·D·N²) memory.
 """
 
 from __future__ import annotations
@@ -337,18 +344,18 @@ def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, engi
         eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
         column = torch.cat([eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1)
     prepared, shares = engine.prepare(
-        column, alpha, _row_weights(sizes, alpha_rows), None, 0 if sizes.window is None else None, sizes.num_states
+        column, alpha, _row_weights(sizes, alpha_rows, semiring), None, 0 if sizes.window is None else None, sizes.num_states
     )
     return PDATables(steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares)
 
 
-def _row_weights(sizes: PDASizes, alpha_rows: Tensor) -> Tensor:
-    """α of each row of a column (B, G·m + slots·N): one (log 0) for η rows, which carry α already."""
+def _row_weights(sizes: PDASizes, alpha_rows: Tensor, semiring: type[Semiring]) -> Tensor:
+    """α of each row of a column (B, G·m + slots·N): 1̄ for η rows, which carry α already."""
     batch_size = alpha_rows.size(0)
     gamma_rows = alpha_rows.reshape(batch_size, -1)
     if sizes.eta_rows == 0:
         return gamma_rows
-    return torch.cat([gamma_rows.new_zeros(batch_size, sizes.eta_rows), gamma_rows], dim=1)
+    return torch.cat([gamma_rows.new_full((batch_size, sizes.eta_rows), semiring.one), gamma_rows], dim=1)
 
 
 def _valid_rows(sizes: PDASizes, rows: list[int], below: Tensor) -> Tensor:
@@ -362,7 +369,7 @@ def _valid_rows(sizes: PDASizes, rows: list[int], below: Tensor) -> Tensor:
     return torch.cat([eta_valid, gamma_valid], dim=0)
 
 
-def push_term(transitions: Transitions, semiring: type[Semiring]) -> Tensor:
+def push_term(transitions: Transitions) -> Tensor:
     """γ[t−1→t][q,x→r,y] = Δ⁺_t[q,x→r,y] -> (B, N, N)."""
     return transitions.push
 
@@ -475,7 +482,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         columns = [tables.columns[k - tables.first_column] for k in splits]
         split_slots = torch.tensor([sizes.slot(k) for k in splits], device=device)
         mask = None if sizes.window is None else _valid_rows(sizes, frame, torch.tensor(splits, device=device))
-        row_weights = _row_weights(sizes, alpha_rows)[:, : max(tensor.size(1) for column in columns for tensor in column[:1])]
+        row_weights = _row_weights(sizes, alpha_rows, semiring)[:, : max(tensor.size(1) for column in columns for tensor in column[:1])]
         popped = pop_term(
             columns,
             mask,
@@ -498,13 +505,13 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
                 [tables.columns[k - tables.first_column] for k in bottom_splits],
                 gamma_prime.index_select(1, bottom_slots),
                 tables.alpha_rows.index_select(1, bottom_slots),
-                _rows((_row_weights(sizes, alpha_rows),), sizes.bottom_rows())[0],
+                _rows((_row_weights(sizes, alpha_rows, semiring),), sizes.bottom_rows())[0],
                 sizes,
                 engine,
             )
             body = _plus_at_rows(semiring, body, sizes.bottom_rows(), popped)
 
-    push = push_term(transitions, semiring)  # (B, N, N)
+    push = push_term(transitions)  # (B, N, N)
     if sizes.window is None:
         parts = [body[:, eta_rows:], push]
         if eta_rows:
@@ -529,7 +536,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         eta_total = semiring.sum(groups, dim=1)
 
     prepared, shares = engine.prepare(
-        column, alpha, _row_weights(sizes, alpha_rows), tables.shares, step if sizes.window is None else None, sizes.num_states
+        column, alpha, _row_weights(sizes, alpha_rows, semiring), tables.shares, step if sizes.window is None else None, sizes.num_states
     )
     columns = tables.columns + (prepared,)
     first_column = tables.first_column
