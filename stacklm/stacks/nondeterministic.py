@@ -120,7 +120,7 @@ class NondeterministicStack(Stack[NondeterministicActions]):
         self.reading_size = num_states * num_symbols if states_in_reading else num_symbols
 
     def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> NondeterministicState:
-        tables = initial_tables(self.sizes, batch_size, None, self.engine.semiring, like)
+        tables = initial_tables(self.sizes, batch_size, None, self.engine, like, max_steps)
         return NondeterministicState(tables, self.sizes, self.engine, self.states_in_reading)
 
     def step_actions(self, actions: NondeterministicActions, step: int) -> NondeterministicActions:

@@ -200,10 +200,18 @@ class Contraction(Protocol):
     semiring: type[Semiring]
 
     def prepare(
-        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None, num_states: int
+        self,
+        column: Tensor,
+        alpha: Tensor,
+        row_weights: Tensor,
+        shares: ShareBuffer | None,
+        index: int | None,
+        num_states: int,
+        expected_columns: int | None = None,
     ) -> tuple[Prepared, ShareBuffer | None]:
         """Column (B, rows, N), α (B, N) of its step and α of its rows (B, rows) -> the form later
-        products read; ``index`` is the column's k when every column is kept (no window)."""
+        products read; ``index`` is the column's k when every column is kept (no window), and
+        ``expected_columns`` how many columns the sequence will have, when known."""
 
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
         """⊕_c left[..., i, c] ⊗ right[..., c, j]; ``shift`` (..., C) is α of each c."""
@@ -231,7 +239,14 @@ class ReferenceContraction:
     semiring: type[Semiring]
 
     def prepare(
-        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None, num_states: int
+        self,
+        column: Tensor,
+        alpha: Tensor,
+        row_weights: Tensor,
+        shares: ShareBuffer | None,
+        index: int | None,
+        num_states: int,
+        expected_columns: int | None = None,
     ) -> tuple[Prepared, ShareBuffer | None]:
         return (column,), None
 
@@ -270,13 +285,20 @@ class ShiftedLogContraction:
     semiring: type[Semiring] = LOG
 
     def prepare(
-        self, column: Tensor, alpha: Tensor, row_weights: Tensor, shares: ShareBuffer | None, index: int | None, num_states: int
+        self,
+        column: Tensor,
+        alpha: Tensor,
+        row_weights: Tensor,
+        shares: ShareBuffer | None,
+        index: int | None,
+        num_states: int,
+        expected_columns: int | None = None,
     ) -> tuple[Prepared, ShareBuffer | None]:
         left_hat, row_offset = prepare_column(column, alpha)
         if index is None:
             return (left_hat, row_offset), None
         share = column_shares(column, row_weights, alpha)
-        return (left_hat, row_offset, share), append_share(shares, share.detach(), index, num_states)
+        return (left_hat, row_offset, share), append_share(shares, share.detach(), index, num_states, expected_columns)
 
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
         if left.size(-2) == 1:
@@ -311,10 +333,13 @@ def _one_hot(semiring: type[Semiring], size: int, index: int, like: Tensor) -> T
     return torch.where(positions == index, semiring.one, semiring.zero).to(like.dtype)
 
 
-def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, engine: Contraction, like: Tensor) -> PDATables:
+def initial_tables(
+    sizes: PDASizes, batch_size: int, bottom: Tensor | None, engine: Contraction, like: Tensor, max_steps: int | None = None
+) -> PDATables:
     """t = 0: α[0] = 𝟙[q0, ⊥]; the bottom row −1 (weight 𝟙 if it may be replaced); η[0] = v₀ at (q0, ⊥).
 
-    ``bottom``: v₀ (B, m) in the semiring's representation, or None without vectors.
+    ``bottom``: v₀ (B, m) in the semiring's representation, or None without vectors;
+    ``max_steps``, when known, sizes the fast engine's buffer once.
     """
     semiring = engine.semiring
     num_configurations = sizes.num_configurations
@@ -344,7 +369,13 @@ def initial_tables(sizes: PDASizes, batch_size: int, bottom: Tensor | None, engi
         eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
         column = torch.cat([eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1)
     prepared, shares = engine.prepare(
-        column, alpha, _row_weights(sizes, alpha_rows, semiring), None, 0 if sizes.window is None else None, sizes.num_states
+        column,
+        alpha,
+        _row_weights(sizes, alpha_rows, semiring),
+        None,
+        0 if sizes.window is None else None,
+        sizes.num_states,
+        None if max_steps is None else max_steps + 1,
     )
     return PDATables(steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares)
 

@@ -119,7 +119,7 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
     def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> VectorNondeterministicState:
         semiring = self.engine.semiring
         bottom = from_log(semiring, self.log_bottom(like)).unsqueeze(0).expand(batch_size, -1)
-        tables = initial_tables(self.sizes, batch_size, bottom, semiring, like)
+        tables = initial_tables(self.sizes, batch_size, bottom, self.engine, like, max_steps)
         return VectorNondeterministicState(tables, self.sizes, self.engine)
 
     def step_actions(self, actions: VectorNondeterministicActions, step: int) -> VectorNondeterministicActions:

@@ -275,12 +275,15 @@ class ShareBuffer:
         return ShareBuffer(function(self.tensor).clone(), self.filled)
 
 
-def append_share(buffer: ShareBuffer | None, share: Tensor, index: int, num_states: int) -> ShareBuffer:
-    """``buffer`` with column ``index`` (B, rows_k, N) written into it, reallocated when needed."""
+def append_share(
+    buffer: ShareBuffer | None, share: Tensor, index: int, num_states: int, expected_columns: int | None = None
+) -> ShareBuffer:
+    """``buffer`` with column ``index`` (B, rows_k, N) written into it, reallocated when needed
+    (to ``expected_columns`` columns if that is enough, else to twice the columns so far)."""
     batch, rows, configurations = share.shape
     num_symbols = configurations // num_states
     if buffer is None or buffer.filled != index or buffer.tensor.size(3) < rows or buffer.tensor.size(2) < (index + 1) * num_states:
-        columns = max(16, 2 * (index + 1))
+        columns = expected_columns if expected_columns is not None and expected_columns > index else max(16, 2 * (index + 1))
         capacity_rows = rows + (columns - index - 1) * configurations
         tensor = share.new_zeros(batch, num_symbols, columns * num_states, capacity_rows)
         if buffer is not None and index > 0:
