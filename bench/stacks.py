@@ -84,9 +84,13 @@ def measure(run_forward: Callable[[], Tensor], device: torch.device, repeats: in
     return Measurement(statistics.median(times), peak_mb)
 
 
-def stack_forward(stack: VectorNondeterministicStack, batch: int, steps: int, device: torch.device, generator: torch.Generator) -> Callable[[], Tensor]:
+def stack_forward(
+    stack: VectorNondeterministicStack, batch: int, steps: int, device: torch.device, generator: torch.Generator
+) -> Callable[[], Tensor]:
     states, symbols, vector_size = stack.sizes.num_states, stack.sizes.num_symbols, stack.sizes.vector_size
-    logits = torch.randn(batch, steps, num_action_logits(states, symbols), generator=generator).to(device).requires_grad_()
+    logits = (
+        torch.randn(batch, steps, num_action_logits(states, symbols), generator=generator).to(device).requires_grad_()
+    )
     pushed = torch.randn(batch, steps, vector_size, generator=generator).to(device).requires_grad_()
     weights = torch.randn(batch, steps, stack.reading_size, generator=generator).to(device)
 
@@ -97,7 +101,9 @@ def stack_forward(stack: VectorNondeterministicStack, batch: int, steps: int, de
     return run
 
 
-def transformer_forward(model: nn.Module, batch: int, steps: int, device: torch.device, generator: torch.Generator) -> Callable[[], Tensor]:
+def transformer_forward(
+    model: nn.Module, batch: int, steps: int, device: torch.device, generator: torch.Generator
+) -> Callable[[], Tensor]:
     inputs = torch.randn(batch, steps, 68, generator=generator).to(device).requires_grad_()
     mask = nn.Transformer.generate_square_subsequent_mask(steps, device=device)
 
@@ -134,8 +140,12 @@ def main() -> None:
         stack = VectorNondeterministicStack(3, 3, 5, window=window).to(device)
         name = "dvpda" if window is None else f"dvpda-window{window}"
         for steps in arguments.lengths:
-            stacked = measure(stack_forward(stack, arguments.batch, steps, device, generator), device, arguments.repeats)
-            baseline = measure(transformer_forward(model, arguments.batch, steps, device, generator), device, arguments.repeats)
+            stacked = measure(
+                stack_forward(stack, arguments.batch, steps, device, generator), device, arguments.repeats
+            )
+            baseline = measure(
+                transformer_forward(model, arguments.batch, steps, device, generator), device, arguments.repeats
+            )
             result = {
                 "stack": name,
                 "n": steps,

@@ -27,7 +27,17 @@ from torch import Tensor
 
 from stacklm.semiring import LOG, Semiring
 from stacklm.stacks.base import Stack, StackState
-from stacklm.stacks.pda import Contraction, PDASizes, PDATables, Transitions, advance, engine_for, from_log, initial_tables, normalize
+from stacklm.stacks.pda import (
+    Contraction,
+    PDASizes,
+    PDATables,
+    Transitions,
+    advance,
+    engine_for,
+    from_log,
+    initial_tables,
+    normalize,
+)
 
 
 def num_action_logits(num_states: int, num_symbols: int) -> int:
@@ -60,7 +70,9 @@ class NondeterministicActions:
         )
 
 
-def transitions_from_actions(actions: NondeterministicActions, semiring: type[Semiring], pushed: Tensor | None) -> Transitions:
+def transitions_from_actions(
+    actions: NondeterministicActions, semiring: type[Semiring], pushed: Tensor | None
+) -> Transitions:
     """One step's actions as (B, N, N), (B, N, N), (B, N, Q) weights in ``semiring``."""
     batch, num_states, num_symbols = actions.pop.shape[:3]
     configurations = num_states * num_symbols
@@ -133,7 +145,11 @@ class NondeterministicStack(Stack[NondeterministicActions]):
         self, actions: NondeterministicActions, initial: NondeterministicState | None = None
     ) -> tuple[Tensor, NondeterministicState]:
         """r_1 … r_n (B, n, reading_size) and the state after step n (for the next chunk)."""
-        state = initial if initial is not None else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
+        state = (
+            initial
+            if initial is not None
+            else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
+        )
         readings = []
         for step in range(self.num_steps(actions)):
             state = state.next(self.step_actions(actions, step))

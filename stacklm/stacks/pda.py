@@ -334,7 +334,12 @@ def _one_hot(semiring: type[Semiring], size: int, index: int, like: Tensor) -> T
 
 
 def initial_tables(
-    sizes: PDASizes, batch_size: int, bottom: Tensor | None, engine: Contraction, like: Tensor, max_steps: int | None = None
+    sizes: PDASizes,
+    batch_size: int,
+    bottom: Tensor | None,
+    engine: Contraction,
+    like: Tensor,
+    max_steps: int | None = None,
 ) -> PDATables:
     """t = 0: α[0] = 𝟙[q0, ⊥]; the bottom row −1 (weight 𝟙 if it may be replaced); η[0] = v₀ at (q0, ⊥).
 
@@ -349,7 +354,9 @@ def initial_tables(
     bottom_slot = sizes.slot(-1)
     bottom_push = semiring.zeros(num_configurations, num_configurations, **options)
     if sizes.bottom_replaceable:
-        bottom_push = torch.where(torch.eye(num_configurations, device=like.device, dtype=torch.bool), first_configuration, semiring.zero)
+        bottom_push = torch.where(
+            torch.eye(num_configurations, device=like.device, dtype=torch.bool), first_configuration, semiring.zero
+        )
     slot_positions = torch.arange(slots, device=like.device).view(slots, 1, 1)
     gamma_rows = torch.where(slot_positions == bottom_slot, bottom_push, semiring.zero)  # (slots, N, N)
     gamma_rows = gamma_rows.reshape(1, slots * num_configurations, num_configurations).expand(batch_size, -1, -1)
@@ -367,7 +374,9 @@ def initial_tables(
         group_positions = torch.arange(groups, device=like.device).view(1, groups, 1, 1)
         bottom_group = bottom_slot if sizes.window is not None else 0
         eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
-        column = torch.cat([eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1)
+        column = torch.cat(
+            [eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1
+        )
     prepared, shares = engine.prepare(
         column,
         alpha,
@@ -377,7 +386,9 @@ def initial_tables(
         sizes.num_states,
         None if max_steps is None else max_steps + 1,
     )
-    return PDATables(steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares)
+    return PDATables(
+        steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares
+    )
 
 
 def _row_weights(sizes: PDASizes, alpha_rows: Tensor, semiring: type[Semiring]) -> Tensor:
@@ -449,7 +460,12 @@ def pop_term(
 
 
 def bottom_pop_term(
-    columns: Sequence[Prepared], gamma_prime: Tensor, alpha: Tensor, row_weights: Tensor, sizes: PDASizes, engine: Contraction
+    columns: Sequence[Prepared],
+    gamma_prime: Tensor,
+    alpha: Tensor,
+    row_weights: Tensor,
+    sizes: PDASizes,
+    engine: Contraction,
 ) -> Tensor:
     """Σ_{k ∈ {t−1−D, t−D}} Σ_u γ[−1→k][q0,⊥→u,y] γ'_t[k][u,y,r] -> (B, bottom rows, N).
 
@@ -513,7 +529,9 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         columns = [tables.columns[k - tables.first_column] for k in splits]
         split_slots = torch.tensor([sizes.slot(k) for k in splits], device=device)
         mask = None if sizes.window is None else _valid_rows(sizes, frame, torch.tensor(splits, device=device))
-        row_weights = _row_weights(sizes, alpha_rows, semiring)[:, : max(tensor.size(1) for column in columns for tensor in column[:1])]
+        row_weights = _row_weights(sizes, alpha_rows, semiring)[
+            :, : max(tensor.size(1) for column in columns for tensor in column[:1])
+        ]
         popped = pop_term(
             columns,
             mask,
@@ -526,10 +544,15 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         )
         missing = body.size(1) - popped.size(1)
         if missing > 0:
-            popped = torch.cat([popped, semiring.zeros(batch_size, missing, num_configurations, dtype=popped.dtype, device=device)], dim=1)
+            popped = torch.cat(
+                [popped, semiring.zeros(batch_size, missing, num_configurations, dtype=popped.dtype, device=device)],
+                dim=1,
+            )
         body = semiring.plus(body, popped)
     if sizes.window is not None and sizes.bottom_replaceable:
-        bottom_splits = [k for k in (step - 1 - sizes.window, step - sizes.window) if tables.first_column <= k <= step - 2]
+        bottom_splits = [
+            k for k in (step - 1 - sizes.window, step - sizes.window) if tables.first_column <= k <= step - 2
+        ]
         if bottom_splits:
             bottom_slots = torch.tensor([sizes.slot(k) for k in bottom_splits], device=device)
             popped = bottom_pop_term(
@@ -567,7 +590,12 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         eta_total = semiring.sum(groups, dim=1)
 
     prepared, shares = engine.prepare(
-        column, alpha, _row_weights(sizes, alpha_rows, semiring), tables.shares, step if sizes.window is None else None, sizes.num_states
+        column,
+        alpha,
+        _row_weights(sizes, alpha_rows, semiring),
+        tables.shares,
+        step if sizes.window is None else None,
+        sizes.num_states,
     )
     columns = tables.columns + (prepared,)
     first_column = tables.first_column
@@ -578,7 +606,13 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
         columns = columns[drop:]
         first_column += drop
     return PDATables(
-        steps=step, first_column=first_column, columns=columns, alpha_rows=alpha_rows, alpha=alpha, eta=eta_total, shares=shares
+        steps=step,
+        first_column=first_column,
+        columns=columns,
+        alpha_rows=alpha_rows,
+        alpha=alpha,
+        eta=eta_total,
+        shares=shares,
     )
 
 

@@ -30,7 +30,16 @@ from torch import Tensor, nn
 from stacklm.semiring import LOG, Semiring
 from stacklm.stacks.base import Stack, StackState
 from stacklm.stacks.nondeterministic import NondeterministicActions, transitions_from_actions
-from stacklm.stacks.pda import Contraction, PDASizes, PDATables, advance, engine_for, from_log, initial_tables, normalize
+from stacklm.stacks.pda import (
+    Contraction,
+    PDASizes,
+    PDATables,
+    advance,
+    engine_for,
+    from_log,
+    initial_tables,
+    normalize,
+)
 
 BottomVector = Literal["learned", "zero", "one"]
 
@@ -45,7 +54,9 @@ class VectorNondeterministicActions:
     pushed: Tensor  # (..., m): log v_t
 
     @staticmethod
-    def from_logits(logits: Tensor, log_pushed: Tensor, num_states: int, num_symbols: int) -> VectorNondeterministicActions:
+    def from_logits(
+        logits: Tensor, log_pushed: Tensor, num_states: int, num_symbols: int
+    ) -> VectorNondeterministicActions:
         """Unnormalized weights exp(logits) (seed 000 App. B.2) and log v_t = ``log_pushed``."""
         actions = NondeterministicActions.from_logits(logits, num_states, num_symbols, normalize=False)
         return VectorNondeterministicActions(actions.push, actions.replace, actions.pop, log_pushed)
@@ -105,7 +116,9 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         self.bottom_logits = nn.Parameter(torch.zeros(vector_size)) if bottom == "learned" else None
         self.reading_size = num_states * num_symbols * vector_size
 
-    def forward(self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None) -> Tensor:
+    def forward(
+        self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None
+    ) -> Tensor:
         """``readings``: r_1 … r_n (B, n, Q·S·m)."""
         return self.readings(actions, initial)
 
@@ -134,7 +147,11 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None
     ) -> tuple[Tensor, VectorNondeterministicState]:
         """r_1 … r_n (B, n, Q·S·m) and the state after step n (for the next chunk)."""
-        state = initial if initial is not None else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
+        state = (
+            initial
+            if initial is not None
+            else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
+        )
         readings = []
         for step in range(self.num_steps(actions)):
             state = state.next(self.step_actions(actions, step))

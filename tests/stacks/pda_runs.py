@@ -89,8 +89,14 @@ def follow_runs(
             symbol, push_time = stack[-1]
             for target in range(num_states):
                 for new_symbol in range(num_symbols):
-                    add((target, stack + ((new_symbol, step),)), value * push[step - 1, state, symbol, target, new_symbol].item())
-                    add((target, stack[:-1] + ((new_symbol, push_time),)), value * replace[step - 1, state, symbol, target, new_symbol].item())
+                    add(
+                        (target, stack + ((new_symbol, step),)),
+                        value * push[step - 1, state, symbol, target, new_symbol].item(),
+                    )
+                    add(
+                        (target, stack[:-1] + ((new_symbol, push_time),)),
+                        value * replace[step - 1, state, symbol, target, new_symbol].item(),
+                    )
                 if len(stack) > 1:
                     add((target, stack[:-1]), value * pop[step - 1, state, symbol, target].item())
         current = dict(following)

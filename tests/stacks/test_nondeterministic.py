@@ -20,12 +20,16 @@ VARIANTS = [  # (normalize, states_in_reading): NS, NS+S, NS+U, NS+S+U
 ]
 
 
-def random_actions(batch: int, steps: int, states: int, symbols: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64) -> Tensor:
+def random_actions(
+    batch: int, steps: int, states: int, symbols: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64
+) -> Tensor:
     generator = torch.Generator().manual_seed(seed)
     return scale * torch.randn(batch, steps, num_action_logits(states, symbols), generator=generator, dtype=dtype)
 
 
-def brute_force_readings(actions: NondeterministicActions, states_in_reading: bool, window: int | None = None) -> Tensor:
+def brute_force_readings(
+    actions: NondeterministicActions, states_in_reading: bool, window: int | None = None
+) -> Tensor:
     """(B, n, reading size) from every run, normalised by hand."""
     readings = []
     for element in range(actions.pop.size(0)):
@@ -46,7 +50,9 @@ def brute_force_readings(actions: NondeterministicActions, states_in_reading: bo
 
 @pytest.mark.parametrize("normalize, states_in_reading", VARIANTS)
 @pytest.mark.parametrize("states, symbols, steps", [(1, 1, 5), (2, 2, 5), (2, 3, 4), (3, 2, 4)])
-def test_readings_equal_brute_force(normalize: bool, states_in_reading: bool, states: int, symbols: int, steps: int) -> None:
+def test_readings_equal_brute_force(
+    normalize: bool, states_in_reading: bool, states: int, symbols: int, steps: int
+) -> None:
     logits = random_actions(2, steps, states, symbols, seed=states * 10 + symbols)
     actions = NondeterministicActions.from_logits(logits, states, symbols, normalize)
     expected = brute_force_readings(actions, states_in_reading)
@@ -68,7 +74,9 @@ def test_window_equals_brute_force(window: int) -> None:
 def test_normalized_weights_are_probabilities_per_configuration() -> None:
     logits = random_actions(3, 1, 2, 3, seed=0)
     actions = NondeterministicActions.from_logits(logits, 2, 3, normalize=True)
-    total = actions.push.exp().sum(dim=(-1, -2)) + actions.replace.exp().sum(dim=(-1, -2)) + actions.pop.exp().sum(dim=-1)
+    total = (
+        actions.push.exp().sum(dim=(-1, -2)) + actions.replace.exp().sum(dim=(-1, -2)) + actions.pop.exp().sum(dim=-1)
+    )
     torch.testing.assert_close(total, torch.ones_like(total))
 
 
@@ -80,14 +88,20 @@ def test_unnormalized_weights_are_the_logits() -> None:
     torch.testing.assert_close(actions.push.reshape(1, 1, 2, 2, 4), per_configuration[..., :4])
 
 
-@pytest.mark.parametrize("states_in_reading, expected", [(False, [1.0, 0.0, 0.0]), (True, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0])])
+@pytest.mark.parametrize(
+    "states_in_reading, expected", [(False, [1.0, 0.0, 0.0]), (True, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0])]
+)
 def test_initial_reading_is_the_bottom(states_in_reading: bool, expected: list[float]) -> None:
     stack = NondeterministicStack(2, 3, states_in_reading)
     like = torch.zeros(1, dtype=torch.float64)
-    torch.testing.assert_close(stack.initial_state(4, like).reading(), torch.tensor([expected] * 4, dtype=torch.float64))
+    torch.testing.assert_close(
+        stack.initial_state(4, like).reading(), torch.tensor([expected] * 4, dtype=torch.float64)
+    )
 
 
-def deterministic_actions(states: int, symbols: int, script: list[tuple[str, int, int, int, int]]) -> NondeterministicActions:
+def deterministic_actions(
+    states: int, symbols: int, script: list[tuple[str, int, int, int, int]]
+) -> NondeterministicActions:
     """One run with weight 1: at step t only (kind, q, x → r, y) has log weight 0, all others −∞."""
     steps = len(script)
     push = torch.full((1, steps, states, symbols, states, symbols), -math.inf, dtype=torch.float64)
@@ -122,7 +136,9 @@ def test_gradients_have_no_nan_when_weights_are_zero() -> None:
     actions = deterministic_actions(3, 4, script[:2])
     for fast in (True, False):
         push = actions.push.clone().requires_grad_()
-        readings = NondeterministicStack(3, 4, True, fast=fast).readings(NondeterministicActions(push, actions.replace, actions.pop))
+        readings = NondeterministicStack(3, 4, True, fast=fast).readings(
+            NondeterministicActions(push, actions.replace, actions.pop)
+        )
         (readings * torch.arange(12, dtype=torch.float64)).sum().backward()
         assert push.grad is not None and torch.isfinite(push.grad).all()
 
@@ -156,7 +172,9 @@ def test_viterbi_is_the_best_run() -> None:
     actions = NondeterministicActions.from_logits(logits, 2, 2, normalize=False)
     stack = NondeterministicStack(2, 2, True, semiring=MAX_PLUS)
     state = stack.initial_state(1, logits)
-    history = follow_runs(actions.push[0].exp(), actions.replace[0].exp(), actions.pop[0].exp(), bottom_replaceable=False, best=True)
+    history = follow_runs(
+        actions.push[0].exp(), actions.replace[0].exp(), actions.pop[0].exp(), bottom_replaceable=False, best=True
+    )
     for step in range(4):
         state = state.next(stack.step_actions(actions, step))
         torch.testing.assert_close(state.tables.alpha[0].exp(), history[step + 1].weight.flatten())
@@ -166,7 +184,9 @@ def test_window_at_least_length_equals_full_stack() -> None:
     actions = NondeterministicActions.from_logits(random_actions(2, 9, 2, 3, seed=8), 2, 3, normalize=False)
     full = NondeterministicStack(2, 3, True).readings(actions)
     for window in (9, 10, 20):
-        torch.testing.assert_close(NondeterministicStack(2, 3, True, window=window).readings(actions), full, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(
+            NondeterministicStack(2, 3, True, window=window).readings(actions), full, rtol=1e-12, atol=1e-12
+        )
 
 
 @pytest.mark.parametrize("window", [None, 4])
@@ -177,7 +197,9 @@ def test_chunked_equals_unchunked(window: int | None) -> None:
     state = None
     pieces = []
     for start, stop in [(0, 4), (4, 9), (9, 10), (10, 13)]:
-        chunk = NondeterministicActions(actions.push[:, start:stop], actions.replace[:, start:stop], actions.pop[:, start:stop])
+        chunk = NondeterministicActions(
+            actions.push[:, start:stop], actions.replace[:, start:stop], actions.pop[:, start:stop]
+        )
         readings, state = stack.run(chunk, state)
         state = state.detach()
         pieces.append(readings)
@@ -196,7 +218,11 @@ def test_batch_elements_and_padding_are_independent() -> None:
     stack = NondeterministicStack(2, 2, True)
     batched = stack.readings(actions)
     for element in range(3):
-        short = NondeterministicActions(actions.push[element : element + 1, :4], actions.replace[element : element + 1, :4], actions.pop[element : element + 1, :4])
+        short = NondeterministicActions(
+            actions.push[element : element + 1, :4],
+            actions.replace[element : element + 1, :4],
+            actions.pop[element : element + 1, :4],
+        )
         torch.testing.assert_close(stack.readings(short)[0], batched[element, :4], rtol=1e-12, atol=1e-12)
 
 
@@ -219,7 +245,9 @@ def test_float32_agrees_with_float64(scale: float, tolerance: float) -> None:
     results = {}
     for dtype in (torch.float64, torch.float32):
         leaf = logits.to(dtype).clone().requires_grad_()
-        readings = NondeterministicStack(3, 3, True).readings(NondeterministicActions.from_logits(leaf, 3, 3, normalize=False))
+        readings = NondeterministicStack(3, 3, True).readings(
+            NondeterministicActions.from_logits(leaf, 3, 3, normalize=False)
+        )
         weights = torch.linspace(-1, 1, 9, dtype=dtype)
         (readings * weights).sum().backward()
         results[dtype] = (readings.double(), leaf.grad.double())

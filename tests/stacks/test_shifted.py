@@ -37,7 +37,9 @@ def test_shifted_log_matmul_equals_log_sum_exp_and_gradchecks() -> None:
     right.requires_grad_()
     output = shifted_log_matmul(left, right, shift)
     torch.autograd.grad(output[torch.isfinite(output)].sum(), (left, right))
-    assert torch.autograd.gradcheck(lambda a, b: shifted_log_matmul(a, b, shift).clamp(min=-1e3), (left, right), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda a, b: shifted_log_matmul(a, b, shift).clamp(min=-1e3), (left, right), fast_mode=True
+    )
 
 
 def test_empty_row_has_zero_gradient() -> None:
@@ -47,7 +49,7 @@ def test_empty_row_has_zero_gradient() -> None:
     right = torch.randn(1, 3, 2, generator=generator(3), dtype=torch.float64, requires_grad=True)
     output = shifted_log_matmul(left, right, torch.zeros(1, 3, dtype=torch.float64))
     assert torch.isinf(output[0, 1]).all()
-    (grad_left, grad_right) = torch.autograd.grad(output[0, 0].sum(), (left, right))
+    grad_left, grad_right = torch.autograd.grad(output[0, 0].sum(), (left, right))
     assert torch.isfinite(grad_left).all() and torch.isfinite(grad_right).all()
     assert (grad_left[0, 1] == 0).all()
 
@@ -61,7 +63,9 @@ def test_prepared_matmul_equals_log_sum_exp() -> None:
     column.requires_grad_()
     output = prepared_log_matmul(prepare_column(column, alpha), right, alpha)
     torch.testing.assert_close(output, log_matmul(column, right))
-    assert torch.autograd.gradcheck(lambda c, r: prepared_log_matmul(prepare_column(c, alpha), r, alpha), (column, right), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda c, r: prepared_log_matmul(prepare_column(c, alpha), r, alpha), (column, right), fast_mode=True
+    )
 
 
 def dense_pop(columns: list[Tensor], gamma_prime: Tensor, num_states: int) -> Tensor:
@@ -87,8 +91,13 @@ def test_pops_equal_the_sum_over_split_points() -> None:
     num_states, num_symbols, batch = 2, 2, 2
     configurations = num_states * num_symbols
     sizes = [3, 5, 7]  # column k has rows 0 … sizes[k]−1, as in the full stack
-    columns = [2 * torch.randn(batch, size, configurations, generator=generator(10 + k), dtype=torch.float64) for k, size in enumerate(sizes)]
-    gamma_prime = torch.randn(batch, len(sizes), configurations, num_states, generator=generator(20), dtype=torch.float64)
+    columns = [
+        2 * torch.randn(batch, size, configurations, generator=generator(10 + k), dtype=torch.float64)
+        for k, size in enumerate(sizes)
+    ]
+    gamma_prime = torch.randn(
+        batch, len(sizes), configurations, num_states, generator=generator(20), dtype=torch.float64
+    )
     alpha = torch.randn(batch, len(sizes), configurations, generator=generator(21), dtype=torch.float64)
     row_weights = torch.randn(batch, max(sizes), generator=generator(22), dtype=torch.float64)
     expected = dense_pop(columns, gamma_prime, num_states)
@@ -109,7 +118,10 @@ def test_pops_equal_the_sum_over_split_points() -> None:
 def test_pop_gradients() -> None:
     num_states, batch = 2, 1
     sizes = [2, 4]
-    columns = [torch.randn(batch, size, 4, generator=generator(30 + k), dtype=torch.float64, requires_grad=True) for k, size in enumerate(sizes)]
+    columns = [
+        torch.randn(batch, size, 4, generator=generator(30 + k), dtype=torch.float64, requires_grad=True)
+        for k, size in enumerate(sizes)
+    ]
     gamma_prime = torch.randn(batch, 2, 4, num_states, generator=generator(40), dtype=torch.float64, requires_grad=True)
     alpha = torch.randn(batch, 2, 4, generator=generator(41), dtype=torch.float64)
     row_weights = torch.randn(batch, 4, generator=generator(42), dtype=torch.float64)
@@ -119,7 +131,10 @@ def test_pop_gradients() -> None:
         return prepared_log_pop(prepared, None, gamma_prime, alpha, num_states)
 
     def with_shares(gamma_prime: Tensor, first: Tensor, second: Tensor) -> Tensor:
-        shares = [column_shares(first, row_weights[:, :2], alpha[:, 0]), column_shares(second, row_weights, alpha[:, 1])]
+        shares = [
+            column_shares(first, row_weights[:, :2], alpha[:, 0]),
+            column_shares(second, row_weights, alpha[:, 1]),
+        ]
         buffer = append_share(append_share(None, shares[0].detach(), 0, num_states), shares[1].detach(), 1, num_states)
         return share_pop(shares, buffer, row_weights, gamma_prime, alpha, num_states)
 

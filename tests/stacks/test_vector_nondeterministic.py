@@ -16,15 +16,26 @@ from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions
 
 
 def random_actions(
-    batch: int, steps: int, states: int, symbols: int, vector_size: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float64
+    batch: int,
+    steps: int,
+    states: int,
+    symbols: int,
+    vector_size: int,
+    seed: int,
+    scale: float = 1.0,
+    dtype: torch.dtype = torch.float64,
 ) -> VectorNondeterministicActions:
     generator = torch.Generator().manual_seed(seed)
     logits = scale * torch.randn(batch, steps, num_action_logits(states, symbols), generator=generator, dtype=dtype)
-    log_pushed = torch.nn.functional.logsigmoid(torch.randn(batch, steps, vector_size, generator=generator, dtype=dtype))
+    log_pushed = torch.nn.functional.logsigmoid(
+        torch.randn(batch, steps, vector_size, generator=generator, dtype=dtype)
+    )
     return VectorNondeterministicActions.from_logits(logits, log_pushed, states, symbols)
 
 
-def brute_force_readings(actions: VectorNondeterministicActions, log_bottom: Tensor, window: int | None = None) -> Tensor:
+def brute_force_readings(
+    actions: VectorNondeterministicActions, log_bottom: Tensor, window: int | None = None
+) -> Tensor:
     """Eq. 6 by hand: Σ over runs of weight × top vector, divided by the total weight."""
     readings = []
     for element in range(actions.pop.size(0)):
@@ -129,14 +140,18 @@ def test_superposition_is_a_special_case(fast: bool) -> None:
 @pytest.mark.parametrize("fast", [True, False])
 def test_gradcheck(window: int | None, fast: bool) -> None:
     actions = random_actions(2, 5, 2, 2, 2, seed=5)
-    logits = torch.cat([actions.push.flatten(2), actions.replace.flatten(2), actions.pop.flatten(2)], dim=-1).requires_grad_()
+    logits = torch.cat(
+        [actions.push.flatten(2), actions.replace.flatten(2), actions.pop.flatten(2)], dim=-1
+    ).requires_grad_()
     log_pushed = actions.pushed.clone().requires_grad_()
     bottom_logits = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
     stack = VectorNondeterministicStack(2, 2, 2, window=window, fast=fast).double()
 
     def readings(logits: Tensor, log_pushed: Tensor, bottom_logits: Tensor) -> Tensor:
         push, replace, pop = logits.split([16, 16, 8], dim=-1)
-        step_actions = VectorNondeterministicActions(push.view(2, 5, 2, 2, 2, 2), replace.view(2, 5, 2, 2, 2, 2), pop.view(2, 5, 2, 2, 2), log_pushed)
+        step_actions = VectorNondeterministicActions(
+            push.view(2, 5, 2, 2, 2, 2), replace.view(2, 5, 2, 2, 2, 2), pop.view(2, 5, 2, 2, 2), log_pushed
+        )
         return torch.func.functional_call(stack, {"bottom_logits": bottom_logits}, (step_actions,))
 
     assert torch.autograd.gradcheck(readings, (logits, log_pushed, bottom_logits), fast_mode=True)
@@ -146,12 +161,17 @@ def test_window_at_least_length_equals_full_stack() -> None:
     actions = random_actions(2, 8, 2, 3, 3, seed=8)
     full = VectorNondeterministicStack(2, 3, 3).double().readings(actions)
     for window in (8, 12):
-        torch.testing.assert_close(VectorNondeterministicStack(2, 3, 3, window=window).double().readings(actions), full, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(
+            VectorNondeterministicStack(2, 3, 3, window=window).double().readings(actions), full, rtol=1e-12, atol=1e-12
+        )
 
 
 def chunk(actions: VectorNondeterministicActions, start: int, stop: int) -> VectorNondeterministicActions:
     return VectorNondeterministicActions(
-        actions.push[:, start:stop], actions.replace[:, start:stop], actions.pop[:, start:stop], actions.pushed[:, start:stop]
+        actions.push[:, start:stop],
+        actions.replace[:, start:stop],
+        actions.pop[:, start:stop],
+        actions.pushed[:, start:stop],
     )
 
 
@@ -189,14 +209,25 @@ def test_float32_agrees_with_float64(scale: float, tolerance: float, window: int
     actions = random_actions(2, 64, 3, 3, 5, seed=13, scale=scale)
     results = {}
     for dtype in (torch.float64, torch.float32):
-        logits = torch.cat([actions.push.flatten(2), actions.replace.flatten(2), actions.pop.flatten(2)], dim=-1).to(dtype).requires_grad_()
+        logits = (
+            torch.cat([actions.push.flatten(2), actions.replace.flatten(2), actions.pop.flatten(2)], dim=-1)
+            .to(dtype)
+            .requires_grad_()
+        )
         log_pushed = actions.pushed.to(dtype).clone().requires_grad_()
         push, replace, pop = logits.split([81, 81, 27], dim=-1)
-        step_actions = VectorNondeterministicActions(push.view(2, 64, 3, 3, 3, 3), replace.view(2, 64, 3, 3, 3, 3), pop.view(2, 64, 3, 3, 3), log_pushed)
+        step_actions = VectorNondeterministicActions(
+            push.view(2, 64, 3, 3, 3, 3), replace.view(2, 64, 3, 3, 3, 3), pop.view(2, 64, 3, 3, 3), log_pushed
+        )
         stack = VectorNondeterministicStack(3, 3, 5, window=window).to(dtype)
         readings = stack.readings(step_actions)
         (readings * torch.linspace(-1, 1, 45, dtype=dtype)).sum().backward()
-        results[dtype] = (readings.double(), logits.grad.double(), log_pushed.grad.double(), stack.bottom_logits.grad.double())
+        results[dtype] = (
+            readings.double(),
+            logits.grad.double(),
+            log_pushed.grad.double(),
+            stack.bottom_logits.grad.double(),
+        )
     for exact, approximate in zip(results[torch.float64], results[torch.float32]):
         assert torch.isfinite(approximate).all()
         assert (approximate - exact).abs().max() <= tolerance * exact.abs().max()
@@ -213,9 +244,14 @@ def test_two_continuations_of_one_state_are_independent() -> None:
     other, _ = stack.run(chunk(second, 18, 20), state)
     again, _ = stack.run(chunk(first, 18, 20), state)
     torch.testing.assert_close(one, stack.readings(first)[:, 18:], rtol=1e-12, atol=1e-12)
-    whole_other = torch.cat([prefix.push, second.push[:, 18:]], dim=1), torch.cat([prefix.replace, second.replace[:, 18:]], dim=1)
+    whole_other = torch.cat([prefix.push, second.push[:, 18:]], dim=1), torch.cat(
+        [prefix.replace, second.replace[:, 18:]], dim=1
+    )
     mixed = VectorNondeterministicActions(
-        whole_other[0], whole_other[1], torch.cat([prefix.pop, second.pop[:, 18:]], dim=1), torch.cat([prefix.pushed, second.pushed[:, 18:]], dim=1)
+        whole_other[0],
+        whole_other[1],
+        torch.cat([prefix.pop, second.pop[:, 18:]], dim=1),
+        torch.cat([prefix.pushed, second.pushed[:, 18:]], dim=1),
     )
     torch.testing.assert_close(other, stack.readings(mixed)[:, 18:], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(again, one, rtol=1e-12, atol=1e-12)

@@ -176,7 +176,9 @@ def prepared_log_matmul(prepared: tuple[Tensor, Tensor], right: Tensor, shift: T
     return _PreparedLogMatmul.apply(left_hat, row_offset, right, shift.detach())
 
 
-def _dense_pop_left(left_hats: Sequence[Tensor], row_offsets: Sequence[Tensor], mask: Tensor | None, rows: int, num_states: int) -> tuple[Tensor, Tensor, Tensor]:
+def _dense_pop_left(
+    left_hats: Sequence[Tensor], row_offsets: Sequence[Tensor], mask: Tensor | None, rows: int, num_states: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """L̂ (B, S, rows, K·Q) for the pop, with its row offset ℓ (B, rows, 1) and scales (B, rows, K).
 
     Column k enters as Ĝ_k · exp(ρ_k − ℓ), ℓ = max_k ρ_k per row: the common row shift.
@@ -207,7 +209,9 @@ class _PreparedLogPop(torch.autograd.Function):
         left_hats, row_offsets = prepared[:splits], prepared[splits:]
         num_symbols = gamma_prime.size(2) // num_states
         left, row_shift, scales = _dense_pop_left(left_hats, row_offsets, mask, rows, num_states)
-        right_hat, column_offset = _right_hat(pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols))
+        right_hat, column_offset = _right_hat(
+            pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols)
+        )
         total = left @ right_hat
         ctx.save_for_backward(right_hat, total, scales, *left_hats)
         ctx.mask = mask
@@ -233,7 +237,9 @@ class _PreparedLogPop(torch.autograd.Function):
         ]
         # grad_right (B, S, K·Q(u), Q(r)) -> γ' layout (B, K, N, Q).
         grad_gamma_prime = (
-            grad_right.view(batch, num_symbols, splits, num_states, num_states).permute(0, 2, 3, 1, 4).reshape(batch, splits, configurations, num_states)
+            grad_right.view(batch, num_symbols, splits, num_states, num_states)
+            .permute(0, 2, 3, 1, 4)
+            .reshape(batch, splits, configurations, num_states)
         )
         return (grad_gamma_prime, None, None, None, None, *grad_left_hats, *([None] * splits))
 
@@ -282,8 +288,15 @@ def append_share(
     (to ``expected_columns`` columns if that is enough, else to twice the columns so far)."""
     batch, rows, configurations = share.shape
     num_symbols = configurations // num_states
-    if buffer is None or buffer.filled != index or buffer.tensor.size(3) < rows or buffer.tensor.size(2) < (index + 1) * num_states:
-        columns = expected_columns if expected_columns is not None and expected_columns > index else max(16, 2 * (index + 1))
+    if (
+        buffer is None
+        or buffer.filled != index
+        or buffer.tensor.size(3) < rows
+        or buffer.tensor.size(2) < (index + 1) * num_states
+    ):
+        columns = (
+            expected_columns if expected_columns is not None and expected_columns > index else max(16, 2 * (index + 1))
+        )
         capacity_rows = rows + (columns - index - 1) * configurations
         tensor = share.new_zeros(batch, num_symbols, columns * num_states, capacity_rows)
         if buffer is not None and index > 0:
@@ -292,7 +305,9 @@ def append_share(
         buffer = ShareBuffer(tensor, index)
     with torch.no_grad():
         # (B, rows, Q(u), S(y)) -> (B, S(y), Q(u), rows)
-        buffer.tensor[:, :, index * num_states : (index + 1) * num_states, :rows] = share.view(batch, rows, num_states, num_symbols).permute(0, 3, 2, 1)
+        buffer.tensor[:, :, index * num_states : (index + 1) * num_states, :rows] = share.view(
+            batch, rows, num_states, num_symbols
+        ).permute(0, 3, 2, 1)
     buffer.filled = index + 1
     return buffer
 
@@ -309,21 +324,36 @@ def column_shares(column: Tensor, row_weights: Tensor, alpha: Tensor) -> Tensor:
 class _SharePop(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx: Any, gamma_prime: Tensor, alpha: Tensor, row_weights: Tensor, buffer: Tensor, num_states: int, *shares: Tensor
+        ctx: Any,
+        gamma_prime: Tensor,
+        alpha: Tensor,
+        row_weights: Tensor,
+        buffer: Tensor,
+        num_states: int,
+        *shares: Tensor,
     ) -> Tensor:
         batch, splits, configurations, _ = gamma_prime.shape
         num_symbols = configurations // num_states
         rows = row_weights.size(1)
         # log W[y, (k, u), r] = log α[k][u, y] + γ'[k][u, y, r], normalised per output (r, y) over (k, u).
-        right_hat, column_offset = _right_hat(pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols))
+        right_hat, column_offset = _right_hat(
+            pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols)
+        )
         left = buffer[:, :, : splits * num_states, :rows].reshape(batch * num_symbols, splits * num_states, rows)
         right_transposed = right_hat.transpose(-1, -2).reshape(batch * num_symbols, num_states, splits * num_states)
-        total = (right_transposed @ left).view(batch, num_symbols, num_states, rows).permute(0, 3, 2, 1).reshape(batch, rows, configurations)
+        total = (
+            (right_transposed @ left)
+            .view(batch, num_symbols, num_states, rows)
+            .permute(0, 3, 2, 1)
+            .reshape(batch, rows, configurations)
+        )
         # column offset (B, S(y), 1, Q(r)) -> (B, 1, N) in (r, y) order.
         offset = column_offset.view(batch, num_symbols, num_states).transpose(1, 2).reshape(batch, 1, configurations)
         nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
         output = torch.where(
-            nonempty, torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1), -math.inf
+            nonempty,
+            torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1),
+            -math.inf,
         )
         ctx.save_for_backward(right_hat, total, row_weights)
         ctx.buffer = buffer
@@ -341,22 +371,36 @@ class _SharePop(torch.autograd.Function):
         nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
         scaled = torch.where(nonempty, grad / torch.where(nonempty, total, 1.0), 0.0)
         # (B, rows, Q(r), S(y)) -> (B·S, Q(r), rows)
-        scaled = scaled.view(batch, rows, num_states, num_symbols).permute(0, 3, 2, 1).reshape(batch * num_symbols, num_states, rows)
+        scaled = (
+            scaled.view(batch, rows, num_states, num_symbols)
+            .permute(0, 3, 2, 1)
+            .reshape(batch * num_symbols, num_states, rows)
+        )
         grad_left = (right_hat.reshape(batch * num_symbols, splits * num_states, num_states) @ scaled).view(
             batch, num_symbols, splits, num_states, rows
         )
         grad_right_hat = (scaled @ left.transpose(-1, -2)).transpose(-1, -2).reshape(right_hat.shape)  # (B, S, K·Q, Q)
         grad_log_weight = right_hat * grad_right_hat
         grad_gamma_prime = (
-            grad_log_weight.view(batch, num_symbols, splits, num_states, num_states).permute(0, 2, 3, 1, 4).reshape(batch, splits, configurations, num_states)
+            grad_log_weight.view(batch, num_symbols, splits, num_states, num_states)
+            .permute(0, 2, 3, 1, 4)
+            .reshape(batch, splits, configurations, num_states)
         )
         # (B, S(y), Q(u), rows_k) -> (B, rows_k, N) with N = (u, y)
-        grad_shares = [grad_left[:, :, split, :, :size].permute(0, 3, 2, 1).reshape(batch, size, configurations) for split, size in enumerate(share_rows)]
+        grad_shares = [
+            grad_left[:, :, split, :, :size].permute(0, 3, 2, 1).reshape(batch, size, configurations)
+            for split, size in enumerate(share_rows)
+        ]
         return (grad_gamma_prime, None, None, None, None, *grad_shares)
 
 
 def share_pop(
-    shares: Sequence[Tensor], buffer: ShareBuffer, row_weights: Tensor, gamma_prime: Tensor, alpha: Tensor, num_states: int
+    shares: Sequence[Tensor],
+    buffer: ShareBuffer,
+    row_weights: Tensor,
+    gamma_prime: Tensor,
+    alpha: Tensor,
+    num_states: int,
 ) -> Tensor:
     """The pop contraction of a full stack from share columns: log Σ_{k,u} γ[i→k][a,(u,y)] γ'[k][(u,y),r].
 
