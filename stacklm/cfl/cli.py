@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from stacklm.cfl.datasets import SPLIT_LENGTHS, generate_split, write_split
 from stacklm.cfl.languages import LANGUAGES
+from stacklm.errors import StacklmError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,9 +23,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--split", required=True, choices=list(SPLIT_LENGTHS))
     generate.add_argument("--seed", required=True, type=int, help="seed of the generator (the paper's test sets use 0)")
     generate.add_argument("--out", required=True, help="the TSV file to write")
+    generate.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: the inside algorithm runs many small tensor operations, "
+        "and extra threads mostly wait on each other)",
+    )
     generate.set_defaults(func=run_generate)
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise StacklmError(f"--threads must be at least 1, not {args.threads}")
+    torch.set_num_threads(args.threads)
     write_split(generate_split(LANGUAGES[args.language], args.split, args.seed), args.out)
     return 0

@@ -1,10 +1,12 @@
 import argparse
 
 import pytest
+import torch
 
 from stacklm import cli
 from stacklm.cfl.cli import register, run_generate
 from stacklm.cfl.datasets import read_split, true_cross_entropy
+from stacklm.errors import StacklmError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,6 +30,17 @@ def test_cfl_generate_is_registered_with_the_stacklm_command():
     assert "stacklm.cfl.cli" in cli.COMMAND_MODULES
     args = parser().parse_args(["cfl", "generate", "--language", "dyck-2", "--split", "train", "--seed", "3", "--out", "x.tsv"])
     assert args.func is run_generate
+
+
+def test_generate_sets_the_torch_threads_and_refuses_fewer_than_one(tmp_path):
+    before = torch.get_num_threads()
+    try:
+        args = parser().parse_args(["cfl", "generate", "--language", "marked-reversal", "--split", "test", "--seed", "0", "--out", str(tmp_path / "x.tsv"), "--threads", "0"])
+        with pytest.raises(StacklmError, match="--threads must be at least 1"):
+            args.func(args)
+        assert parser().parse_args(["cfl", "generate", "--language", "dyck-2", "--split", "test", "--seed", "0", "--out", "x.tsv"]).threads == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize(
