@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,19 @@ def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: dic
     best = tmp_path / "best.json"
     assert main(["select", "--settings", str(settings_path), "--hparams", *trial_paths, "--curves", *curves, "--out", str(best)]) == 0
     assert json.loads(best.read_text()) == {**drawn[2], "max_epochs": None}
+
+
+def test_python_m_stacklm_workflow_runs_the_same_commands(tmp_path: Path, settings: dict[str, Any]) -> None:
+    settings_path = tmp_path / "settings.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "stacklm.workflow", "settings", "--json", json.dumps(settings), "--out", str(settings_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(settings_path.read_text()) == settings
+    settings["search"]["trials"] = 0
+    assert workflow.main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "bad.json")]) == 2
 
 
 def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

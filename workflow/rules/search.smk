@@ -1,6 +1,8 @@
 # Random search per task x architecture (seed 000 App. D): `hparams` draws every trial's
 # HP.json from a seed derived from (task, architecture, trial); `train` runs each trial for at
 # most search.max_epochs; `select` keeps the trial with the lowest validation cross-entropy.
+# Both are light and run hundreds of times: `python -m stacklm.workflow` is `stacklm` without
+# importing torch and MLflow, which every `stacklm` call pays for.
 
 TRIALS = dag.trials(SETTINGS)
 
@@ -20,7 +22,7 @@ rule hparams:
     log:
         "logs/hparams/{task}/{architecture}.log",
     shell:
-        "stacklm hparams --task {wildcards.task} --architecture {params.architecture:q}"
+        "python -m stacklm.workflow hparams --task {wildcards.task} --architecture {params.architecture:q}"
         " --settings {input.settings} --out {output} > {log} 2>&1"
 
 
@@ -34,5 +36,5 @@ rule select:
     log:
         "logs/select/{task}/{architecture}.log",
     shell:
-        "stacklm select --settings {input.settings} --hparams {input.hparams} --curves {input.curves}"
+        "python -m stacklm.workflow select --settings {input.settings} --hparams {input.hparams} --curves {input.curves}"
         " --out {output} > {log} 2>&1"

@@ -14,4 +14,4 @@ rule settings:
     log:
         "logs/settings.log",
     shell:
-        "stacklm settings --json {params.settings:q} --out {output} > {log} 2>&1"
+        "python -m stacklm.workflow settings --json {params.settings:q} --out {output} > {log} 2>&1"
