@@ -163,7 +163,7 @@ class Transitions:
     pushed: Tensor | None  # (B, m): v_t, or None without vectors
 
 
-Prepared = tuple[Tensor, ...]  # a column as its engine keeps it; every tensor has rows at dim 1
+Prepared = tuple[Tensor, ...]  # a column as its engine keeps it (batch at dim 0)
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,9 @@ class Contraction(Protocol):
     def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
         """``matmul`` with a prepared column (B, rows, N) as the left operand."""
 
+    def rows(self, column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
+        """The rows of a prepared column in ``ranges``, in order, as a column ``pop`` accepts."""
+
     def pop(
         self,
         columns: Sequence[Prepared],
@@ -255,6 +258,9 @@ class ReferenceContraction:
 
     def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
         return self.matmul(column[0], right, shift)
+
+    def rows(self, column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
+        return (_rows(column[0], ranges),)
 
     def pop(
         self,
@@ -295,10 +301,10 @@ class ShiftedLogContraction:
         expected_columns: int | None = None,
     ) -> tuple[Prepared, ShareBuffer | None]:
         left_hat, row_offset = prepare_column(column, alpha)
+        share = column_shares(column, row_weights, alpha, num_states)
         if index is None:
-            return (left_hat, row_offset), None
-        share = column_shares(column, row_weights, alpha)
-        return (left_hat, row_offset, share), append_share(shares, share.detach(), index, num_states, expected_columns)
+            return (left_hat, row_offset, share), None
+        return (left_hat, row_offset, share), append_share(shares, share.detach(), index, expected_columns)
 
     def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
         if left.size(-2) == 1:
@@ -310,6 +316,9 @@ class ShiftedLogContraction:
     def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
         return prepared_log_matmul((column[0], column[1]), right, shift)
 
+    def rows(self, column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
+        return (_rows(column[0], ranges), _rows(column[1], ranges))
+
     def pop(
         self,
         columns: Sequence[Prepared],
@@ -320,9 +329,11 @@ class ShiftedLogContraction:
         row_weights: Tensor,
         shares: ShareBuffer | None,
     ) -> Tensor:
-        if shares is not None and mask is None and all(len(column) == 3 for column in columns):
-            return share_pop([column[2] for column in columns], shares, row_weights, gamma_prime, alpha, num_states)
-        return prepared_log_pop([(column[0], column[1]) for column in columns], mask, gamma_prime, alpha, num_states)
+        if len(columns[0]) == 2:  # rows picked out of prepared columns (the window's bottom row)
+            return prepared_log_pop(
+                [(column[0], column[1]) for column in columns], mask, gamma_prime, alpha, num_states
+            )
+        return share_pop([column[2] for column in columns], shares, mask, row_weights, gamma_prime, alpha)
 
 
 FAST = ShiftedLogContraction()
@@ -472,13 +483,13 @@ def bottom_pop_term(
     With a window, the split points k whose elements still fit (t−1−k ≤ D) but that rows
     i ≥ t−D cannot use: only the exempt bottom row (and its η group) reaches them.
     """
-    bottom = [_rows(column, sizes.bottom_rows()) for column in columns]
+    bottom = [engine.rows(column, sizes.bottom_rows()) for column in columns]
     return engine.pop(bottom, None, gamma_prime, alpha, sizes.num_states, row_weights, None)
 
 
-def _rows(column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
-    """The rows of a prepared column in ``ranges``, in order."""
-    return tuple(torch.cat([tensor[:, start:stop] for start, stop in ranges], dim=1) for tensor in column)
+def _rows(tensor: Tensor, ranges: list[tuple[int, int]]) -> Tensor:
+    """The rows (dimension 1) of ``tensor`` in ``ranges``, in order."""
+    return torch.cat([tensor[:, start:stop] for start, stop in ranges], dim=1)
 
 
 def _plus_at_rows(semiring: type[Semiring], body: Tensor, ranges: list[tuple[int, int]], addend: Tensor) -> Tensor:
@@ -559,7 +570,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
                 [tables.columns[k - tables.first_column] for k in bottom_splits],
                 gamma_prime.index_select(1, bottom_slots),
                 tables.alpha_rows.index_select(1, bottom_slots),
-                _rows((_row_weights(sizes, alpha_rows, semiring),), sizes.bottom_rows())[0],
+                _rows(_row_weights(sizes, alpha_rows, semiring), sizes.bottom_rows()),
                 sizes,
                 engine,
             )

@@ -210,7 +210,7 @@ def test_window_state_stays_bounded() -> None:
     actions = NondeterministicActions.from_logits(random_actions(1, 30, 2, 2, seed=10), 2, 2, normalize=False)
     _, state = NondeterministicStack(2, 2, True, window=5).run(actions)
     assert len(state.tables.columns) <= 5
-    assert all(tensor.size(1) == 5 * 4 for column in state.tables.columns for tensor in column)
+    assert all(column[0].size(1) == 5 * 4 for column in state.tables.columns)
 
 
 def test_batch_elements_and_padding_are_independent() -> None:

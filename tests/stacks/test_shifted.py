@@ -108,11 +108,23 @@ def test_pops_equal_the_sum_over_split_points() -> None:
     buffer = None
     shares = []
     for k, column in enumerate(columns):
-        share = column_shares(column, row_weights[:, : column.size(1)], alpha[:, k])
-        buffer = append_share(buffer, share, k, num_states)
+        share = column_shares(column, row_weights[:, : column.size(1)], alpha[:, k], num_states)
+        buffer = append_share(buffer, share, k)
         shares.append(share)
-    assert buffer is not None
-    torch.testing.assert_close(share_pop(shares, buffer, row_weights, gamma_prime, alpha, num_states), expected)
+    torch.testing.assert_close(share_pop(shares, buffer, None, row_weights, gamma_prime, alpha), expected)
+
+
+def test_masked_share_pop_equals_the_sum_over_allowed_entries() -> None:
+    num_states, batch, rows = 2, 2, 5
+    columns = [torch.randn(batch, rows, 4, generator=generator(50 + k), dtype=torch.float64) for k in range(3)]
+    mask = torch.rand(rows, 3, generator=generator(53)) < 0.6
+    gamma_prime = torch.randn(batch, 3, 4, num_states, generator=generator(54), dtype=torch.float64)
+    alpha = torch.randn(batch, 3, 4, generator=generator(55), dtype=torch.float64)
+    row_weights = torch.randn(batch, rows, generator=generator(56), dtype=torch.float64)
+    hidden = [torch.where(mask[:, k].view(1, rows, 1), column, -math.inf) for k, column in enumerate(columns)]
+    shares = [column_shares(column, row_weights, alpha[:, k], num_states) for k, column in enumerate(columns)]
+    output = share_pop(shares, None, mask, row_weights, gamma_prime, alpha)
+    torch.testing.assert_close(output, dense_pop(hidden, gamma_prime, num_states))
 
 
 def test_pop_gradients() -> None:
@@ -132,11 +144,11 @@ def test_pop_gradients() -> None:
 
     def with_shares(gamma_prime: Tensor, first: Tensor, second: Tensor) -> Tensor:
         shares = [
-            column_shares(first, row_weights[:, :2], alpha[:, 0]),
-            column_shares(second, row_weights, alpha[:, 1]),
+            column_shares(first, row_weights[:, :2], alpha[:, 0], num_states),
+            column_shares(second, row_weights, alpha[:, 1], num_states),
         ]
-        buffer = append_share(append_share(None, shares[0].detach(), 0, num_states), shares[1].detach(), 1, num_states)
-        return share_pop(shares, buffer, row_weights, gamma_prime, alpha, num_states)
+        buffer = append_share(append_share(None, shares[0].detach(), 0), shares[1].detach(), 1)
+        return share_pop(shares, buffer, None, row_weights, gamma_prime, alpha)
 
     for function in (with_prepared, with_shares):
         assert torch.autograd.gradcheck(function, (gamma_prime, *columns))

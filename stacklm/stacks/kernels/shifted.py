@@ -19,9 +19,19 @@ only belong to a row that itself has weight zero, so no reading depends on it.
 Backward (no term tensor is kept): with G = g / (L̂ R̂) (0 where the sum is empty),
 ∂/∂L = L̂ ⊙ (G R̂ᵀ) and ∂/∂R = R̂ ⊙ (L̂ᵀ G). The shift receives no gradient.
 
-:func:`shifted_log_pop` is the same product whose left operand is a list of table columns
-(one per split point k); it builds the dense operand inside the autograd function, so what
-is kept for backward is a reference to each column, never the O(t²) operand of each step.
+The stack's tables are read many times, so each column is converted once, when it is made:
+
+- :func:`prepare_column`: Ĝ = exp(γ − log α − ρ) with row maxima 1, the left operand of the
+  products over the last column (:func:`prepared_log_matmul`) and of the windowed pop
+  (:func:`prepared_log_pop`, which rescales column k by exp(ρ_k − ℓ) to a common row shift);
+- :func:`column_shares`: Ŝ = α[i] γ[i→k] / α[k] ∈ [0, 1] (shares of each row in the weight of
+  each configuration), kept side by side in a :class:`ShareBuffer` that the full stack's pop
+  (:func:`share_pop`) reads as a view. Shares lose only terms below ~1e−38 of a configuration's
+  weight; the products over the last column use Ĝ, whose rows keep their own scale.
+
+The pops receive the columns as inputs (for their gradients) and build or view the dense
+operand inside the autograd function, so what is kept for backward is a reference to each
+column and O(rows·K) numbers, never the O(t²) operand of each step.
 """
 
 from __future__ import annotations
@@ -282,21 +292,22 @@ class ShareBuffer:
 
 
 def append_share(
-    buffer: ShareBuffer | None, share: Tensor, index: int, num_states: int, expected_columns: int | None = None
+    buffer: ShareBuffer | None, share: Tensor, index: int, expected_columns: int | None = None
 ) -> ShareBuffer:
-    """``buffer`` with column ``index`` (B, rows_k, N) written into it, reallocated when needed
+    """``buffer`` with column ``index`` (B, S, Q, rows_k) written into it, reallocated when needed
     (to ``expected_columns`` columns if that is enough, else to twice the columns so far)."""
-    batch, rows, configurations = share.shape
-    num_symbols = configurations // num_states
+    batch, num_symbols, num_states, rows = share.shape
+    configurations = num_states * num_symbols
     if (
         buffer is None
         or buffer.filled != index
         or buffer.tensor.size(3) < rows
         or buffer.tensor.size(2) < (index + 1) * num_states
     ):
-        columns = (
-            expected_columns if expected_columns is not None and expected_columns > index else max(16, 2 * (index + 1))
-        )
+        if expected_columns is not None and expected_columns > index:
+            columns = expected_columns
+        else:
+            columns = max(16, 2 * (index + 1))
         capacity_rows = rows + (columns - index - 1) * configurations
         tensor = share.new_zeros(batch, num_symbols, columns * num_states, capacity_rows)
         if buffer is not None and index > 0:
@@ -304,21 +315,36 @@ def append_share(
             tensor[:, :, : kept.size(2), : kept.size(3)] = kept
         buffer = ShareBuffer(tensor, index)
     with torch.no_grad():
-        # (B, rows, Q(u), S(y)) -> (B, S(y), Q(u), rows)
-        buffer.tensor[:, :, index * num_states : (index + 1) * num_states, :rows] = share.view(
-            batch, rows, num_states, num_symbols
-        ).permute(0, 3, 2, 1)
+        buffer.tensor[:, :, index * num_states : (index + 1) * num_states, :rows] = share
     buffer.filled = index + 1
     return buffer
 
 
-def column_shares(column: Tensor, row_weights: Tensor, alpha: Tensor) -> Tensor:
-    """Ŝ = exp(column + log α[i][a] − log α[k][b]) (B, rows, N); 0 where a weight is 0."""
+def column_shares(column: Tensor, row_weights: Tensor, alpha: Tensor, num_states: int) -> Tensor:
+    """Ŝ = exp(column + log α[i][a] − log α[k][b]), 0 where a weight is 0, per symbol: (B, S, Q, rows).
+
+    ``column`` (B, rows, N) with N = (u, y); the result is a view [y, u, row] of (B, rows, N).
+    """
     alpha = alpha.detach()
     row_weights = row_weights.detach()
     usable = torch.isfinite(alpha).unsqueeze(1) & torch.isfinite(row_weights).unsqueeze(-1)
     exponent = column + _finite_or_zero(row_weights).unsqueeze(-1) - _finite_or_zero(alpha).unsqueeze(1)
-    return torch.where(usable, exponent, -math.inf).exp()
+    shares = torch.where(usable, exponent, -math.inf).exp()
+    batch, rows, configurations = shares.shape
+    return shares.view(batch, rows, num_states, configurations // num_states).permute(0, 3, 2, 1)
+
+
+def _share_left(buffer: Tensor | None, shares: Sequence[Tensor], mask: Tensor | None, rows: int) -> Tensor:
+    """The pop's left operand (B·S, K·Q, rows): a view of the buffer, or the columns stacked and masked."""
+    batch, num_symbols, num_states, _ = shares[0].shape
+    splits = len(shares)
+    if buffer is not None:
+        left = buffer[:, :, : splits * num_states, :rows]
+    else:
+        left = torch.cat(list(shares), dim=2)
+        if mask is not None:
+            left = torch.where(mask.transpose(0, 1).repeat_interleave(num_states, dim=0), left, 0.0)
+    return left.reshape(batch * num_symbols, splits * num_states, rows)
 
 
 class _SharePop(torch.autograd.Function):
@@ -328,87 +354,78 @@ class _SharePop(torch.autograd.Function):
         gamma_prime: Tensor,
         alpha: Tensor,
         row_weights: Tensor,
-        buffer: Tensor,
-        num_states: int,
+        buffer: Tensor | None,
+        mask: Tensor | None,
         *shares: Tensor,
     ) -> Tensor:
-        batch, splits, configurations, _ = gamma_prime.shape
+        batch, splits, configurations, num_states = gamma_prime.shape
         num_symbols = configurations // num_states
         rows = row_weights.size(1)
         # log W[y, (k, u), r] = log α[k][u, y] + γ'[k][u, y, r], normalised per output (r, y) over (k, u).
         right_hat, column_offset = _right_hat(
             pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols)
         )
-        left = buffer[:, :, : splits * num_states, :rows].reshape(batch * num_symbols, splits * num_states, rows)
+        left = _share_left(buffer, shares, mask, rows)
         right_transposed = right_hat.transpose(-1, -2).reshape(batch * num_symbols, num_states, splits * num_states)
+        total = right_transposed @ left  # (B·S, Q(r), rows)
         total = (
-            (right_transposed @ left)
-            .view(batch, num_symbols, num_states, rows)
-            .permute(0, 3, 2, 1)
-            .reshape(batch, rows, configurations)
+            total.view(batch, num_symbols, num_states, rows).permute(0, 3, 2, 1).reshape(batch, rows, configurations)
         )
         # column offset (B, S(y), 1, Q(r)) -> (B, 1, N) in (r, y) order.
         offset = column_offset.view(batch, num_symbols, num_states).transpose(1, 2).reshape(batch, 1, configurations)
         nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
-        output = torch.where(
-            nonempty,
-            torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1),
-            -math.inf,
-        )
-        ctx.save_for_backward(right_hat, total, row_weights)
+        logs = torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1)
+        ctx.save_for_backward(right_hat, total, row_weights, *shares)
         ctx.buffer = buffer
-        ctx.sizes = (num_states, [share.size(1) for share in shares])
-        return output
+        ctx.mask = mask
+        return torch.where(nonempty, logs, -math.inf)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        right_hat, total, row_weights = ctx.saved_tensors
-        num_states, share_rows = ctx.sizes
-        batch, rows, configurations = grad.shape
-        num_symbols = configurations // num_states
-        splits = len(share_rows)
-        left = ctx.buffer[:, :, : splits * num_states, :rows].reshape(batch * num_symbols, splits * num_states, rows)
+        right_hat, total, row_weights, *shares = ctx.saved_tensors
+        batch, num_symbols, num_states, _ = shares[0].shape
+        rows = grad.size(1)
+        splits = len(shares)
+        left = _share_left(ctx.buffer, shares, ctx.mask, rows)
         nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
         scaled = torch.where(nonempty, grad / torch.where(nonempty, total, 1.0), 0.0)
         # (B, rows, Q(r), S(y)) -> (B·S, Q(r), rows)
-        scaled = (
-            scaled.view(batch, rows, num_states, num_symbols)
-            .permute(0, 3, 2, 1)
-            .reshape(batch * num_symbols, num_states, rows)
-        )
-        grad_left = (right_hat.reshape(batch * num_symbols, splits * num_states, num_states) @ scaled).view(
-            batch, num_symbols, splits, num_states, rows
-        )
+        scaled = scaled.view(batch, rows, num_states, num_symbols).permute(0, 3, 2, 1)
+        scaled = scaled.reshape(batch * num_symbols, num_states, rows)
+        grad_left = right_hat.reshape(batch * num_symbols, splits * num_states, num_states) @ scaled
+        if ctx.mask is not None:
+            grad_left = torch.where(ctx.mask.transpose(0, 1).repeat_interleave(num_states, dim=0), grad_left, 0.0)
+        grad_left = grad_left.view(batch, num_symbols, splits, num_states, rows)
         grad_right_hat = (scaled @ left.transpose(-1, -2)).transpose(-1, -2).reshape(right_hat.shape)  # (B, S, K·Q, Q)
         grad_log_weight = right_hat * grad_right_hat
         grad_gamma_prime = (
             grad_log_weight.view(batch, num_symbols, splits, num_states, num_states)
             .permute(0, 2, 3, 1, 4)
-            .reshape(batch, splits, configurations, num_states)
+            .reshape(batch, splits, num_symbols * num_states, num_states)
         )
-        # (B, S(y), Q(u), rows_k) -> (B, rows_k, N) with N = (u, y)
-        grad_shares = [
-            grad_left[:, :, split, :, :size].permute(0, 3, 2, 1).reshape(batch, size, configurations)
-            for split, size in enumerate(share_rows)
-        ]
+        grad_shares = [grad_left[:, :, split, :, : share.size(-1)] for split, share in enumerate(shares)]
         return (grad_gamma_prime, None, None, None, None, *grad_shares)
 
 
 def share_pop(
     shares: Sequence[Tensor],
-    buffer: ShareBuffer,
+    buffer: ShareBuffer | None,
+    mask: Tensor | None,
     row_weights: Tensor,
     gamma_prime: Tensor,
     alpha: Tensor,
-    num_states: int,
 ) -> Tensor:
-    """The pop contraction of a full stack from share columns: log Σ_{k,u} γ[i→k][a,(u,y)] γ'[k][(u,y),r].
+    """The pop contraction from share columns: log Σ_{k,u} γ[i→k][a,(u,y)] γ'[k][(u,y),r].
 
-    ``shares``: Ŝ_k of the split points k = 0 … K−1, the first K columns of ``buffer``;
-    ``row_weights``: log α[i][a] of the output rows (0 for η rows), (B, rows);
-    ``gamma_prime``: (B, K, N, Q); ``alpha``: log α[k] (B, K, N). Returns (B, rows, N).
+    ``shares``: Ŝ_k (B, S, Q, rows_k) of the split points, which are the first K columns of
+    ``buffer`` (full stack), or, without a buffer, stacked here with ``mask`` (rows, K) hiding
+    the rows a column does not have (window); ``row_weights``: log α[i][a] of the output rows
+    (0 for η rows), (B, rows); ``gamma_prime``: (B, K, N, Q); ``alpha``: log α[k] (B, K, N).
+    Returns (B, rows, N).
 
-    Per symbol y, the real product Ŝ W̃ with W̃[(k, u), r] = α[k][u,y] γ'[k][u,y,r] / Σ_{k,u}(…),
-    then out = log(Ŝ W̃) + log Σ_{k,u}(…) − log α[i][a]. Backward keeps O(K·N·Q) numbers.
+    Per symbol y, the real product W̃ᵀ Ŝ with W̃[(k, u), r] = α[k][u,y] γ'[k][u,y,r] / Σ_{k,u}(…),
+    then out = log(Ŝ W̃) + log Σ_{k,u}(…) − log α[i][a]. Backward keeps O(K·N·Q) numbers and
+    references to the columns.
     """
-    return _SharePop.apply(gamma_prime, alpha.detach(), row_weights.detach(), buffer.tensor, num_states, *shares)
+    tensor = None if buffer is None else buffer.tensor
+    return _SharePop.apply(gamma_prime, alpha.detach(), row_weights.detach(), tensor, mask, *shares)
