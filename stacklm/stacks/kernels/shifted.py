@@ -44,13 +44,18 @@ from torch import Tensor
 
 
 def _finite_or_zero(x: Tensor) -> Tensor:
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _positive(log_weight: Tensor) -> Tensor:
+    """Where a log weight is not log 0 (log weights are never +∞ or NaN here; one op, not isfinite's four)."""
+    return log_weight > -math.inf
 
 
 def _scaled_operands(left: Tensor, right: Tensor, shift: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """L̂ (..., I, C), R̂ (..., C, J) and the log offsets ℓ (..., I, 1), ρ (..., 1, J)."""
     right_hat, column_offset = _right_hat(right, shift)
-    usable = torch.isfinite(shift)
+    usable = _positive(shift)
     left_shifted = torch.where(usable.unsqueeze(-2), left - _finite_or_zero(shift).unsqueeze(-2), -math.inf)
     row_offset = _finite_or_zero(left_shifted.amax(dim=-1, keepdim=True))
     left_hat = (left_shifted - row_offset).exp()
@@ -137,7 +142,7 @@ def pop_output(per_symbol: Tensor) -> Tensor:
 
 def _right_hat(right: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
     """R̂ (..., C, J), each column a distribution over c, and its log offset ρ (..., 1, J)."""
-    usable = torch.isfinite(shift)
+    usable = _positive(shift)
     right_shifted = torch.where(usable.unsqueeze(-1), right + _finite_or_zero(shift).unsqueeze(-1), -math.inf)
     # A reduction over the inner dimension: PyTorch's CPU amax over dim −2 is ~10× slower.
     column_max = _finite_or_zero(right_shifted.transpose(-1, -2).contiguous().amax(dim=-1).unsqueeze(-2))
@@ -154,7 +159,7 @@ def prepare_column(column: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
     once per column, so no later step takes an exponential of the table.
     """
     alpha = alpha.detach()
-    usable = torch.isfinite(alpha).unsqueeze(1)
+    usable = _positive(alpha).unsqueeze(1)
     shifted = torch.where(usable, column - _finite_or_zero(alpha).unsqueeze(1), -math.inf)
     row_offset = _finite_or_zero(shifted.detach().amax(dim=-1))
     return (shifted - row_offset.unsqueeze(-1)).exp(), row_offset
@@ -327,17 +332,21 @@ def column_shares(column: Tensor, row_weights: Tensor, alpha: Tensor, num_states
     """
     alpha = alpha.detach()
     row_weights = row_weights.detach()
-    usable = torch.isfinite(alpha).unsqueeze(1) & torch.isfinite(row_weights).unsqueeze(-1)
+    usable = _positive(alpha).unsqueeze(1) & _positive(row_weights).unsqueeze(-1)
     exponent = column + _finite_or_zero(row_weights).unsqueeze(-1) - _finite_or_zero(alpha).unsqueeze(1)
     shares = torch.where(usable, exponent, -math.inf).exp()
     batch, rows, configurations = shares.shape
     return shares.view(batch, rows, num_states, configurations // num_states).permute(0, 3, 2, 1)
 
 
-def _share_left(buffer: Tensor | None, shares: Sequence[Tensor], mask: Tensor | None, rows: int) -> Tensor:
-    """The pop's left operand (B·S, K·Q, rows): a view of the buffer, or the columns stacked and masked."""
-    batch, num_symbols, num_states, _ = shares[0].shape
-    splits = len(shares)
+def _share_left(
+    buffer: Tensor | None, shares: Sequence[Tensor], mask: Tensor | None, rows: int, shape: tuple[int, int, int, int]
+) -> Tensor:
+    """The pop's left operand (B·S, K·Q, rows): a view of the buffer, or the columns stacked and masked.
+
+    ``shape`` is (B, S, Q, K).
+    """
+    batch, num_symbols, num_states, splits = shape
     if buffer is not None:
         left = buffer[:, :, : splits * num_states, :rows]
     else:
@@ -365,7 +374,7 @@ class _SharePop(torch.autograd.Function):
         right_hat, column_offset = _right_hat(
             pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols)
         )
-        left = _share_left(buffer, shares, mask, rows)
+        left = _share_left(buffer, shares, mask, rows, (batch, num_symbols, num_states, splits))
         right_transposed = right_hat.transpose(-1, -2).reshape(batch * num_symbols, num_states, splits * num_states)
         total = right_transposed @ left  # (B·S, Q(r), rows)
         total = (
@@ -373,21 +382,23 @@ class _SharePop(torch.autograd.Function):
         )
         # column offset (B, S(y), 1, Q(r)) -> (B, 1, N) in (r, y) order.
         offset = column_offset.view(batch, num_symbols, num_states).transpose(1, 2).reshape(batch, 1, configurations)
-        nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
+        nonempty = (total > 0) & _positive(row_weights).unsqueeze(-1)
         logs = torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1)
-        ctx.save_for_backward(right_hat, total, row_weights, *shares)
+        # With a buffer the columns are read from it again; only their sizes are needed.
+        ctx.save_for_backward(right_hat, total, row_weights, *(shares if buffer is None else ()))
         ctx.buffer = buffer
         ctx.mask = mask
+        ctx.share_shape = (*shares[0].shape[:3], [share.size(-1) for share in shares])
         return torch.where(nonempty, logs, -math.inf)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         right_hat, total, row_weights, *shares = ctx.saved_tensors
-        batch, num_symbols, num_states, _ = shares[0].shape
+        batch, num_symbols, num_states, share_rows = ctx.share_shape
         rows = grad.size(1)
-        splits = len(shares)
-        left = _share_left(ctx.buffer, shares, ctx.mask, rows)
-        nonempty = (total > 0) & torch.isfinite(row_weights).unsqueeze(-1)
+        splits = len(share_rows)
+        left = _share_left(ctx.buffer, shares, ctx.mask, rows, (batch, num_symbols, num_states, splits))
+        nonempty = (total > 0) & _positive(row_weights).unsqueeze(-1)
         scaled = torch.where(nonempty, grad / torch.where(nonempty, total, 1.0), 0.0)
         # (B, rows, Q(r), S(y)) -> (B·S, Q(r), rows)
         scaled = scaled.view(batch, rows, num_states, num_symbols).permute(0, 3, 2, 1)
@@ -403,7 +414,7 @@ class _SharePop(torch.autograd.Function):
             .permute(0, 2, 3, 1, 4)
             .reshape(batch, splits, num_symbols * num_states, num_states)
         )
-        grad_shares = [grad_left[:, :, split, :, : share.size(-1)] for split, share in enumerate(shares)]
+        grad_shares = [grad_left[:, :, split, :, :size] for split, size in enumerate(share_rows)]
         return (grad_gamma_prime, None, None, None, None, *grad_shares)
 
 
