@@ -642,7 +642,8 @@ def engine_for(semiring: type[Semiring], fast: bool) -> Contraction:
 
 
 def normalize(semiring: type[Semiring], weights: Tensor, total: Tensor) -> Tensor:
-    """weights ⊘ total as real numbers (the readings are ratios of weights)."""
+    """weights ⊘ total as real numbers (the readings are ratios of weights); 0 when no run exists."""
+    reachable = total != semiring.zero
     if semiring.zero == -math.inf:
-        return (weights - total).exp()
-    return weights / total
+        return torch.where(reachable, (weights - torch.where(reachable, total, 0.0)).exp(), 0.0)
+    return torch.where(reachable, weights / torch.where(reachable, total, 1.0), 0.0)

@@ -131,6 +131,19 @@ def test_hand_traced_push_replace_push_pop() -> None:
             torch.testing.assert_close(readings[0, step], expected)
 
 
+def test_reading_without_runs_is_zero_and_has_no_nan_gradient() -> None:
+    # Every transition has weight 0 at step 2: no run reaches t = 2.
+    actions = deterministic_actions(2, 2, [("push", 0, 0, 1, 1), ("push", 0, 0, 0, 0)])
+    for fast in (True, False):
+        push = actions.push.clone().requires_grad_()
+        readings = NondeterministicStack(2, 2, True, fast=fast).readings(
+            NondeterministicActions(push, actions.replace, actions.pop)
+        )
+        torch.testing.assert_close(readings[0, 1], torch.zeros(4, dtype=torch.float64))
+        readings.sum().backward()
+        assert push.grad is not None and torch.isfinite(push.grad).all()
+
+
 def test_gradients_have_no_nan_when_weights_are_zero() -> None:
     script = [("push", 0, 0, 1, 2), ("replace", 1, 2, 2, 3), ("pop", 2, 3, 0, 0)]
     actions = deterministic_actions(3, 4, script[:2])
@@ -239,13 +252,14 @@ def test_zero_and_one_steps() -> None:
     torch.testing.assert_close(one[:, 0], expected)
 
 
+@pytest.mark.parametrize("window", [None, 35])
 @pytest.mark.parametrize("scale, tolerance", [(1.0, 1e-4), (10.0, 1e-3)])
-def test_float32_agrees_with_float64(scale: float, tolerance: float) -> None:
+def test_float32_agrees_with_float64(scale: float, tolerance: float, window: int | None) -> None:
     logits = random_actions(2, 64, 3, 3, seed=13, scale=scale)
     results = {}
     for dtype in (torch.float64, torch.float32):
         leaf = logits.to(dtype).clone().requires_grad_()
-        readings = NondeterministicStack(3, 3, True).readings(
+        readings = NondeterministicStack(3, 3, True, window=window).readings(
             NondeterministicActions.from_logits(leaf, 3, 3, normalize=False)
         )
         weights = torch.linspace(-1, 1, 9, dtype=dtype)
