@@ -598,7 +598,7 @@ def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine
     eta_total = None
     if eta_rows:
         groups = column[:, :eta_rows].view(batch_size, sizes.eta_groups, sizes.vector_size, num_configurations)
-        eta_total = semiring.sum(groups, dim=1)
+        eta_total = groups[:, 0] if sizes.eta_groups == 1 else semiring.sum(groups, dim=1)
 
     prepared, shares = engine.prepare(
         column,
