@@ -41,8 +41,9 @@ Because the η rows obey the same terms as γ rows, they are stored as extra row
 
 Window D (seed 002 §5.1): γ[i→t] = 0 when t − i > D, for every row i ≥ 0. Column t then
 depends on rows t−D … t−1 and columns t−D+1 … t−1 only, so the state between chunks is the
-last D columns and D values of α: O(D²) per sequence, and truncated BPTT runs arbitrarily long
-text in chunks. The bottom row i = −1 of the dVPDA is exempt, like the glue rules of §5.1: a
+last D − 1 columns (D + 1 for the dVPDA, whose bottom row reaches two split points further
+back) and D values of α: O(D²) per sequence, and truncated BPTT runs arbitrarily long text in
+chunks. The bottom row i = −1 of the dVPDA is exempt, like the glue rules of §5.1: a
 run may return to the bottom at any time (the NS family has no such row), so D ≥ n is the
 full stack for both.
 
