@@ -271,3 +271,26 @@ def test_gradients_of_a_continuation_survive_another() -> None:
         (readings * torch.linspace(-1, 1, readings.size(-1), dtype=torch.float64)).sum().backward()
         gradients.append(push.grad)
     torch.testing.assert_close(gradients[1], gradients[0], rtol=1e-12, atol=1e-12)
+
+
+def saved_megabytes(steps: int, window: int | None) -> float:
+    """Distinct storages autograd keeps for backward after a forward pass of ``steps`` steps."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: Tensor) -> Tensor:
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    actions = random_actions(2, steps, 2, 2, 2, seed=18)
+    logits = actions.push.clone().requires_grad_()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        VectorNondeterministicStack(2, 2, 2, window=window).double().readings(
+            VectorNondeterministicActions(logits, actions.replace, actions.pop, actions.pushed)
+        )
+    return sum(storages.values()) / 2**20
+
+
+@pytest.mark.parametrize("window, growth", [(None, 4.6), (4, 2.3)])
+def test_memory_kept_for_backward_grows_as_n_squared_or_with_a_window_as_n(window: int | None, growth: float) -> None:
+    # Doubling n multiplies it by ~4 (O(n²) tables), or ~2 with a window; never ~8 (O(n³)).
+    assert saved_megabytes(64, window) <= growth * saved_megabytes(32, window)
