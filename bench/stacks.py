@@ -8,12 +8,16 @@ least-squares fit of log time against log n.
 
     python bench/stacks.py               # a table
     python bench/stacks.py --json        # one JSON object per configuration
+    python bench/stacks.py --threads 1   # on a machine shared with other jobs (see below)
 
-"peak_mb" is, on CPU, the memory that autograd keeps for backward at the end of the forward
+With --json, each stack's configurations are followed by one object {stack, fitted_exponent,
+lengths}. "peak_mb" is, on CPU, the memory that autograd keeps for backward at the end of the forward
 pass (distinct storages of every saved tensor, so tensors saved by several steps count once);
 on CUDA it is ``torch.cuda.max_memory_allocated`` of the whole step. Timings are the median
 of ``--repeats`` runs after one warm-up. Other processes on the machine make them noisy; the
-ratio is measured in the same process, moments apart.
+ratio is measured in the same process, moments apart. With more threads than free cores
+(other jobs running), every small operation waits for a descheduled thread and both timings
+grow many-fold, the stack's (hundreds of small operations per step) most.
 """
 
 from __future__ import annotations
