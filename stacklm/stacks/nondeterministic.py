@@ -84,6 +84,15 @@ def transitions_from_actions(
     )
 
 
+def symbol_reading(alpha: Tensor, sizes: PDASizes, semiring: type[Semiring], states_in_reading: bool) -> Tensor:
+    """r_t from α[t] (..., N): α normalised (+S), or its sum over states normalised (eq. 5)."""
+    total = semiring.sum(alpha, dim=-1, keepdim=True)
+    if states_in_reading:
+        return normalize(semiring, alpha, total)
+    per_symbol = semiring.sum(alpha.unflatten(-1, (sizes.num_states, sizes.num_symbols)), dim=-2)
+    return normalize(semiring, per_symbol, total)
+
+
 @dataclass(frozen=True)
 class NondeterministicState(StackState[NondeterministicActions]):
     """γ, α of the last columns (``tables``) and how to read them."""
@@ -98,13 +107,7 @@ class NondeterministicState(StackState[NondeterministicActions]):
         return replace(self, tables=advance(self.tables, transitions, self.sizes, self.engine))
 
     def reading(self) -> Tensor:
-        semiring = self.engine.semiring
-        alpha = self.tables.alpha  # (B, N)
-        total = semiring.sum(alpha, dim=-1, keepdim=True)
-        if self.states_in_reading:
-            return normalize(semiring, alpha, total)
-        per_symbol = semiring.sum(alpha.view(alpha.size(0), self.sizes.num_states, self.sizes.num_symbols), dim=1)
-        return normalize(semiring, per_symbol, total)
+        return symbol_reading(self.tables.alpha, self.sizes, self.engine.semiring, self.states_in_reading)
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
         return replace(self, tables=self.tables.transform_tensors(function))
@@ -141,19 +144,25 @@ class NondeterministicStack(Stack[NondeterministicActions]):
     def num_steps(self, actions: NondeterministicActions) -> int:
         return actions.pop.size(1)
 
+    def readings(
+        self, actions: NondeterministicActions, initial: StackState[NondeterministicActions] | None = None
+    ) -> Tensor:
+        """r_1 … r_n (B, n, reading_size), all read at once after the steps."""
+        if initial is not None and not isinstance(initial, NondeterministicState):
+            raise TypeError(f"not a state of this stack: {type(initial).__name__}")
+        return self.run(actions, initial)[0]
+
     def run(
         self, actions: NondeterministicActions, initial: NondeterministicState | None = None
     ) -> tuple[Tensor, NondeterministicState]:
         """r_1 … r_n (B, n, reading_size) and the state after step n (for the next chunk)."""
-        state = (
-            initial
-            if initial is not None
-            else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
-        )
-        readings = []
-        for step in range(self.num_steps(actions)):
+        steps = self.num_steps(actions)
+        state = initial if initial is not None else self.initial_state(actions.pop.size(0), actions.pop, steps)
+        alphas = []
+        for step in range(steps):
             state = state.next(self.step_actions(actions, step))
-            readings.append(state.reading())
-        if not readings:
+            alphas.append(state.tables.alpha)
+        if not alphas:
             return actions.pop.new_zeros(actions.pop.size(0), 0, self.reading_size), state
-        return torch.stack(readings, dim=1), state
+        readings = symbol_reading(torch.stack(alphas, dim=1), self.sizes, self.engine.semiring, self.states_in_reading)
+        return readings, state

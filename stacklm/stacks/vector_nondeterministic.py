@@ -62,6 +62,12 @@ class VectorNondeterministicActions:
         return VectorNondeterministicActions(actions.push, actions.replace, actions.pop, log_pushed)
 
 
+def vector_reading(alpha: Tensor, eta: Tensor, semiring: type[Semiring]) -> Tensor:
+    """r_t = η[t] / Σ α[t] from α (..., N) and η (..., m, N): (..., Q·S·m) in the order (r, y, m)."""
+    total = semiring.sum(alpha, dim=-1, keepdim=True).unsqueeze(-1)  # (..., 1, 1)
+    return normalize(semiring, eta, total).transpose(-1, -2).flatten(-2)
+
+
 @dataclass(frozen=True)
 class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
     """γ, α, η of the last columns (``tables``)."""
@@ -78,13 +84,9 @@ class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
 
     def reading(self) -> Tensor:
         """(B, Q·S·m) in the order (r, y, m)."""
-        semiring = self.engine.semiring
-        total = semiring.sum(self.tables.alpha, dim=-1, keepdim=True)  # (B, 1)
-        eta = self.tables.eta  # (B, m, N)
-        if eta is None:
+        if self.tables.eta is None:
             raise ValueError("these tables hold no vectors")
-        ratio = normalize(semiring, eta, total.unsqueeze(-1))
-        return ratio.transpose(1, 2).reshape(eta.size(0), -1)
+        return vector_reading(self.tables.alpha, self.tables.eta, self.engine.semiring)
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
         return replace(self, tables=self.tables.transform_tensors(function))
@@ -143,19 +145,26 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
     def num_steps(self, actions: VectorNondeterministicActions) -> int:
         return actions.pop.size(1)
 
+    def readings(
+        self, actions: VectorNondeterministicActions, initial: StackState[VectorNondeterministicActions] | None = None
+    ) -> Tensor:
+        """r_1 … r_n (B, n, Q·S·m), all read at once after the steps."""
+        if initial is not None and not isinstance(initial, VectorNondeterministicState):
+            raise TypeError(f"not a state of this stack: {type(initial).__name__}")
+        return self.run(actions, initial)[0]
+
     def run(
         self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None
     ) -> tuple[Tensor, VectorNondeterministicState]:
         """r_1 … r_n (B, n, Q·S·m) and the state after step n (for the next chunk)."""
-        state = (
-            initial
-            if initial is not None
-            else self.initial_state(actions.pop.size(0), actions.pop, self.num_steps(actions))
-        )
-        readings = []
-        for step in range(self.num_steps(actions)):
+        steps = self.num_steps(actions)
+        state = initial if initial is not None else self.initial_state(actions.pop.size(0), actions.pop, steps)
+        alphas, etas = [], []
+        for step in range(steps):
             state = state.next(self.step_actions(actions, step))
-            readings.append(state.reading())
-        if not readings:
+            alphas.append(state.tables.alpha)
+            etas.append(state.tables.eta)
+        if not alphas:
             return actions.pop.new_zeros(actions.pop.size(0), 0, self.reading_size), state
-        return torch.stack(readings, dim=1), state
+        readings = vector_reading(torch.stack(alphas, dim=1), torch.stack(etas, dim=1), self.engine.semiring)
+        return readings, state

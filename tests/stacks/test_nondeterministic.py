@@ -10,6 +10,7 @@ from torch import Tensor
 
 from pda_runs import follow_runs
 from stacklm.semiring import LOG, MAX_PLUS, REAL
+from stacklm.stacks.base import Stack
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 
 VARIANTS = [  # (normalize, states_in_reading): NS, NS+S, NS+U, NS+S+U
@@ -268,3 +269,11 @@ def test_float32_agrees_with_float64(scale: float, tolerance: float, window: int
     for exact, approximate in zip(results[torch.float64], results[torch.float32]):
         assert torch.isfinite(approximate).all()
         assert (approximate - exact).abs().max() <= tolerance * exact.abs().max()
+
+
+@pytest.mark.parametrize("states_in_reading", [False, True])
+def test_readings_equal_the_step_by_step_readings(states_in_reading: bool) -> None:
+    actions = NondeterministicActions.from_logits(random_actions(2, 7, 2, 3, seed=19), 2, 3, normalize=True)
+    stack = NondeterministicStack(2, 3, states_in_reading)
+    expected = Stack.readings(stack, actions)  # the interface's default: next, then reading, per step
+    torch.testing.assert_close(stack.readings(actions), expected, rtol=1e-12, atol=1e-12)

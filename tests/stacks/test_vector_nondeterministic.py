@@ -10,6 +10,7 @@ from torch import Tensor
 
 from pda_runs import follow_runs
 from stacklm.semiring import LOG, REAL
+from stacklm.stacks.base import Stack
 from stacklm.stacks.nondeterministic import num_action_logits
 from stacklm.stacks.superposition import PUSH_INDEX, POP_INDEX, NOOP_INDEX, SuperpositionActions, SuperpositionStack
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
@@ -294,3 +295,10 @@ def saved_megabytes(steps: int, window: int | None) -> float:
 def test_memory_kept_for_backward_grows_as_n_squared_or_with_a_window_as_n(window: int | None, growth: float) -> None:
     # Doubling n multiplies it by ~4 (O(n²) tables), or ~2 with a window; never ~8 (O(n³)).
     assert saved_megabytes(64, window) <= growth * saved_megabytes(32, window)
+
+
+def test_readings_equal_the_step_by_step_readings() -> None:
+    actions = random_actions(2, 7, 2, 3, 2, seed=20)
+    stack = VectorNondeterministicStack(2, 3, 2).double()
+    expected = Stack.readings(stack, actions)  # the interface's default: next, then reading, per step
+    torch.testing.assert_close(stack.readings(actions), expected, rtol=1e-12, atol=1e-12)
