@@ -48,11 +48,11 @@ def environment() -> jinja2.Environment:
 
 
 def format_mean(value: float) -> str:
-    """Three decimals, as in the paper; a minus sign in math mode; ±∞ for an infinite ratio."""
+    """Three decimals, as in the paper ("-4.926"); "inf" for an infinite log ratio; -- if NaN."""
     if math.isnan(value):
         return MISSING
     if math.isinf(value):
-        return r"$\infty$" if value > 0 else r"$-\infty$"
+        return "inf" if value > 0 else "-inf"
     return f"{value:.3f}"
 
 
@@ -75,12 +75,11 @@ def best_architectures(cells: Mapping[tuple[str, str], Summary], architectures: 
 
 
 def render_cell(summary: Summary | None, bold: bool) -> str:
-    """A LaTeX cell: mean (bold if best), then ±std in small text."""
+    """A LaTeX cell: the mean in math mode (bold if best), then ±std in small text."""
     if summary is None or math.isnan(summary.mean):
         return MISSING
-    mean = format_mean(summary.mean)
-    if bold and not mean.startswith("$"):
-        mean = rf"\textbf{{{mean}}}"
+    mean = format_mean(summary.mean).replace("inf", r"\infty")
+    mean = rf"$\mathbf{{{mean}}}$" if bold else f"${mean}$"
     std = format_std(summary.std)
     return f"{mean} {{\\scriptsize $\\pm${std}}}" if std else mean
 
@@ -89,7 +88,7 @@ def render_markdown_cell(summary: Summary | None, bold: bool) -> str:
     """The same cell in Markdown: **mean** ±std."""
     if summary is None or math.isnan(summary.mean):
         return MISSING
-    mean = format_mean(summary.mean).replace("$", "").replace("\\infty", "∞")
+    mean = format_mean(summary.mean).replace("inf", "∞")
     if bold:
         mean = f"**{mean}**"
     std = format_std(summary.std)

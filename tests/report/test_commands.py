@@ -30,14 +30,16 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     out = tmp_path / "report"
     tables = [str(out / "tables" / f"{task}.tex") for task in TASKS]
     figures = [str(out / "figures" / "figure3.png"), str(out / "figures" / "figure3.pdf")]
-    arguments = ["report", "--metrics", str(metrics), "--settings", str(settings), "--tables", *tables]
+    markdown = [str(out / "tables" / f"{task}.md") for task in TASKS]
+    arguments = ["report", "--metrics", str(metrics), "--settings", str(settings), "--tables", *tables, "--markdown", *markdown]
     arguments += ["--document", str(out / "report.tex"), "--figures", *figures]
     assert main(arguments) == 0
     first = {path: Path(path).read_bytes() for path in tables}
     latex = first[tables[0]].decode()
-    assert r"Tf+Nd & \textbf{0.990} {\scriptsize $\pm$.01}" in latex  # mean of 0.98, 0.99, 1.00
+    assert r"Tf+Nd & $\mathbf{0.990}$ {\scriptsize $\pm$.01}" in latex  # mean of 0.98, 0.99, 1.00
     assert "This reproduction (3 seeds)" in latex and "Seed 000, Table 1 (5 runs)" in latex
     assert "Seed 000, Table 4 (5 runs)" in Path(tables[1]).read_text()
+    assert "| Tf+Nd | **0.990** ±.01 |" in Path(markdown[0]).read_text()
     assert all(Path(path).stat().st_size > 1000 for path in figures)
     assert r"\input{tables/passivization.tex}" in (out / "report.tex").read_text()
     assert main(arguments) == 0

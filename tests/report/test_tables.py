@@ -9,7 +9,16 @@ import pytest
 
 from stacklm.report.aggregate import COLUMNS, Cell
 from stacklm.report.paper import paper_cells
-from stacklm.report.tables import ColumnSet, best_architectures, format_mean, format_std, render_cell, render_document, render_table
+from stacklm.report.tables import (
+    ColumnSet,
+    best_architectures,
+    format_mean,
+    format_std,
+    render_cell,
+    render_document,
+    render_markdown_cell,
+    render_table,
+)
 
 NAN = float("nan")
 
@@ -18,7 +27,7 @@ def test_number_formats_follow_the_paper() -> None:
     assert format_mean(0.99949) == "0.999"
     assert format_mean(-4.9261) == "-4.926"
     assert format_mean(NAN) == "--"
-    assert format_mean(math.inf) == r"$\infty$"
+    assert format_mean(math.inf) == "inf"
     assert format_std(0.0449) == ".04"
     assert format_std(2.444) == "2.44"
     assert format_std(10.09) == "10.09"
@@ -26,8 +35,11 @@ def test_number_formats_follow_the_paper() -> None:
 
 
 def test_cells_bold_the_best_and_show_std_small() -> None:
-    assert render_cell(Cell(0.5, 0.1, 3), bold=True) == r"\textbf{0.500} {\scriptsize $\pm$.10}"
-    assert render_cell(Cell(0.5, NAN, 1), bold=False) == "0.500"
+    assert render_cell(Cell(0.5, 0.1, 3), bold=True) == r"$\mathbf{0.500}$ {\scriptsize $\pm$.10}"
+    assert render_cell(Cell(-4.9261, 2.444, 5), bold=False) == r"$-4.926$ {\scriptsize $\pm$2.44}"
+    assert render_cell(Cell(0.5, NAN, 1), bold=False) == "$0.500$"
+    assert render_cell(Cell(-math.inf, NAN, 1), bold=True) == r"$\mathbf{-\infty}$"
+    assert render_markdown_cell(Cell(math.inf, NAN, 1), bold=False) == "∞"
     assert render_cell(Cell(NAN, NAN, 0), bold=True) == "--"
     assert render_cell(None, bold=False) == "--"
 
@@ -60,10 +72,11 @@ def test_table_has_both_column_sets_in_the_papers_layout() -> None:
     assert [row[0] for row in rows] == ["Tf", "Tf+Nd", "Tf+Syn"]
     assert all(len(row) == 1 + 2 * len(COLUMNS) for row in rows)
     tf, tf_nd, tf_syn = rows
-    assert tf_nd[2] == r"\textbf{0.700} {\scriptsize $\pm$.20}"  # ours, FA Hier.: best
-    assert tf[2] == r"0.500 {\scriptsize $\pm$.05}"
-    assert tf_nd[9] == r"\textbf{0.318} {\scriptsize $\pm$.19}"  # the paper's Tf+Nd, FA Hier.
-    assert tf[8] == r"\textbf{0.999} {\scriptsize $\pm$.00}"  # the paper's Tf test accuracy ties Tf+Nd's
+    assert tf_nd[2] == r"$\mathbf{0.700}$ {\scriptsize $\pm$.20}"  # ours, FA Hier.: best
+    assert tf[2] == r"$0.500$ {\scriptsize $\pm$.05}"
+    assert tf_nd[9] == r"$\mathbf{0.318}$ {\scriptsize $\pm$.19}"  # the paper's Tf+Nd, FA Hier.
+    assert tf[8] == r"$\mathbf{0.999}$ {\scriptsize $\pm$.00}"  # the paper's Tf test accuracy ties Tf+Nd's
+    assert tf[11] == r"$-4.926$ {\scriptsize $\pm$2.44}"  # the paper's Tf, FA Log Ratio
     assert tf_syn[1:] == ["--"] * 2 * len(COLUMNS)  # neither we nor the paper have it
     header = latex.split("\\toprule\n")[1].split("\\midrule")[0]
     assert header.count(r"Test $\uparrow$") == 2 and header.count(r"Linear $\downarrow$") == 4
@@ -90,3 +103,13 @@ def test_caption_mentions_the_paper_only_beside_its_numbers(with_paper: bool) ->
     sets = [ColumnSet("ours", ours)] + ([ColumnSet("paper", paper_cells("passivization"))] if with_paper else [])
     latex = render_table("passivization", ["Tf"], sets, source="m.parquet")
     assert ("seed 000, Table 4" in latex) == with_paper
+
+
+def test_markdown_table_stacks_the_two_column_sets() -> None:
+    ours = {(name, column.key): Cell(0.25, 0.1, 2) for name in ("Tf", "Tf+Nd") for column in COLUMNS}
+    sets = [ColumnSet("This reproduction (2 seeds)", ours), ColumnSet("Seed 000, Table 1 (5 runs)", paper_cells("question-formation"))]
+    markdown = render_table("question-formation", ["Tf", "Tf+Nd"], sets, source="m.parquet", markdown=True)
+    rows = [line for line in markdown.splitlines() if line.startswith("| Tf")]
+    assert rows[0] == "| Tf | **0.250** ±.10 |" + " **0.250** ±.10 |" * 6
+    assert rows[3] == "| Tf+Nd | **0.999** ±.00 | **0.318** ±.19 | **0.018** ±.02 | **8.563** ±8.11 | **0.732** ±.15 | **0.268** ±.15 | **2.461** ±3.52 |"
+    assert markdown.count("| Architecture | FA Test ↑ | FA Hier. ↑ | FA Linear ↓ | FA Log Ratio ↑ | PA Hier. ↑ | PA Linear ↓ | PA Log Ratio ↑ |") == 2
