@@ -32,13 +32,12 @@ floats written with full round-trip precision.
 from __future__ import annotations
 
 import math
-import os
 import random
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from stacklm.atomic import write_text_atomically
 from stacklm.cfl.inside import string_weights
 from stacklm.cfl.languages import CflLanguage
 from stacklm.cfl.sampling import LengthSampler
@@ -141,21 +140,12 @@ def _cross_entropy(strings: list[list[int]], log_probabilities: list[float]) -> 
 
 
 def write_split(dataset: CflDataset, path: str | Path) -> None:
-    """Write ``dataset`` as TSV atomically: a temporary file beside ``path``, fsync, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
-            file.write(HEADER + "\n")
-            for string, true_logprob, length_bin_logprob in zip(dataset.strings, dataset.true_logprob, dataset.length_bin_logprob):
-                file.write(f"{' '.join(map(str, string))}\t{true_logprob!r}\t{length_bin_logprob!r}\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    """Write ``dataset`` as TSV atomically (``stacklm.atomic``)."""
+    lines = [HEADER] + [
+        f"{' '.join(map(str, string))}\t{true_logprob!r}\t{length_bin_logprob!r}"
+        for string, true_logprob, length_bin_logprob in zip(dataset.strings, dataset.true_logprob, dataset.length_bin_logprob)
+    ]
+    write_text_atomically(path, "\n".join(lines) + "\n")
 
 
 def read_split(path: str | Path) -> CflDataset:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from stacklm.atomic import write_bytes_atomically
 from stacklm.data.dataset import make_splits, write_dataset
 from stacklm.data.examples import read_examples, write_examples
 from stacklm.data.splits import SplitSizes
@@ -116,7 +116,7 @@ def _transform(args: argparse.Namespace) -> int:
 
 def _fetch(args: argparse.Namespace) -> int:
     data = fetch_bytes(args.task, args.split, args.mirror)
-    _write_bytes_atomically(args.out, data)
+    write_bytes_atomically(args.out, data)
     print(f"{args.out}: {upstream_file(args.task, args.split).url} (sha256 ok)")
     return 0
 
@@ -139,7 +139,7 @@ def _summarize(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     text = describe(pd.concat([pd.read_parquet(path) for path in args.summaries], ignore_index=True)) + "\n"
-    _write_bytes_atomically(args.out, text.encode("utf-8"))
+    write_bytes_atomically(args.out, text.encode("utf-8"))
     print(text, end="")
     return 0
 
@@ -155,11 +155,3 @@ def _estimate_weights(args: argparse.Namespace) -> int:
     for path in write_grammar_files(texts, args.out_dir or Path(str(grammar_path(task.grammar_name))).parent):
         print(path)
     return 0
-
-
-def _write_bytes_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as file:
-        file.write(data)
-        temporary = Path(file.name)
-    temporary.replace(path)

@@ -13,12 +13,11 @@ As a language-model string an example is ``source · target`` (the marker is the
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from stacklm.atomic import write_atomically
 from stacklm.errors import located
 
 
@@ -61,17 +60,5 @@ def format_example(example: Example) -> str:
 
 
 def write_examples(path: str | Path, examples: Iterable[Example]) -> None:
-    """Write atomically: a temporary file beside ``path``, fsync, then rename over it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
-            for example in examples:
-                file.write(format_example(example) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    """Write atomically (``stacklm.atomic``): a failure leaves nothing at ``path``."""
+    write_atomically(path, lambda file: file.writelines((format_example(example) + "\n").encode("utf-8") for example in examples))

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stacklm.evaluation.metrics import MetricValue
-from stacklm.training.checkpoint import write_atomically
+from stacklm.atomic import write_atomically
 from stacklm.training.loop import CheckpointRecord
 
 Phase = Literal["search", "final"]
@@ -37,7 +37,7 @@ class RunMetadata:
     trial: int | None
     seed: int
     learning_rate: float
-    tokens_per_batch: int
+    tokens_per_batch: int | None  # None for the CFL runs: batches of 10 strings of one length, no token budget
     parameters: int
     data_version: str
     code_version: str

@@ -10,7 +10,7 @@ from stacklm.evaluation.cfl import cross_entropy_difference, cross_entropy_diffe
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, log_ratio
 from stacklm.evaluation.probabilities import score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
-from training.toy_language_model import ToyLanguageModel
+from tests.training.toy_language_model import ToyLanguageModel
 
 VOCABULARY = Vocabulary.from_tokens(["a", "b", "c", "d", "m"])
 EOS = VOCABULARY.eos_index

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from pda_runs import follow_runs
+from tests.stacks.pda_runs import follow_runs
 from stacklm.semiring import LOG, REAL
 from stacklm.stacks.base import Stack
 from stacklm.stacks.nondeterministic import num_action_logits

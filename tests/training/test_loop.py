@@ -9,7 +9,7 @@ from stacklm.training.config import TrainConfig, cfl_train_config
 from stacklm.training.loop import TrainingDiverged, TrainResult, train, validation_cross_entropy
 from stacklm.training.batching import make_batch
 from stacklm.training.progress import Progress
-from training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
 
 
 def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None) -> tuple[ToyLanguageModel, TrainResult]:

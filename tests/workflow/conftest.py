@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from snakemake_runs import copy_workflow
+from tests.workflow.snakemake_runs import copy_workflow
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import yaml
 
 from stacklm import workflow
 
-from snakemake_runs import ROOT, run_snakemake
+from tests.workflow.snakemake_runs import ROOT, run_snakemake
 
 
 def job_counts(output: str) -> dict[str, int]:

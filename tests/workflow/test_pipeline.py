@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
+from tests.workflow.snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
 
 pytestmark = pytest.mark.xdist_group("ci-pipeline")
 
