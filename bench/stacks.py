@@ -1,7 +1,8 @@
 """Benchmark of the nondeterministic stacks against a small transformer (issue 3).
 
 Times forward + backward of the dVPDA (|Q| = 3, |Γ| = 3, m = 5, batch 32) for n ∈ {16, 32,
-64, 128}, full and with a window D = 16, and in the same process a 5-layer pre-norm causal
+64, 128}, full (with the compiled kernel, "dvpda", and with the PyTorch DP, "dvpda-torch"; on
+CUDA the PyTorch DP only) and with a window D = 16, and in the same process a 5-layer pre-norm causal
 transformer of width 68 (4 heads, feed-forward 136) on the same batch; prints seconds,
 tokens/s, the memory kept for backward, the ratio to the transformer and the exponent of a
 least-squares fit of log time against log n.
@@ -9,6 +10,7 @@ least-squares fit of log time against log n.
     python bench/stacks.py               # a table
     python bench/stacks.py --json        # one JSON object per configuration
     python bench/stacks.py --threads 1   # on a machine shared with other jobs (see below)
+    python bench/stacks.py --stacks dvpda dvpda-window16   # a subset ("dvpda-torch" is slow at n = 128)
 
 With --json, each stack's configurations are followed by one object {stack, fitted_exponent,
 lengths}. "peak_mb" is, on CPU, the memory that autograd keeps for backward at the end of the forward
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from stacklm.stacks.kernels import compiled
 from stacklm.stacks.nondeterministic import num_action_logits
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 
@@ -134,15 +137,29 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--stacks",
+        nargs="+",
+        choices=["dvpda", "dvpda-torch", "window"],
+        default=["dvpda", "dvpda-torch", "window"],
+        help="full stack with the compiled kernel (CPU), full stack with the PyTorch DP, --window with the PyTorch DP",
+    )
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
     device = torch.device(arguments.device)
     generator = torch.Generator().manual_seed(0)
     model = transformer().to(device)
     results = []
-    for window in (None, arguments.window):
-        stack = VectorNondeterministicStack(3, 3, 5, window=window).to(device)
-        name = "dvpda" if window is None else f"dvpda-window{window}"
+    if "dvpda" in arguments.stacks and device.type == "cpu":
+        start = time.perf_counter()
+        compiled.load()  # built once per source (the first time, a compilation)
+        seconds = time.perf_counter() - start
+        print(json.dumps({"kernel_load_seconds": seconds}) if arguments.json else f"kernel loaded in {seconds:.1f} s")
+    for choice in arguments.stacks:
+        window = arguments.window if choice == "window" else None
+        kernel = "compiled" if choice == "dvpda" and device.type == "cpu" else "torch"
+        name = choice if window is None else f"dvpda-window{window}"
+        stack = VectorNondeterministicStack(3, 3, 5, window=window, kernel=kernel).to(device)
         for steps in arguments.lengths:
             stacked = measure(
                 stack_forward(stack, arguments.batch, steps, device, generator), device, arguments.repeats

@@ -16,11 +16,19 @@ when a stack-attention layer pushes exp(W_v x) (``reference-implementation.md`` 
 
 Cost: that of the NS stack plus O(n²·Q²S·m) for η without a window (O(n·D²·Q³S·m) with one);
 ``pda.py`` has the full accounting.
+
+Kernels. ``readings`` of a whole sequence from the empty stack, without a window, in LOG with
+the fast products, on the CPU, can run as one compiled kernel (``kernels/compiled.py``: the
+same DP and numerics, forward and backward, built at first use). ``kernel="compiled"``
+requires it (and raises if it cannot build), ``"torch"`` never uses it, ``"auto"`` (default)
+uses it where it applies and builds, and warns once if the build fails. Step-by-step states,
+chunks (``run``, an initial state), windows, other semirings and CUDA use the PyTorch DP.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Self
 
@@ -29,6 +37,7 @@ from torch import Tensor, nn
 
 from stacklm.semiring import LOG, Semiring
 from stacklm.stacks.base import Stack, StackState
+from stacklm.stacks.kernels import compiled
 from stacklm.stacks.nondeterministic import NondeterministicActions, transitions_from_actions
 from stacklm.stacks.pda import (
     Contraction,
@@ -42,6 +51,7 @@ from stacklm.stacks.pda import (
 )
 
 BottomVector = Literal["learned", "zero", "one"]
+Kernel = Literal["auto", "compiled", "torch"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,8 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
     """dVPDA with |Q| states, |Γ| symbols, vectors of size m; ``window`` = D bounds memory.
 
     A module only for its bottom vector: with ``bottom="learned"`` it owns w₀ (m,), and
-    v₀ = σ(w₀). ``semiring`` and ``fast`` as for ``NondeterministicStack``.
+    v₀ = σ(w₀). ``semiring`` and ``fast`` as for ``NondeterministicStack``; ``kernel`` chooses
+    the compiled whole-sequence kernel (module docstring).
     """
 
     def __init__(
@@ -108,12 +119,17 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         bottom: BottomVector = "learned",
         semiring: type[Semiring] = LOG,
         fast: bool = True,
+        kernel: Kernel = "auto",
     ) -> None:
         super().__init__()
         if vector_size < 1:
             raise ValueError(f"vector_size must be at least 1, got {vector_size}")
         self.sizes = PDASizes(num_states, num_symbols, vector_size, window=window, bottom_replaceable=True)
         self.engine = engine_for(semiring, fast)
+        self.kernel_applies = window is None and semiring is LOG and fast
+        if kernel == "compiled" and not self.kernel_applies:
+            raise ValueError("the compiled kernel runs the full stack (no window) in LOG with fast=True only")
+        self.kernel = kernel
         self.bottom = bottom
         self.bottom_logits = nn.Parameter(torch.zeros(vector_size)) if bottom == "learned" else None
         self.reading_size = num_states * num_symbols * vector_size
@@ -151,7 +167,45 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         """r_1 … r_n (B, n, Q·S·m), all read at once after the steps."""
         if initial is not None and not isinstance(initial, VectorNondeterministicState):
             raise TypeError(f"not a state of this stack: {type(initial).__name__}")
+        if self.uses_compiled_kernel(actions.pop, initial):
+            return self.compiled_readings(actions)
         return self.run(actions, initial)[0]
+
+    def uses_compiled_kernel(self, like: Tensor, initial: VectorNondeterministicState | None = None) -> bool:
+        """Whether ``readings`` of actions like ``like`` from ``initial`` run the compiled kernel."""
+        if self.kernel == "torch":
+            return False
+        applies = (
+            self.kernel_applies
+            and initial is None
+            and like.device.type == "cpu"
+            and like.dtype in (torch.float32, torch.float64)
+        )
+        if self.kernel == "compiled":
+            if not applies:
+                raise ValueError(
+                    "the compiled kernel reads whole sequences from the empty stack on the CPU in float32 or float64"
+                )
+            return True
+        if not applies:
+            return False
+        built, error = compiled.available()
+        if not built:
+            warnings.warn(f"using the PyTorch dVPDA: {error}", RuntimeWarning, stacklevel=3)
+        return built
+
+    def compiled_readings(self, actions: VectorNondeterministicActions) -> Tensor:
+        """r_1 … r_n (B, n, Q·S·m) from the compiled kernel (``kernels/compiled.py``)."""
+        batch, steps = actions.pop.shape[:2]
+        configurations = self.sizes.num_configurations
+        bottom = self.log_bottom(actions.pop).unsqueeze(0).expand(batch, -1)
+        return compiled.compiled_readings(
+            actions.push.reshape(batch, steps, configurations, configurations),
+            actions.replace.reshape(batch, steps, configurations, configurations),
+            actions.pop.reshape(batch, steps, configurations, self.sizes.num_states),
+            actions.pushed,
+            bottom,
+        )
 
     def run(
         self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None

@@ -1,0 +1,100 @@
+"""The dVPDA's whole-sequence forward and backward as one compiled CPU kernel (``dvpda.cpp``).
+
+The kernel runs the dynamic program of ``pda.py`` (full stack, bottom replaceable, vectors)
+with the numerics of ``ShiftedLogContraction`` (``shifted.py``): products shifted by log α,
+exact per-column normalisers, the pop read from shares Ŝ ∈ [0, 1]. One batch element per
+task (OpenMP through ``at::parallel_for``, so ``torch.set_num_threads`` applies), every step
+in one call: no tensor operation per step. Its backward is written by hand in the same
+kernel (each log-sum-exp passes g·exp(term − result), from the same shifted products).
+What it keeps for backward is O(B·n²·N²): the columns of γ (log), their shares and each
+step's pop totals, and α.
+
+The extension is built with ``torch.utils.cpp_extension.load`` at first use (``-O3
+-fopenmp``, the system C++ compiler; 10–20 s on two cores) into ``$TORCH_EXTENSIONS_DIR``
+or, without it, ``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME`` respected); later
+processes load the built library. :func:`load` raises if the build fails;
+:func:`available` says whether it built, and why not.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+NAME = "stacklm_dvpda"
+SOURCE = Path(__file__).with_name("dvpda.cpp")
+
+_loaded = False
+_error: BaseException | None = None
+
+
+def build_directory() -> Path:
+    """Where the extension is built: $TORCH_EXTENSIONS_DIR/stacklm_dvpda or ~/.cache/stacklm/extensions/…"""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root:
+        return Path(root) / NAME
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "stacklm" / "extensions" / NAME
+
+
+def load() -> None:
+    """Build (once per source and compiler flags) and load the kernel; raises if it cannot."""
+    global _loaded, _error
+    if _loaded:
+        return
+    if _error is not None:
+        raise RuntimeError(f"the compiled dVPDA kernel failed to build: {_error}") from _error
+    from torch.utils import cpp_extension
+
+    directory = build_directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        cpp_extension.load(
+            name=NAME,
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(directory),
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception as error:  # the compiler's output is in the exception
+        _error = error
+        raise RuntimeError(f"the compiled dVPDA kernel failed to build: {error}") from error
+    _loaded = True
+
+
+def available() -> tuple[bool, str]:
+    """Whether the kernel is built and loaded (building it now if needed), and the error if not."""
+    try:
+        load()
+    except RuntimeError as error:
+        return False, str(error)
+    return True, ""
+
+
+class _CompiledReadings(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, bottom: Tensor) -> Tensor:
+        readings, gamma, shares, pops, alpha = torch.ops.stacklm_dvpda.forward(push, replace, pop, pushed, bottom)
+        ctx.save_for_backward(push, replace, pop, pushed, readings, gamma, shares, pops, alpha)
+        return readings
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, ...]:
+        return tuple(torch.ops.stacklm_dvpda.backward(grad.contiguous(), *ctx.saved_tensors))
+
+
+def compiled_readings(push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, bottom: Tensor) -> Tensor:
+    """r_1 … r_n (B, n, N·m) in the order (r, y, m), from log weights on the CPU.
+
+    ``push``, ``replace`` (B, n, N, N) with N = (q, x) flattened; ``pop`` (B, n, N, Q);
+    ``pushed`` log v_t (B, n, m); ``bottom`` log v₀ (B, m). float32 or float64.
+    """
+    load()
+    tensors = [tensor.contiguous() for tensor in (push, replace, pop, pushed, bottom)]
+    return _CompiledReadings.apply(*tensors)

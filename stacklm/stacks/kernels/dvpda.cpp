@@ -1,0 +1,538 @@
+// The whole-sequence dVPDA (full stack, bottom replaceable) and its exact backward, on CPU.
+//
+// The same dynamic program and numerics as ``pda.py`` with ``ShiftedLogContraction``
+// (``shifted.py``); ``dvpda.py`` states the recurrences. One batch element per task
+// (at::parallel_for, OpenMP), all of its steps in one call, no tensor operation per step.
+//
+// Per element, column t (t = 0 … n) has rows(t) = m + (t+1)·N rows: the m rows of η[t], then
+// N rows (i, a) per row i = −1 … t−1 (row index m + (i+1)·N + a in every column). Every
+// column is stored transposed, [c][row], at offset(t) of one flat table:
+//   gamma:   log γ[i→t][a, c] (η rows: log η[t][j, c])
+//   shares:  Ŝ = exp(log γ + log α[i][a] − log α[t][c]) ∈ [0, 1] (η rows: exp(log η − log α))
+//   pops:    at offset(t−2), the pop's real total Σ_{k,u} Ŝ_k ŵ of step t (rows(t−2) rows)
+// and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs.
+// Step t of the forward, from column t−1 (Ĝ = exp(γ − log α[t−1] − ρ), ρ the row maximum):
+//   products = log(Ĝ R̂) + ρ + offset, R̂ = exp(log α[t−1] + [Δ^R | Δ⁻] − offset), offset exact
+//     -> the replace term (every row) and γ'_t[k][(u,y), r] (γ rows)
+//   ŵ[k,(u,y),r] = exp(log α[k][u,y] + γ'_t[k][(u,y),r] − L[y,r]), L the exact log-sum over (k, u)
+//   pop[row,(r,y)] = log Σ_{k,u} Ŝ_k[row,(u,y)] ŵ[k,(u,y),r] + L[y,r] − log α(row)
+//   column t = replace ⊕ pop (⊕ log v_t + log(α[t−1] Δ⁺) on η rows), then the new rows Δ⁺_t
+//   log α[t] = exact log-sum over γ rows of log α(row) + column t.
+// The backward runs the steps in reverse with the adjoints of every log value; each
+// log-sum-exp passes g·exp(term − result), computed from the same shifted products.
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+struct Sizes {
+  int64_t batch, steps, states, symbols, configs, vector;
+
+  int64_t rows(int64_t t) const { return vector + (t + 1) * configs; }
+  // N · Σ_{s<t} rows(s)
+  int64_t offset(int64_t t) const { return configs * (t * vector + configs * t * (t + 1) / 2); }
+  int64_t table() const { return offset(steps + 1); }
+};
+
+template <typename T>
+constexpr T NEG = -std::numeric_limits<T>::infinity();
+
+template <typename T>
+inline T log_add(T a, T b) {
+  T high = std::max(a, b);
+  if (high == NEG<T>) return NEG<T>;
+  T low = std::min(a, b);
+  return high + std::log1p(std::exp(low - high));
+}
+
+// Quantities of step t that the forward computes and the backward recomputes.
+template <typename T>
+struct Step {
+  std::vector<T> ghat, rho, rhat, right_offset, total, weights, pop_offset, pushed_offset;
+};
+
+// Ĝ_{t−1}, R̂, the products' real totals [j][row], and log(α[t−1] Δ⁺_t).
+template <typename T>
+void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T* push, const T* replace,
+              const T* pop, Step<T>& s) {
+  const int64_t N = z.configs, Q = z.states, J = N + Q, R = z.rows(t - 1);
+  const T* previous = gamma + z.offset(t - 1);
+  const T* shift = alpha + (t - 1) * N;
+  s.rho.assign(R, NEG<T>);
+  for (int64_t c = 0; c < N; ++c) {
+    if (shift[c] == NEG<T>) continue;
+    const T* column = previous + c * R;
+    for (int64_t row = 0; row < R; ++row) s.rho[row] = std::max(s.rho[row], column[row] - shift[c]);
+  }
+  for (int64_t row = 0; row < R; ++row)
+    if (s.rho[row] == NEG<T>) s.rho[row] = 0;
+  s.ghat.assign(N * R, T(0));
+  for (int64_t c = 0; c < N; ++c) {
+    if (shift[c] == NEG<T>) continue;
+    const T* column = previous + c * R;
+    T* out = s.ghat.data() + c * R;
+    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - shift[c] - s.rho[row]);
+  }
+  s.rhat.assign(N * J, T(0));
+  s.right_offset.assign(J, T(0));
+  for (int64_t j = 0; j < J; ++j) {
+    T high = NEG<T>;
+    for (int64_t c = 0; c < N; ++c) {
+      if (shift[c] == NEG<T>) continue;
+      T value = shift[c] + (j < N ? replace[c * N + j] : pop[c * Q + j - N]);
+      s.rhat[c * J + j] = value;
+      high = std::max(high, value);
+    }
+    if (high == NEG<T>) high = 0;
+    T sum = 0;
+    for (int64_t c = 0; c < N; ++c)
+      if (shift[c] != NEG<T>) sum += std::exp(s.rhat[c * J + j] - high);
+    T offset = sum > 0 ? std::log(sum) + high : high;
+    s.right_offset[j] = offset;
+    for (int64_t c = 0; c < N; ++c)
+      s.rhat[c * J + j] = shift[c] == NEG<T> ? T(0) : std::exp(s.rhat[c * J + j] - offset);
+  }
+  s.total.assign(J * R, T(0));
+  for (int64_t j = 0; j < J; ++j) {
+    T* out = s.total.data() + j * R;
+    for (int64_t c = 0; c < N; ++c) {
+      T weight = s.rhat[c * J + j];
+      if (weight == 0) continue;
+      const T* left = s.ghat.data() + c * R;
+      for (int64_t row = 0; row < R; ++row) out[row] += weight * left[row];
+    }
+  }
+  s.pushed_offset.assign(N, NEG<T>);
+  for (int64_t target = 0; target < N; ++target) {
+    T high = NEG<T>;
+    for (int64_t c = 0; c < N; ++c) high = std::max(high, shift[c] + push[c * N + target]);
+    if (high == NEG<T>) continue;
+    T sum = 0;
+    for (int64_t c = 0; c < N; ++c) sum += std::exp(shift[c] + push[c * N + target] - high);
+    s.pushed_offset[target] = std::log(sum) + high;
+  }
+}
+
+template <typename T>
+inline T product_log(const Step<T>& s, int64_t R, int64_t j, int64_t row) {
+  T total = s.total[j * R + row];
+  return total > 0 ? std::log(total) + s.rho[row] + s.right_offset[j] : NEG<T>;
+}
+
+// ŵ[k][(u,y)][r] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
+template <typename T>
+void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), K = t - 1;
+  s.weights.assign(K * N * Q, T(0));
+  s.pop_offset.assign(S * Q, NEG<T>);
+  for (int64_t y = 0; y < S; ++y) {
+    for (int64_t r = 0; r < Q; ++r) {
+      T high = NEG<T>;
+      for (int64_t k = 0; k < K; ++k) {
+        for (int64_t u = 0; u < Q; ++u) {
+          int64_t b = u * S + y;
+          T shift = alpha[k * N + b];
+          T value = shift == NEG<T> ? NEG<T> : shift + product_log(s, R, N + r, m + (k + 1) * N + b);
+          s.weights[(k * N + b) * Q + r] = value;
+          high = std::max(high, value);
+        }
+      }
+      if (high == NEG<T>) high = 0;
+      T sum = 0;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t u = 0; u < Q; ++u) sum += std::exp(s.weights[(k * N + u * S + y) * Q + r] - high);
+      T offset = sum > 0 ? std::log(sum) + high : high;
+      s.pop_offset[y * Q + r] = offset;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t u = 0; u < Q; ++u) {
+          T& weight = s.weights[(k * N + u * S + y) * Q + r];
+          weight = std::exp(weight - offset);
+        }
+    }
+  }
+}
+
+// log α of every row index: 0 for η rows, 𝟙[q0, ⊥] for row −1, log α[i][a] for row (i, a).
+template <typename T>
+void row_weights(const Sizes& z, const T* alpha, int64_t columns, std::vector<T>& out) {
+  const int64_t N = z.configs, m = z.vector;
+  out.assign(z.rows(z.steps), T(0));
+  for (int64_t a = 0; a < N; ++a) out[m + a] = a == 0 ? T(0) : NEG<T>;
+  for (int64_t i = 0; i < columns; ++i)
+    for (int64_t a = 0; a < N; ++a) out[m + (i + 1) * N + a] = alpha[i * N + a];
+}
+
+template <typename T>
+void make_shares(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const std::vector<T>& weights,
+                 T* shares) {
+  const int64_t N = z.configs, R = z.rows(t);
+  for (int64_t c = 0; c < N; ++c) {
+    T shift = alpha[t * N + c];
+    const T* column = gamma + z.offset(t) + c * R;
+    T* out = shares + z.offset(t) + c * R;
+    for (int64_t row = 0; row < R; ++row)
+      out[row] = (shift == NEG<T> || weights[row] == NEG<T>) ? T(0)
+                                                              : std::exp(column[row] + weights[row] - shift);
+  }
+}
+
+template <typename T>
+void forward_element(const Sizes& z, const T* push, const T* replace, const T* pop, const T* pushed,
+                     const T* bottom, T* readings, T* gamma, T* shares, T* pops, T* alpha) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, n = z.steps;
+  std::vector<T> weights;
+  row_weights(z, alpha, 0, weights);
+  {
+    const int64_t R = z.rows(0);
+    std::fill(gamma, gamma + N * R, NEG<T>);
+    for (int64_t j = 0; j < m; ++j) gamma[j] = bottom[j];
+    gamma[m] = 0;  // row −1: the fictitious push of ⊥ in q0
+    for (int64_t a = 0; a < N; ++a) alpha[a] = a == 0 ? T(0) : NEG<T>;
+    make_shares(z, 0, gamma, alpha, weights, shares);
+  }
+  Step<T> s;
+  for (int64_t t = 1; t <= n; ++t) {
+    const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
+    const T* step_push = push + (t - 1) * N * N;
+    const T* step_pushed = pushed + (t - 1) * m;
+    products(z, t, gamma, alpha, step_push, replace + (t - 1) * N * N, pop + (t - 1) * N * Q, s);
+    T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
+    if (t >= 2) {
+      pop_weights(z, t, alpha, s);
+      std::fill(pop_total, pop_total + N * R2, T(0));
+      for (int64_t k = 0; k < t - 1; ++k) {
+        const int64_t Rk = z.rows(k);
+        const T* share = shares + z.offset(k);
+        for (int64_t b = 0; b < N; ++b) {
+          const int64_t y = b % S;
+          const T* left = share + b * Rk;
+          for (int64_t r = 0; r < Q; ++r) {
+            T weight = s.weights[(k * N + b) * Q + r];
+            if (weight == 0) continue;
+            T* out = pop_total + (r * S + y) * R2;
+            for (int64_t row = 0; row < Rk; ++row) out[row] += weight * left[row];
+          }
+        }
+      }
+    }
+    T* column = gamma + z.offset(t);
+    for (int64_t target = 0; target < N; ++target) {
+      const int64_t r = target / S, y = target % S;
+      T* out = column + target * Rt;
+      for (int64_t row = 0; row < R; ++row) {
+        T value = product_log(s, R, target, row);
+        if (row < R2) {
+          T total = pop_total[target * R2 + row];
+          if (total > 0 && weights[row] != NEG<T>)
+            value = log_add(value, std::log(total) + s.pop_offset[y * Q + r] - weights[row]);
+        }
+        if (row < m) value = log_add(value, step_pushed[row] + s.pushed_offset[target]);
+        out[row] = value;
+      }
+      for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
+    }
+    // Row t−1 enters with weight α[t−1].
+    for (int64_t a = 0; a < N; ++a) weights[m + t * N + a] = alpha[(t - 1) * N + a];
+    T* current_alpha = alpha + t * N;
+    for (int64_t target = 0; target < N; ++target) {
+      const T* values = column + target * Rt;
+      T high = NEG<T>;
+      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weights[row] + values[row]);
+      if (high == NEG<T>) {
+        current_alpha[target] = NEG<T>;
+        continue;
+      }
+      T sum = 0;
+      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weights[row] + values[row] - high);
+      current_alpha[target] = std::log(sum) + high;
+    }
+    T high = NEG<T>;
+    for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
+    T normalizer = NEG<T>;
+    if (high != NEG<T>) {
+      T sum = 0;
+      for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
+      normalizer = std::log(sum) + high;
+    }
+    T* reading = readings + (t - 1) * N * m;
+    for (int64_t c = 0; c < N; ++c)
+      for (int64_t j = 0; j < m; ++j)
+        reading[c * m + j] = normalizer == NEG<T> ? T(0) : std::exp(column[c * Rt + j] - normalizer);
+    make_shares(z, t, gamma, alpha, weights, shares);
+  }
+}
+
+template <typename T>
+void backward_element(const Sizes& z, const T* grad_readings, const T* push, const T* replace, const T* pop,
+                      const T* pushed, const T* readings, const T* gamma, const T* shares, const T* pops,
+                      const T* alpha, T* grad_push, T* grad_replace, T* grad_pop, T* grad_pushed, T* grad_bottom) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, n = z.steps, J = N + Q;
+  std::vector<T> grad_gamma(z.table(), T(0)), grad_alpha((n + 1) * N, T(0)), weights;
+  row_weights(z, alpha, n, weights);
+  Step<T> s;
+  std::vector<T> grad_products, scaled_pop, grad_pushed_offset(N), partial;
+  for (int64_t t = n; t >= 1; --t) {
+    const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
+    const T* column = gamma + z.offset(t);
+    T* grad_column = grad_gamma.data() + z.offset(t);
+    const T* current_alpha = alpha + t * N;
+    T* grad_current_alpha = grad_alpha.data() + t * N;
+    // Readings: r = exp(log η − log Z).
+    {
+      T high = NEG<T>;
+      for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
+      if (high != NEG<T>) {
+        T sum = 0;
+        for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
+        T grad_normalizer = 0;
+        const T* reading = readings + (t - 1) * N * m;
+        const T* grad_reading = grad_readings + (t - 1) * N * m;
+        for (int64_t c = 0; c < N; ++c)
+          for (int64_t j = 0; j < m; ++j) {
+            T g = grad_reading[c * m + j] * reading[c * m + j];
+            grad_column[c * Rt + j] += g;
+            grad_normalizer -= g;
+          }
+        for (int64_t c = 0; c < N; ++c)
+          grad_current_alpha[c] += grad_normalizer * (std::exp(current_alpha[c] - high) / sum);
+      }
+    }
+    // log α[t] = log-sum over γ rows of log α(row) + γ. Each term's weight is taken relative
+    // to the largest term (as autograd through a shifted log-sum-exp does), never as
+    // exp(term − log α[t]): log α[t] is rounded at its magnitude, which reaches thousands.
+    for (int64_t target = 0; target < N; ++target) {
+      T g = grad_current_alpha[target];
+      if (g == 0) continue;
+      const T* values = column + target * Rt;
+      T* out = grad_column + target * Rt;
+      T high = NEG<T>;
+      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weights[row] + values[row]);
+      if (high == NEG<T>) continue;
+      T sum = 0;
+      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weights[row] + values[row] - high);
+      const T scale = g / sum;
+      for (int64_t row = m; row < Rt; ++row) {
+        T value = scale * std::exp(weights[row] + values[row] - high);
+        out[row] += value;
+        if (row >= m + N) grad_alpha[row - m - N] += value;  // row (i, a) -> α[i][a], i ≥ 0
+      }
+    }
+    products(z, t, gamma, alpha, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q, s);
+    if (t >= 2) pop_weights(z, t, alpha, s);
+    const T* step_push = push + (t - 1) * N * N;
+    const T* step_pushed = pushed + (t - 1) * m;
+    T* step_grad_push = grad_push + (t - 1) * N * N;
+    T* step_grad_pushed = grad_pushed + (t - 1) * m;
+    const T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
+    grad_products.assign(J * R, T(0));
+    scaled_pop.assign(N * R2, T(0));
+    std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
+    for (int64_t target = 0; target < N; ++target) {
+      const int64_t r = target / S, y = target % S;
+      const T* values = column + target * Rt;
+      const T* grads = grad_column + target * Rt;
+      for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
+      for (int64_t row = 0; row < R; ++row) {
+        T g = grads[row];
+        if (g == 0 || values[row] == NEG<T>) continue;
+        // The terms' weights relative to the largest term (not to the rounded log-sum).
+        T replaced = product_log(s, R, target, row), popped = NEG<T>, term = NEG<T>, total = 0;
+        if (row < R2) {
+          total = pop_total[target * R2 + row];
+          if (total > 0 && weights[row] != NEG<T>)
+            popped = std::log(total) + s.pop_offset[y * Q + r] - weights[row];
+        }
+        if (row < m) term = step_pushed[row] + s.pushed_offset[target];
+        T high = std::max(replaced, std::max(popped, term));
+        if (high == NEG<T>) continue;
+        T replaced_share = std::exp(replaced - high), popped_share = std::exp(popped - high);
+        T term_share = std::exp(term - high);
+        T scale = g / (replaced_share + popped_share + term_share);
+        grad_products[target * R + row] = scale * replaced_share;
+        if (popped != NEG<T>) scaled_pop[target * R2 + row] = scale * popped_share / total;
+        if (term != NEG<T>) {
+          T grad_term = scale * term_share;
+          step_grad_pushed[row] += grad_term;
+          grad_pushed_offset[target] += grad_term;
+        }
+      }
+    }
+    // log(α[t−1] Δ⁺_t)
+    const T* previous_alpha = alpha + (t - 1) * N;
+    for (int64_t target = 0; target < N; ++target) {
+      T g = grad_pushed_offset[target];
+      if (g == 0 || s.pushed_offset[target] == NEG<T>) continue;
+      T high = NEG<T>, sum = 0;
+      for (int64_t c = 0; c < N; ++c) high = std::max(high, previous_alpha[c] + step_push[c * N + target]);
+      for (int64_t c = 0; c < N; ++c) sum += std::exp(previous_alpha[c] + step_push[c * N + target] - high);
+      for (int64_t c = 0; c < N; ++c) {
+        T value = g * std::exp(previous_alpha[c] + step_push[c * N + target] - high) / sum;
+        grad_alpha[(t - 1) * N + c] += value;
+        step_grad_push[c * N + target] += value;
+      }
+    }
+    // The pop: Σ_{k,u} Ŝ_k ŵ; the shares' gradient goes straight to log γ of column k.
+    if (t >= 2) {
+      partial.resize(R2);
+      for (int64_t k = 0; k < t - 1; ++k) {
+        const int64_t Rk = z.rows(k);
+        const T* share_k = shares + z.offset(k);
+        T* grad_k = grad_gamma.data() + z.offset(k);
+        for (int64_t b = 0; b < N; ++b) {
+          const int64_t y = b % S;
+          const T* left = share_k + b * Rk;
+          std::fill(partial.begin(), partial.begin() + Rk, T(0));
+          for (int64_t r = 0; r < Q; ++r) {
+            T weight = s.weights[(k * N + b) * Q + r];
+            if (weight == 0) continue;
+            const T* scaled = scaled_pop.data() + (r * S + y) * R2;
+            T dot = 0;
+            for (int64_t row = 0; row < Rk; ++row) {
+              partial[row] += weight * scaled[row];
+              dot += left[row] * scaled[row];
+            }
+            // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
+            grad_products[(N + r) * R + m + (k + 1) * N + b] += weight * dot;
+          }
+          T* out = grad_k + b * Rk;
+          for (int64_t row = 0; row < Rk; ++row) out[row] += left[row] * partial[row];
+        }
+      }
+    }
+    // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total).
+    T* grad_previous = grad_gamma.data() + z.offset(t - 1);
+    for (int64_t j = 0; j < J; ++j) {
+      T* g = grad_products.data() + j * R;
+      const T* total = s.total.data() + j * R;
+      for (int64_t row = 0; row < R; ++row) g[row] = total[row] > 0 ? g[row] / total[row] : T(0);
+    }
+    T* step_grad_replace = grad_replace + (t - 1) * N * N;
+    T* step_grad_pop = grad_pop + (t - 1) * N * Q;
+    partial.resize(R);
+    for (int64_t c = 0; c < N; ++c) {
+      const T* left = s.ghat.data() + c * R;
+      std::fill(partial.begin(), partial.begin() + R, T(0));
+      for (int64_t j = 0; j < J; ++j) {
+        T weight = s.rhat[c * J + j];
+        if (weight == 0) continue;
+        const T* g = grad_products.data() + j * R;
+        T dot = 0;
+        for (int64_t row = 0; row < R; ++row) {
+          partial[row] += weight * g[row];
+          dot += left[row] * g[row];
+        }
+        if (j < N)
+          step_grad_replace[c * N + j] += weight * dot;
+        else
+          step_grad_pop[c * Q + j - N] += weight * dot;
+      }
+      T* out = grad_previous + c * R;
+      for (int64_t row = 0; row < R; ++row) out[row] += left[row] * partial[row];
+    }
+  }
+  // Column 0: only the η rows at (q0, ⊥) depend on an input, log v₀.
+  for (int64_t j = 0; j < m; ++j) grad_bottom[j] = grad_gamma[j];
+}
+
+void check(const at::Tensor& tensor, int64_t dims, const char* name) {
+  TORCH_CHECK(tensor.device().is_cpu(), name, " must be on the CPU");
+  TORCH_CHECK(tensor.dim() == dims, name, " must have ", dims, " dimensions");
+  TORCH_CHECK(tensor.is_contiguous(), name, " must be contiguous");
+}
+
+Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed) {
+  Sizes z;
+  z.batch = push.size(0);
+  z.steps = push.size(1);
+  z.configs = push.size(2);
+  z.states = pop.size(3);
+  TORCH_CHECK(z.states > 0 && z.configs % z.states == 0, "pop must be (B, n, N, Q) with Q dividing N");
+  z.symbols = z.configs / z.states;
+  z.vector = pushed.size(2);
+  return z;
+}
+
+// push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
+// Returns readings (B, n, N·m) and what the backward needs: gamma, shares, pops (B, table),
+// alpha (B, n+1, N).
+std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
+                                      const at::Tensor& pushed, const at::Tensor& bottom) {
+  check(push, 4, "push");
+  check(replace, 4, "replace");
+  check(pop, 4, "pop");
+  check(pushed, 3, "pushed");
+  check(bottom, 2, "bottom");
+  for (const at::Tensor* tensor : {&replace, &pop, &pushed, &bottom})
+    TORCH_CHECK(tensor->scalar_type() == push.scalar_type(), "the dVPDA kernel needs one dtype for every input");
+  const Sizes z = sizes_of(push, pop, pushed);
+  auto options = push.options();
+  auto readings = at::empty({z.batch, z.steps, z.configs * z.vector}, options);
+  auto gamma = at::empty({z.batch, z.table()}, options);
+  auto shares = at::empty({z.batch, z.table()}, options);
+  auto pops = at::zeros({z.batch, z.table()}, options);
+  auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
+  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
+    const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
+    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        forward_element<scalar_t>(
+            z, push.data_ptr<scalar_t>() + b * NN, replace.data_ptr<scalar_t>() + b * NN,
+            pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
+            bottom.data_ptr<scalar_t>() + b * z.vector, readings.data_ptr<scalar_t>() + b * z.steps * z.configs * z.vector,
+            gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
+            pops.data_ptr<scalar_t>() + b * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
+      }
+    });
+  });
+  return {readings, gamma, shares, pops, alpha};
+}
+
+// Gradients of log push, replace, pop, pushed and bottom, given those of the readings.
+std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at::Tensor& push,
+                                       const at::Tensor& replace, const at::Tensor& pop, const at::Tensor& pushed,
+                                       const at::Tensor& readings, const at::Tensor& gamma, const at::Tensor& shares,
+                                       const at::Tensor& pops, const at::Tensor& alpha) {
+  check(grad_readings, 3, "grad_readings");
+  const Sizes z = sizes_of(push, pop, pushed);
+  auto grad_push = at::zeros_like(push);
+  auto grad_replace = at::zeros_like(replace);
+  auto grad_pop = at::zeros_like(pop);
+  auto grad_pushed = at::zeros_like(pushed);
+  auto grad_bottom = at::zeros({z.batch, z.vector}, push.options());
+  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_backward", [&] {
+    const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
+    const int64_t readings_size = z.steps * z.configs * z.vector;
+    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        backward_element<scalar_t>(
+            z, grad_readings.data_ptr<scalar_t>() + b * readings_size, push.data_ptr<scalar_t>() + b * NN,
+            replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
+            pushed.data_ptr<scalar_t>() + b * z.steps * z.vector, readings.data_ptr<scalar_t>() + b * readings_size,
+            gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
+            pops.data_ptr<scalar_t>() + b * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs,
+            grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
+            grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
+            grad_bottom.data_ptr<scalar_t>() + b * z.vector);
+      }
+    });
+  });
+  return {grad_push, grad_replace, grad_pop, grad_pushed, grad_bottom};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(stacklm_dvpda, library) {
+  library.def("forward", &dvpda_forward);
+  library.def("backward", &dvpda_backward);
+}

@@ -1,0 +1,182 @@
+"""The compiled dVPDA kernel against brute-force runs and the PyTorch DP: readings, gradients, float32.
+
+Every test asks for ``kernel="compiled"``, so a kernel that fails to build fails them (no fallback).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from tests.stacks.test_vector_nondeterministic import brute_force_readings, random_actions, superposition_as_dvpda
+from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
+from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
+
+
+def stacks(states: int, symbols: int, vector_size: int, **options: object) -> tuple[VectorNondeterministicStack, ...]:
+    """The same dVPDA with the compiled kernel and with the PyTorch DP (float64, one w₀)."""
+    result = []
+    for kernel in ("compiled", "torch"):
+        stack = VectorNondeterministicStack(states, symbols, vector_size, kernel=kernel, **options).double()
+        if stack.bottom_logits is not None:
+            with torch.no_grad():
+                stack.bottom_logits.copy_(torch.linspace(-1.0, 1.5, vector_size, dtype=torch.float64))
+        result.append(stack)
+    return tuple(result)
+
+
+def flat_logits(actions: VectorNondeterministicActions) -> Tensor:
+    return torch.cat([actions.push.flatten(2), actions.replace.flatten(2), actions.pop.flatten(2)], dim=-1)
+
+
+def actions_of(logits: Tensor, log_pushed: Tensor, states: int, symbols: int) -> VectorNondeterministicActions:
+    configurations = states * symbols
+    push, replace, pop = logits.split([configurations**2, configurations**2, configurations * states], dim=-1)
+    lead = logits.shape[:2]
+    return VectorNondeterministicActions(
+        push.reshape(*lead, states, symbols, states, symbols),
+        replace.reshape(*lead, states, symbols, states, symbols),
+        pop.reshape(*lead, states, symbols, states),
+        log_pushed,
+    )
+
+
+def readings_and_gradients(
+    stack: VectorNondeterministicStack, actions: VectorNondeterministicActions, dtype: torch.dtype
+) -> tuple[Tensor, ...]:
+    """Readings and the gradients of a fixed linear function of them (logits, log v_t, w₀)."""
+    states, symbols = actions.pop.shape[2:4]
+    logits = flat_logits(actions).to(dtype).requires_grad_()
+    log_pushed = actions.pushed.to(dtype).clone().requires_grad_()
+    stack = stack.to(dtype)
+    stack.zero_grad()
+    readings = stack.readings(actions_of(logits, log_pushed, states, symbols))
+    weights = torch.linspace(-1, 1, readings.numel(), dtype=dtype).view_as(readings)
+    (readings * weights).sum().backward()
+    gradients = [logits.grad, log_pushed.grad]
+    if stack.bottom_logits is not None:
+        gradients.append(stack.bottom_logits.grad)
+    return (readings, *gradients)
+
+
+@pytest.mark.parametrize("states, symbols, steps", [(1, 1, 5), (1, 2, 5), (2, 2, 4), (3, 2, 4), (2, 3, 4)])
+@pytest.mark.parametrize("bottom", ["learned", "zero", "one"])
+def test_readings_equal_brute_force(states: int, symbols: int, steps: int, bottom: str) -> None:
+    actions = random_actions(2, steps, states, symbols, 3, seed=states * 10 + symbols)
+    stack, _ = stacks(states, symbols, 3, bottom=bottom)
+    assert stack.uses_compiled_kernel(actions.pop)
+    expected = brute_force_readings(actions, stack.log_bottom(actions.pop))
+    torch.testing.assert_close(stack.readings(actions), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("states, symbols, vector_size, steps", [(3, 3, 5, 12), (2, 3, 2, 9), (1, 1, 1, 6)])
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_readings_and_gradients_equal_the_pytorch_dp(
+    states: int, symbols: int, vector_size: int, steps: int, scale: float
+) -> None:
+    actions = random_actions(3, steps, states, symbols, vector_size, seed=steps, scale=scale)
+    compiled, reference = stacks(states, symbols, vector_size)
+    for got, expected in zip(
+        readings_and_gradients(compiled, actions, torch.float64),
+        readings_and_gradients(reference, actions, torch.float64),
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))
+
+
+def test_gradcheck() -> None:
+    actions = random_actions(2, 5, 2, 2, 2, seed=5)
+    stack, _ = stacks(2, 2, 2)
+    bottom_logits = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+
+    def readings(logits: Tensor, log_pushed: Tensor, bottom_logits: Tensor) -> Tensor:
+        return torch.func.functional_call(
+            stack, {"bottom_logits": bottom_logits}, (actions_of(logits, log_pushed, 2, 2),)
+        )
+
+    inputs = (flat_logits(actions).requires_grad_(), actions.pushed.clone().requires_grad_(), bottom_logits)
+    assert torch.autograd.gradcheck(readings, inputs)
+
+
+def test_weights_of_zero() -> None:
+    # Transitions of weight 0 (log −∞) everywhere but a few: the superposition stack as a dVPDA.
+    generator = torch.Generator().manual_seed(3)
+    probabilities = torch.randn(2, 7, 3, generator=generator, dtype=torch.float64).softmax(dim=-1)
+    pushed = torch.randn(2, 7, 4, generator=generator, dtype=torch.float64).sigmoid()
+    expected = SuperpositionStack(4, length_hint=False).readings(SuperpositionActions(probabilities, pushed))
+    dvpda = VectorNondeterministicStack(1, 2, 4, bottom="zero", kernel="compiled").double()
+    log_probabilities = probabilities.clone().requires_grad_()
+    actions = superposition_as_dvpda(log_probabilities, pushed.log())
+    readings = dvpda.readings(actions).view(2, 7, 1, 2, 4)
+    torch.testing.assert_close(readings.sum(dim=(2, 3)), expected, rtol=1e-10, atol=1e-12)
+    readings.sum().backward()
+    assert torch.isfinite(log_probabilities.grad).all()
+
+
+@pytest.mark.parametrize("steps", [16, 64])
+@pytest.mark.parametrize("scale, tolerance", [(1.0, 1e-4), (10.0, 1e-3)])
+def test_float32_agrees_with_float64(steps: int, scale: float, tolerance: float) -> None:
+    actions = random_actions(2, steps, 3, 3, 5, seed=13 + steps, scale=scale)
+    stack, _ = stacks(3, 3, 5)
+    exact = readings_and_gradients(stack, actions, torch.float64)
+    approximate = readings_and_gradients(stack, actions, torch.float32)
+    for value, reference in zip(approximate, exact):
+        assert value.dtype == torch.float32
+        assert torch.isfinite(value).all()
+        assert (value.double() - reference).abs().max() <= tolerance * reference.abs().max()
+
+
+def test_batch_elements_and_padding_are_independent() -> None:
+    actions = random_actions(3, 8, 2, 3, 2, seed=11)
+    stack, _ = stacks(2, 3, 2)
+    batched = stack.readings(actions)
+    for element in range(3):
+        single = VectorNondeterministicActions(
+            actions.push[element : element + 1, :5],
+            actions.replace[element : element + 1, :5],
+            actions.pop[element : element + 1, :5],
+            actions.pushed[element : element + 1, :5],
+        )
+        torch.testing.assert_close(stack.readings(single)[0], batched[element, :5], rtol=1e-12, atol=1e-12)
+
+
+def test_empty_sequence() -> None:
+    actions = random_actions(2, 0, 2, 2, 3, seed=1)
+    stack, _ = stacks(2, 2, 3)
+    assert stack.readings(actions).shape == (2, 0, 12)
+
+
+def test_kernel_choice_is_explicit() -> None:
+    like = torch.zeros(1, dtype=torch.float64)
+    with pytest.raises(ValueError):
+        VectorNondeterministicStack(2, 2, 2, window=3, kernel="compiled")
+    assert not VectorNondeterministicStack(2, 2, 2, kernel="torch").uses_compiled_kernel(like)
+    assert not VectorNondeterministicStack(2, 2, 2, window=3).uses_compiled_kernel(like)
+    assert VectorNondeterministicStack(2, 2, 2).uses_compiled_kernel(like)
+    compiled = VectorNondeterministicStack(2, 2, 2, kernel="compiled")
+    state = compiled.initial_state(1, like)
+    with pytest.raises(ValueError):
+        compiled.uses_compiled_kernel(like, state)
+    # An initial state (chunks) runs the PyTorch DP even by default.
+    assert not VectorNondeterministicStack(2, 2, 2).uses_compiled_kernel(like, state)
+
+
+def test_memory_kept_for_backward_grows_as_n_squared() -> None:
+    def saved_megabytes(steps: int) -> float:
+        storages: dict[int, int] = {}
+
+        def pack(tensor: Tensor) -> Tensor:
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        actions = random_actions(2, steps, 2, 2, 2, seed=18)
+        logits = actions.push.clone().requires_grad_()
+        stack, _ = stacks(2, 2, 2)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            stack.readings(VectorNondeterministicActions(logits, actions.replace, actions.pop, actions.pushed))
+        return sum(storages.values()) / 2**20
+
+    assert saved_megabytes(64) <= 4.6 * saved_megabytes(32)
+    assert math.isfinite(saved_megabytes(8))
