@@ -14,6 +14,7 @@ include: "workflow/rules/search.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/cfl.smk"
 
 
 rule all:

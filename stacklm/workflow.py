@@ -15,6 +15,12 @@ The DAG (seed 000 §5, App. D), per task T and architecture A:
   ``final.max_epochs`` (null: to convergence);
 - ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
 - ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures).
+
+The CFL experiments of seed 002 (``stacklm.cfl.experiment``), per language L and model X:
+``cfl_generate`` (the seed-0 test set of L), ``cfl_train`` for every grid point (learning
+rate × m for Gref/JM × restart), ``cfl_select`` (lowest validation Δ), ``cfl_evaluate`` (test
+Δ overall and per length), then ``cfl_figures`` → ``results/cfl/{curves,metrics}.parquet``
+and the figures.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from stacklm.cfl.experiment import CflSettings, parse_setting
+from stacklm.cfl.experiment import grid as cfl_grid
 from stacklm.data.settings import data_settings, data_targets
 from stacklm.errors import StacklmError
 
@@ -56,6 +64,21 @@ REPORT_MARKDOWN = "results/report/tables/{task}.md"
 REPORT_DOCUMENT = "results/report/report.tex"
 REPORT_FIGURE = "results/report/figures/figure3.{extension}"
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")
+
+# The CFL experiments of seed 002 (stacklm.cfl.experiment): {language}, {model} (the registry's
+# path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).
+CFL_TEST = "results/cfl/data/{language}/test.tsv"
+CFL_RUNS = "results/cfl/runs/{language}/{model}"
+CFL_RUN_DIR = CFL_RUNS + "/{setting}"
+CFL_RUN_MODEL = CFL_RUN_DIR + "/model.pt"
+CFL_RUN_CURVE = CFL_RUN_DIR + "/train.parquet"
+CFL_CHECKPOINT = "results/cfl/checkpoints/{language}/{model}/{setting}.pt"
+CFL_SELECTED = "results/cfl/selected/{language}/{model}.parquet"
+CFL_EVALUATION = "results/cfl/evaluation/{language}/{model}.parquet"
+CFL_CURVES = "results/cfl/curves.parquet"
+CFL_METRICS = "results/cfl/metrics.parquet"
+CFL_FIGURE = "results/cfl/figures/{figure}.{extension}"
+CFL_FIGURES: tuple[str, ...] = ("validation", "test-by-length")  # Figure 1; test Δ by length
 
 # Training and evaluation both read every split (the data version is a hash of all four).
 SPLITS: tuple[str, ...] = ("train", "validation", "test", "generalization")
@@ -117,6 +140,7 @@ def check_settings(settings: dict[str, Any]) -> None:
     if final_epochs is not None and final_epochs < 1:
         raise StacklmError(f"config key 'final.max_epochs': must be null or at least 1, got {final_epochs!r}")
     data_settings(settings)
+    cfl_settings(settings)
     budget = settings.get("training", {}).get("parameter_budget")
     if budget is not None and budget <= 0:
         raise StacklmError(f"config key 'training.parameter_budget': the parameter budget must be positive, got {budget!r}")
@@ -290,7 +314,51 @@ def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
 
 def all_targets(settings: dict[str, Any]) -> list[str]:
     outputs = report_outputs(settings)
-    return [*data_targets(settings), METRICS, *(path for paths in outputs.values() for path in paths)]
+    return [*data_targets(settings), METRICS, *(path for paths in outputs.values() for path in paths), *cfl_targets(settings)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The CFL experiments: every (language, model) pair's grid of runs, its selection and test.
+
+
+def cfl_settings(settings: dict[str, Any]) -> CflSettings:
+    """The ``cfl`` section (the paper's grid where absent); an error names the key."""
+    return CflSettings.from_dict(settings.get("cfl", {}))
+
+
+def cfl_pairs(settings: dict[str, Any]) -> list[dict[str, str]]:
+    """Wildcards of every (language, model slug) pair of the CFL experiments."""
+    cfl = cfl_settings(settings)
+    return [{"language": language, "model": architecture_slug(model)} for language in cfl.languages for model in cfl.models]
+
+
+def cfl_pair_files(settings: dict[str, Any], pattern: str) -> list[str]:
+    """``pattern`` (CFL_SELECTED, CFL_EVALUATION) for every (language, model) pair."""
+    return [pattern.format(**pair) for pair in cfl_pairs(settings)]
+
+
+def cfl_run_files(settings: dict[str, Any], language: str, model: str, pattern: str) -> list[str]:
+    """``pattern`` (CFL_RUN_MODEL, CFL_RUN_CURVE) for every grid run of ``language`` and the model slug ``model``."""
+    runs = cfl_grid(cfl_settings(settings), language, architecture_name(model))
+    return [pattern.format(language=language, model=model, setting=run.setting) for run in runs]
+
+
+def cfl_train_options(setting: str) -> str:
+    """The grid point's options of ``stacklm cfl train``."""
+    learning_rate, vector_size, restart = parse_setting(setting)
+    size = f" --vector-size {vector_size}" if vector_size is not None else ""
+    return f"--learning-rate {learning_rate!r}{size} --restart {restart}"
+
+
+def cfl_figures(figure: str) -> list[str]:
+    return [CFL_FIGURE.format(figure=figure, extension=extension) for extension in FIGURE_EXTENSIONS]
+
+
+def cfl_targets(settings: dict[str, Any]) -> list[str]:
+    """The CFL records and figures; none when ``cfl.languages`` is empty."""
+    if not cfl_settings(settings).languages:
+        return []
+    return [CFL_CURVES, CFL_METRICS, *(path for figure in CFL_FIGURES for path in cfl_figures(figure))]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""``stacklm cfl generate``: sample and score one split of a CFL task and write it as TSV."""
+"""``stacklm cfl generate``: sample and score one split of a CFL task and write it as TSV; the
+experiment's ``train``, ``select``, ``evaluate`` and ``figures`` are in :mod:`stacklm.cfl.commands`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 
 import torch
 
+from stacklm.cfl import commands as experiment_commands
 from stacklm.cfl.datasets import SPLIT_LENGTHS, generate_split, write_split
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.errors import StacklmError
@@ -31,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and extra threads mostly wait on each other)",
     )
     generate.set_defaults(func=run_generate)
+    experiment_commands.register(commands)
 
 
 def run_generate(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 """``stacklm tracking init --settings results/settings.json``: create the MLflow store and one
-experiment per task, once and serially, before the workflow fans out (a fresh SQLite store
+experiment per task and per CFL language, once and serially, before the workflow fans out (a fresh SQLite store
 written by parallel jobs breaks in its schema migration, ``ecosystem.md`` §3)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from stacklm.cfl.experiment import CflSettings
 from stacklm.tracking.mlflow_mirror import TrackingSettings, initialize_store
 from stacklm.training.run_files import read_settings
 
@@ -26,7 +27,8 @@ def run_init(args: argparse.Namespace) -> int:
     if not tracking.enabled:
         print("tracking is disabled (tracking.enabled: false); nothing to create", file=sys.stderr)
         return 0
-    tasks = list(settings.get("tasks", []))
+    # one experiment per task and per CFL language (the CFL runs' `task` is their language)
+    tasks = list(settings.get("tasks", [])) + list(CflSettings.from_dict(settings.get("cfl", {})).languages)
     identifiers = initialize_store(tracking, tasks)
     for task, identifier in zip(tasks, identifiers):
         print(f"experiment {identifier}: {task}", file=sys.stderr)

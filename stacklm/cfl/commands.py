@@ -1,0 +1,281 @@
+"""The commands of the CFL rules ``cfl_train``, ``cfl_select``, ``cfl_evaluate`` and ``cfl_figures``.
+
+    stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
+        --restart K --settings results/settings.json --checkpoint CKPT --out RUN_DIR
+    stacklm cfl select --curves RUN_DIR/train.parquet ... --out SELECTED.parquet
+    stacklm cfl evaluate --selection SELECTED.parquet --runs RUNS_DIR --test TEST.tsv
+        --settings results/settings.json --out METRICS.parquet
+    stacklm cfl figures --curves SELECTED.parquet ... --metrics METRICS.parquet ...
+        --out-curves results/cfl/curves.parquet --out-metrics results/cfl/metrics.parquet
+        --validation-figures F1.png F1.pdf --test-figures T.png T.pdf
+
+``train.parquet`` of a CFL run has the columns of every run's learning curve
+(``stacklm.tracking.records.CURVE_SCHEMA``: task = the language, architecture = the registry
+name, phase "search", trial null, seed = the restart, tokens_per_batch null) and, per epoch,
+``setting`` (the run's folder name), ``vector_size`` (null but for Gref and JM),
+``true_cross_entropy`` (H(S_val, p_true), one value per run) and ``cross_entropy_above_truth``
+(validation Δ). The evaluation's metrics Parquet has the columns of every run's metrics
+(``METRICS_SCHEMA``; split "validation" or "test", rule null, metric
+``cross_entropy_above_truth``) and ``length``: null for Δ over the whole set, ℓ for the test
+bin of length ℓ (p_true conditioned on ℓ); plus ``setting`` and ``vector_size`` of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import torch
+
+from stacklm.cfl.datasets import read_split, true_cross_entropy
+from stacklm.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, run_seeds, select_run
+from stacklm.cfl.languages import LANGUAGES
+from stacklm.cfl.run_data import first_strings_per_length, sample_run_data
+from stacklm.errors import StacklmError
+from stacklm.evaluation.cfl import score_cfl_dataset
+from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
+from stacklm.models.options import ModelOptions
+from stacklm.models.registry import build_model, get_architecture, model_for_config
+from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
+from stacklm.tracking.records import RunMetadata, code_version, curve_table, metrics_table, write_table
+from stacklm.training.command import add_resource_arguments, flat_params
+from stacklm.training.config import TrainingSettings, cfl_train_config
+from stacklm.training.loop import StopRequest, train
+from stacklm.training.progress import Progress
+from stacklm.training.run_files import SavedModel, choose_device, load_model, read_settings, save_model, set_threads
+
+
+
+def model_options(language: str, model: str, vector_size: int | None) -> ModelOptions:
+    """The CFL sizes of ``model`` on ``language``: m for Gref and JM, the PDA of App. 8 for NS."""
+    if (model in VECTOR_MODELS) != (vector_size is not None):
+        raise StacklmError(f"--vector-size is required for {', '.join(VECTOR_MODELS)} and refused for {model}")
+    states, symbols = PDA_SIZES[language]
+    sizes: dict[str, Any] = {"cfl_num_states": states, "cfl_num_symbols": symbols}
+    if vector_size is not None:
+        sizes["cfl_stack_vector_size"] = vector_size
+    return ModelOptions(**sizes)
+
+
+def run_key(run: CflRun) -> str:
+    """The run's name in MLflow (tag ``stacklm.run``)."""
+    return f"{run.language}/{run.model}/{run.setting}"
+
+
+def train_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    cfl = CflSettings.from_dict(settings.get("cfl", {}))
+    training = TrainingSettings.from_dict(settings.get("training", {}))
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    if get_architecture(args.architecture).family != "rns-rnn":
+        raise StacklmError(f"--architecture {args.architecture!r} is not a CFL model (cfl/LSTM, cfl/Gref, …)")
+    run = CflRun(args.language, args.architecture, args.learning_rate, args.vector_size, args.restart)
+    options = model_options(run.language, run.model, run.vector_size)
+    seeds = run_seeds(run)
+    config = replace(cfl_train_config(run.learning_rate), max_epochs=cfl.max_epochs)
+    device = choose_device(args.device)
+    set_threads(args.threads)
+
+    language = LANGUAGES[run.language]
+    training_strings, validation = sample_run_data(language, seeds.data, cfl.train_batches, cfl.validation_batches)
+    true_validation = true_cross_entropy(validation)
+    data_version = hashlib.sha256(json.dumps([training_strings, validation.strings]).encode()).hexdigest()
+    run_settings: dict[str, Any] = {
+        "language": run.language,
+        "architecture": run.model,
+        "learning_rate": run.learning_rate,
+        "vector_size": run.vector_size,
+        "restart": run.restart,
+        "seeds": asdict(seeds),
+        "model": asdict(options),
+        "train_config": asdict(config),
+        "cfl": asdict(cfl),
+        "tracking": asdict(tracking),
+    }
+    determining = ("language", "architecture", "seeds", "model", "train_config")
+    fingerprint_source = {key: run_settings[key] for key in determining} | {"data_version": data_version}
+    fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
+
+    model = build_model(run.model, language.vocabulary_size, options=options, generator=torch.Generator().manual_seed(seeds.parameters))
+    stop_request = StopRequest()
+    stop_request.install()
+    result = train(
+        model,
+        training_strings,
+        validation.strings,
+        config,
+        seed=seeds.shuffle,
+        eos_index=language.eos,
+        checkpoint_path=args.checkpoint,
+        fingerprint=fingerprint,
+        device=device,
+        progress=Progress(interval_s=training.progress_interval_s),
+        stop_request=stop_request,
+    )
+    metadata = RunMetadata(
+        task=run.language,
+        architecture=run.model,
+        phase="search",
+        trial=None,
+        seed=run.restart,
+        learning_rate=run.learning_rate,
+        tokens_per_batch=None,
+        parameters=sum(parameter.numel() for parameter in model.parameters()),
+        data_version=data_version,
+        code_version=code_version(),
+        wall_time_s=result.wall_time_s,
+        tokens_per_s=result.tokens_per_s,
+        config=json.dumps(run_settings, sort_keys=True),
+    )
+    save_model(
+        args.out / "model.pt",
+        SavedModel(
+            task=run.language,
+            architecture=run.model,
+            vocabulary=language.terminal_names,
+            model_config=model.config,
+            parameters={name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+            metadata=asdict(metadata),
+            settings=run_settings,
+        ),
+    )
+    curve = curve_table(result.curve, metadata)
+    deltas = [record.validation_cross_entropy - true_validation for record in result.curve]
+    curve = with_run_columns(curve, run)
+    curve = curve.append_column("true_cross_entropy", pa.array([true_validation] * len(deltas), pa.float64()))
+    curve = curve.append_column(DELTA, pa.array(deltas, pa.float64()))
+    write_table(curve, args.out / "train.parquet")
+    mirror(
+        tracking,
+        MirroredRun(
+            experiment=run.language,
+            key=run_key(run),
+            params=flat_params(run_settings),
+            metrics={"best_validation_" + DELTA: min(deltas), "epochs": result.epochs, "wall_time_s": result.wall_time_s},
+            curves={"validation_" + DELTA: [(record.epoch, delta) for record, delta in zip(result.curve, deltas)]},
+            replace=True,
+        ),
+    )
+    return 0
+
+
+def with_run_columns(table: pa.Table, run: CflRun) -> pa.Table:
+    rows = table.num_rows
+    table = table.append_column("setting", pa.array([run.setting] * rows, pa.string()))
+    return table.append_column("vector_size", pa.array([run.vector_size] * rows, pa.int64()))
+
+
+def select_command(args: argparse.Namespace) -> int:
+    curves = [pd.read_parquet(path) for path in args.curves]
+    best = select_run(curves)
+    selected = curves[best]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_table(pa.Table.from_pandas(selected, preserve_index=False), args.out)
+    print(f"selected {args.curves[best]} of {len(curves)} runs (validation Δ {selected[DELTA].min():.6f})")
+    return 0
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    cfl = CflSettings.from_dict(settings.get("cfl", {}))
+    evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    device = choose_device(args.device)
+    set_threads(args.threads)
+    selection = pd.read_parquet(args.selection)
+    setting = str(selection["setting"].iloc[0])
+    saved = load_model(args.runs / setting / "model.pt")
+    if (saved.task, saved.architecture) != (selection["task"].iloc[0], selection["architecture"].iloc[0]):
+        raise StacklmError(f"{args.runs / setting} holds a {saved.architecture} run on {saved.task}, not the selected run of {args.selection}")
+    # the run's settings, with those this command used
+    metadata = RunMetadata(**saved.metadata)
+    used = {"evaluation": asdict(evaluation), "test_strings_per_length": cfl.test_strings_per_length}
+    metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | used, sort_keys=True))
+    language = LANGUAGES[saved.task]
+    model = model_for_config(saved.model_config)
+    model.load_state_dict(saved.parameters)
+    model = model.eval().to(device)
+    test = first_strings_per_length(read_split(args.test), cfl.test_strings_per_length)
+    scores = score_cfl_dataset(model, test, eos_index=language.eos, tokens_per_batch=evaluation.tokens_per_batch, device=device)
+    best = selection["validation_cross_entropy"].to_numpy(dtype=float).argmin()
+    rows = [
+        MetricValue("validation", None, DELTA, float(selection[DELTA].to_numpy(dtype=float)[best])),
+        MetricValue("test", None, DELTA, scores.overall),
+        *(MetricValue("test", None, DELTA, value) for value in scores.by_length.values()),
+    ]
+    lengths: list[int | None] = [None, None, *scores.by_length]
+    table = metrics_table(rows, metadata)
+    run = CflRun(saved.task, saved.architecture, metadata.learning_rate, saved.settings["vector_size"], metadata.seed)
+    table = with_run_columns(table, run).append_column("length", pa.array(lengths, pa.int64()))
+    write_table(table, args.out)
+    mirror(
+        tracking,
+        MirroredRun(
+            experiment=run.language,
+            key=run_key(run),
+            params={},
+            metrics={"test_" + DELTA: scores.overall},
+            curves={"test_" + DELTA + "_by_length": list(scores.by_length.items())},
+            replace=False,
+        ),
+    )
+    return 0
+
+
+def figures_command(args: argparse.Namespace) -> int:
+    curves = pd.concat([pd.read_parquet(path) for path in args.curves], ignore_index=True)
+    metrics = pd.concat([pd.read_parquet(path) for path in args.metrics], ignore_index=True)
+    for frame, path in ((curves, args.out_curves), (metrics, args.out_metrics)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
+    from stacklm.cfl.figures import plot_test_by_length, plot_validation_curves
+
+    plot_validation_curves(pd.read_parquet(args.out_curves), args.validation_figures)
+    plot_test_by_length(pd.read_parquet(args.out_metrics), args.test_figures)
+    print(f"{len(args.curves)} selected runs -> {args.out_curves}, {args.out_metrics} and figures")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``cfl train``, ``cfl select``, ``cfl evaluate`` and ``cfl figures`` to the ``cfl`` parser's subcommands."""
+    train_parser = commands.add_parser("train", help="train one run of the CFL grid (App. 8 schedule); resumes from --checkpoint")
+    train_parser.add_argument("--language", required=True, choices=sorted(PDA_SIZES))
+    train_parser.add_argument("--architecture", required=True, help="CFL registry name, e.g. cfl/NS+S+U")
+    train_parser.add_argument("--learning-rate", required=True, type=float)
+    train_parser.add_argument("--vector-size", type=int, default=None, help="stack vector size m (Gref and JM only)")
+    train_parser.add_argument("--restart", required=True, type=int, help="restart number, 1-based")
+    train_parser.add_argument("--settings", required=True, type=Path)
+    train_parser.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
+    train_parser.add_argument("--out", required=True, type=Path, help="run directory (model.pt, train.parquet)")
+    add_resource_arguments(train_parser)
+    train_parser.set_defaults(func=train_command)
+
+    select = commands.add_parser("select", help="the run with the lowest validation Δ at its best epoch")
+    select.add_argument("--curves", required=True, nargs="+", help="the runs' train.parquet files")
+    select.add_argument("--out", required=True, type=Path, help="the selected run's curve (train.parquet rows)")
+    select.set_defaults(func=select_command)
+
+    evaluate = commands.add_parser("evaluate", help="test Δ overall and per length of a selected run")
+    evaluate.add_argument("--selection", required=True, type=Path, help="written by `stacklm cfl select`")
+    evaluate.add_argument("--runs", required=True, type=Path, help="the folder of the runs of this language and model")
+    evaluate.add_argument("--test", required=True, type=Path, help="the seed-0 test set (`stacklm cfl generate`)")
+    evaluate.add_argument("--settings", required=True, type=Path)
+    evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
+    add_resource_arguments(evaluate)
+    evaluate.set_defaults(func=evaluate_command)
+
+    figures = commands.add_parser("figures", help="validation Δ per epoch (Figure 1) and test Δ by length, from Parquet")
+    figures.add_argument("--curves", required=True, nargs="+", help="selected curves (`stacklm cfl select`)")
+    figures.add_argument("--metrics", required=True, nargs="+", help="metrics (`stacklm cfl evaluate`)")
+    figures.add_argument("--out-curves", required=True, type=Path, help="all selected curves, one Parquet")
+    figures.add_argument("--out-metrics", required=True, type=Path, help="all CFL metrics, one Parquet")
+    figures.add_argument("--validation-figures", required=True, nargs="+", help="Figure 1 files (.png, .pdf)")
+    figures.add_argument("--test-figures", required=True, nargs="+", help="test Δ by length files (.png, .pdf)")
+    figures.set_defaults(func=figures_command)

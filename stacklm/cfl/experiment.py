@@ -1,0 +1,168 @@
+"""The RNS-RNN CFL experiments (seed 002 §4, App. 8; ``cfl-and-ptb.md`` §1.4–1.6, §2.4–2.6).
+
+The grid, per language L and model X (``cfl/LSTM`` … ``cfl/NS+S+U``):
+
+- every learning rate of ``learning_rates`` × (for Gref and JM) every stack vector size m of
+  ``vector_sizes`` × restarts 1 … R; a run's data, parameter and shuffle seeds are derived from
+  (L, X, learning rate, m, restart) alone (:func:`run_seeds`), so the DAG is static and a rerun
+  reproduces the run;
+- each run samples its own training and validation sets with its data seed (the procedure of
+  :mod:`stacklm.cfl.datasets`, with ``train_batches`` and ``validation_batches`` batches of 10)
+  and trains with the App. 8 schedule (:func:`stacklm.training.config.cfl_train_config`,
+  capped at ``max_epochs``); after every epoch its validation Δ is
+  H(S_val, p_M) − H(S_val, p_true) in nats per symbol;
+- selection: per (L, X), the run whose validation Δ at its best epoch is the lowest
+  (:func:`select_run`); Δ rather than the cross-entropy, since each run has its own
+  validation set;
+- test: the selected run on the fixed seed-0 test set (the first ``test_strings_per_length``
+  strings of each valid length; the paper uses all 100), Δ overall (length term included) and
+  per length (conditioned on the length).
+
+PDA sizes of the NS models (App. 8): |Q| = 2, |Γ| = 3 for the reversal and Dyck languages,
+|Q| = 3, |Γ| = 3 for padded reversal and the hardest CFL.
+
+This module imports no torch: the Snakefile and ``stacklm.workflow`` read the grid from it.
+A run's data are sampled by :mod:`stacklm.cfl.run_data`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from stacklm.errors import StacklmError
+from stacklm.models.config import from_dict
+
+CFL_MODELS: tuple[str, ...] = ("cfl/LSTM", "cfl/Gref", "cfl/JM", "cfl/NS", "cfl/NS+S", "cfl/NS+U", "cfl/NS+S+U")
+VECTOR_MODELS: tuple[str, ...] = ("cfl/Gref", "cfl/JM")  # searched over the stack vector size m
+PDA_SIZES: dict[str, tuple[int, int]] = {  # language → (|Q|, |Γ|), App. 8; in the paper's order
+    "marked-reversal": (2, 3),
+    "unmarked-reversal": (2, 3),
+    "padded-reversal": (3, 3),
+    "dyck-2": (2, 3),
+    "hardest-cfl": (3, 3),
+}
+DELTA = "cross_entropy_above_truth"  # the metric name of Δ in the Parquet records
+
+
+@dataclass(frozen=True)
+class CflSettings:
+    """The ``cfl`` section of the settings; an empty ``languages`` runs no CFL job."""
+
+    languages: tuple[str, ...] = tuple(PDA_SIZES)
+    models: tuple[str, ...] = CFL_MODELS
+    learning_rates: tuple[float, ...] = (0.01, 0.005, 0.001, 0.0005)
+    vector_sizes: tuple[int, ...] = (2, 20, 40)  # m of Gref and JM
+    restarts: int = 5
+    max_epochs: int = 200
+    train_batches: int = 1_000  # batches of 10 strings of one length
+    validation_batches: int = 100
+    test_strings_per_length: int = 100  # of the fixed test set's 100 per length
+
+    def __post_init__(self) -> None:
+        for position, language in enumerate(self.languages):
+            if language not in PDA_SIZES:
+                raise StacklmError(f"config key 'cfl.languages[{position}]': unknown language {language!r}; known: {', '.join(PDA_SIZES)}")
+        for position, model in enumerate(self.models):
+            if model not in CFL_MODELS:
+                raise StacklmError(f"config key 'cfl.models[{position}]': unknown CFL model {model!r}; known: {', '.join(CFL_MODELS)}")
+        if self.languages and not self.models:
+            raise StacklmError("config key 'cfl.models': at least one model is needed")
+        if self.languages and not self.learning_rates:
+            raise StacklmError("config key 'cfl.learning_rates': at least one learning rate is needed")
+        for position, rate in enumerate(self.learning_rates):
+            if not (math.isfinite(rate) and rate > 0):
+                raise StacklmError(f"config key 'cfl.learning_rates[{position}]': must be positive, got {rate!r}")
+        if any(model in VECTOR_MODELS for model in self.models) and not self.vector_sizes:
+            raise StacklmError("config key 'cfl.vector_sizes': Gref and JM need at least one stack vector size")
+        for position, size in enumerate(self.vector_sizes):
+            if size < 1:
+                raise StacklmError(f"config key 'cfl.vector_sizes[{position}]': must be at least 1, got {size!r}")
+        for name in ("restarts", "max_epochs", "train_batches", "validation_batches"):
+            if getattr(self, name) < 1:
+                raise StacklmError(f"config key 'cfl.{name}': must be at least 1, got {getattr(self, name)!r}")
+        if not 1 <= self.test_strings_per_length <= 100:
+            raise StacklmError(f"config key 'cfl.test_strings_per_length': must lie in 1..100, got {self.test_strings_per_length!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "cfl") -> CflSettings:
+        return from_dict(cls, data, path)
+
+
+@dataclass(frozen=True)
+class CflRun:
+    """One point of the grid."""
+
+    language: str
+    model: str  # registry name, cfl/…
+    learning_rate: float
+    vector_size: int | None  # Gref and JM only
+    restart: int  # 1-based
+
+    @property
+    def setting(self) -> str:
+        """The run's folder name: ``lr0.001-m20-r3`` (no ``-m`` part without a vector size)."""
+        size = f"-m{self.vector_size}" if self.vector_size is not None else ""
+        return f"lr{self.learning_rate!r}{size}-r{self.restart}"
+
+
+def parse_setting(setting: str) -> tuple[float, int | None, int]:
+    """(learning rate, vector size or None, restart) of a folder name made by ``CflRun.setting``."""
+    parts = setting.split("-")
+    try:
+        if len(parts) == 3 and parts[0].startswith("lr") and parts[1].startswith("m") and parts[2].startswith("r"):
+            return float(parts[0][2:]), int(parts[1][1:]), int(parts[2][1:])
+        if len(parts) == 2 and parts[0].startswith("lr") and parts[1].startswith("r"):
+            return float(parts[0][2:]), None, int(parts[1][1:])
+    except ValueError:
+        pass
+    raise StacklmError(f"{setting!r} is not a CFL run setting (lr<rate>[-m<size>]-r<restart>)")
+
+
+def grid(settings: CflSettings, language: str, model: str) -> list[CflRun]:
+    """Every run of (language, model): learning rates × (vector sizes for Gref/JM) × restarts."""
+    sizes: Sequence[int | None] = settings.vector_sizes if model in VECTOR_MODELS else (None,)
+    return [
+        CflRun(language, model, rate, size, restart)
+        for rate in settings.learning_rates
+        for size in sizes
+        for restart in range(1, settings.restarts + 1)
+    ]
+
+
+@dataclass(frozen=True)
+class RunSeeds:
+    data: int
+    parameters: int
+    shuffle: int
+
+
+def run_seeds(run: CflRun) -> RunSeeds:
+    """Seeds in [0, 2⁶³) that depend on the run's grid point and nothing else (not on PYTHONHASHSEED)."""
+
+    def seed(purpose: str) -> int:
+        key = "\x1f".join(("cfl", run.language, run.model, repr(run.learning_rate), str(run.vector_size), str(run.restart), purpose))
+        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 1
+
+    return RunSeeds(data=seed("data"), parameters=seed("parameters"), shuffle=seed("shuffle"))
+
+
+def best_delta(curve: pd.DataFrame) -> float:
+    """A run's validation Δ at its best epoch (the lowest validation cross-entropy)."""
+    if curve.empty:
+        raise StacklmError("a learning curve has no checkpoint")
+    best = curve["validation_cross_entropy"].to_numpy(dtype=float).argmin()
+    return float(curve[DELTA].to_numpy(dtype=float)[best])
+
+
+def select_run(curves: Sequence[pd.DataFrame]) -> int:
+    """Index of the run with the lowest finite validation Δ at its best epoch (the first on ties)."""
+    scores = [best_delta(curve) for curve in curves]
+    finite = [(score, position) for position, score in enumerate(scores) if math.isfinite(score)]
+    if not finite:
+        raise StacklmError("no CFL run reached a finite validation Δ")
+    return min(finite)[1]

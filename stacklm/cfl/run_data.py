@@ -1,0 +1,45 @@
+"""A CFL run's own data (spec §1.4: re-sampled per run) and the part of the fixed test set it is scored on."""
+
+from __future__ import annotations
+
+import random
+
+from stacklm.cfl.datasets import BATCH_SIZE, SPLIT_LENGTHS, CflDataset, score_strings
+from stacklm.cfl.languages import CflLanguage
+from stacklm.cfl.sampling import LengthSampler
+
+
+def sample_run_data(language: CflLanguage, seed: int, train_batches: int, validation_batches: int) -> tuple[list[list[int]], CflDataset]:
+    """A run's training strings and its scored validation set (spec §1.4).
+
+    The procedure of :func:`stacklm.cfl.datasets.sample_strings` with the given numbers of
+    batches: one generator ``random.Random(seed)``; each batch draws a valid length in
+    [40, 80] uniformly, then 10 strings of it; the validation batches follow the training
+    ones. Only the validation strings are scored (the training strings need no p_true).
+    """
+    low, high = SPLIT_LENGTHS["train"]
+    sampler = LengthSampler.build(language.grammar, high)
+    lengths = sampler.valid_lengths(low, high)
+    generator = random.Random(seed)
+    batches: list[list[list[int]]] = []
+    for _ in range(train_batches + validation_batches):
+        length = generator.choice(lengths)
+        batches.append([sampler.sample(length, generator) for _ in range(BATCH_SIZE)])
+    training = [string for batch in batches[:train_batches] for string in batch]
+    validation = [string for batch in batches[train_batches:] for string in batch]
+    return training, score_strings(sampler, validation, len(lengths))
+
+
+def first_strings_per_length(dataset: CflDataset, strings_per_length: int) -> CflDataset:
+    """The first ``strings_per_length`` strings of each length, in data order."""
+    kept: dict[int, int] = {}
+    positions = []
+    for position, string in enumerate(dataset.strings):
+        if kept.get(len(string), 0) < strings_per_length:
+            kept[len(string)] = kept.get(len(string), 0) + 1
+            positions.append(position)
+    return CflDataset(
+        [dataset.strings[p] for p in positions],
+        [dataset.true_logprob[p] for p in positions],
+        [dataset.length_bin_logprob[p] for p in positions],
+    )

@@ -1,0 +1,211 @@
+"""``stacklm cfl train``, ``select``, ``evaluate`` and ``figures`` through the real commands, on
+tiny marked-reversal runs, checked against values computed here independently."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from stacklm.cfl.cli import register
+from stacklm.cfl.commands import model_options
+from stacklm.cfl.datasets import CflDataset, write_split
+from stacklm.cfl.experiment import DELTA, CflRun, run_seeds
+from stacklm.cfl.languages import LANGUAGES
+from stacklm.cfl.run_data import sample_run_data
+from stacklm.errors import StacklmError
+from stacklm.models.registry import model_for_config
+from stacklm.tracking.records import CURVE_SCHEMA, METRICS_SCHEMA
+from stacklm.training.run_files import load_model
+
+LANGUAGE = LANGUAGES["marked-reversal"]
+SETTINGS = {
+    "cfl": {"train_batches": 3, "validation_batches": 2, "max_epochs": 2, "test_strings_per_length": 2},
+    "tracking": {"enabled": False},
+    "evaluation": {"tokens_per_batch": 512},
+}
+RESTARTS = (1, 2)
+
+
+def stacklm(*arguments: str | Path) -> int:
+    root = argparse.ArgumentParser(prog="stacklm")
+    register(root.add_subparsers(dest="command", required=True))
+    args = root.parse_args(["cfl", *map(str, arguments)])
+    return args.func(args)
+
+
+def train(folder: Path, settings: Path, restart: int, architecture: str = "cfl/LSTM") -> Path:
+    run_dir = folder / "runs" / f"lr0.01-r{restart}"
+    assert (
+        stacklm(
+            "train", "--language", LANGUAGE.name, "--architecture", architecture, "--learning-rate", "0.01", "--restart", restart,
+            "--settings", settings, "--checkpoint", folder / "checkpoints" / f"{restart}.pt", "--out", run_dir, "--threads", "1",
+        )
+        == 0
+    )
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    folder = tmp_path_factory.mktemp("cfl")
+    (folder / "settings.json").write_text(json.dumps(SETTINGS))
+    return folder, [train(folder, folder / "settings.json", restart) for restart in RESTARTS]
+
+
+def string_log_probability(model: torch.nn.Module, string: list[int]) -> float:
+    """ln p_M(w·EOS), one string at a time, straight from the model's logits."""
+    with torch.no_grad():
+        logits = model(torch.tensor([string]))  # (1, n + 1, V)
+    targets = torch.tensor(string + [LANGUAGE.eos])
+    return float(torch.log_softmax(logits[0].double(), dim=-1).gather(1, targets.unsqueeze(1)).sum())
+
+
+def saved_model(run_dir: Path) -> torch.nn.Module:
+    saved = load_model(run_dir / "model.pt")
+    model = model_for_config(saved.model_config)
+    model.load_state_dict(saved.parameters)
+    return model.eval()
+
+
+def marked_reversal_log_probability(length: int) -> float:
+    """ln p_G(w | |w| = 2k + 1) = −k ln 2: uniform given the length."""
+    return -((length - 1) // 2) * math.log(2)
+
+
+def test_train_writes_the_curve_of_validation_delta_per_epoch(runs: tuple[Path, list[Path]]) -> None:
+    _, run_dirs = runs
+    curve = pd.read_parquet(run_dirs[0] / "train.parquet")
+    assert set(CURVE_SCHEMA.names) <= set(curve.columns)
+    assert list(curve["epoch"]) == [1, 2]
+    assert set(curve["task"]) == {"marked-reversal"} and set(curve["architecture"]) == {"cfl/LSTM"}
+    assert set(curve["phase"]) == {"search"} and set(curve["seed"]) == {1} and set(curve["setting"]) == {"lr0.01-r1"}
+    assert curve["tokens_per_batch"].isna().all() and curve["vector_size"].isna().all()
+    assert set(json.loads(curve["config"].iloc[0])["seeds"].values()) == set(vars(run_seeds(CflRun(LANGUAGE.name, "cfl/LSTM", 0.01, None, 1))).values())
+
+    # the run's validation set, and its true cross-entropy from the closed form (20 valid lengths)
+    _, validation = sample_run_data(LANGUAGE, run_seeds(CflRun(LANGUAGE.name, "cfl/LSTM", 0.01, None, 1)).data, 3, 2)
+    symbols = sum(len(string) + 1 for string in validation.strings)
+    true_cross_entropy = sum(-marked_reversal_log_probability(len(s)) + math.log(20) for s in validation.strings) / symbols
+    assert curve["true_cross_entropy"].tolist() == pytest.approx([true_cross_entropy] * 2, abs=1e-12)
+    assert curve[DELTA].tolist() == pytest.approx((curve["validation_cross_entropy"] - true_cross_entropy).tolist(), abs=1e-12)
+    assert all(math.isfinite(value) and value > 0 for value in curve[DELTA])
+
+    # the saved model is the best epoch's: its cross-entropy on the validation strings, one at a time
+    model = saved_model(run_dirs[0])
+    model_cross_entropy = -sum(string_log_probability(model, string) for string in validation.strings) / symbols
+    assert model_cross_entropy == pytest.approx(curve["validation_cross_entropy"].min(), rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def selection(runs: tuple[Path, list[Path]]) -> Path:
+    folder, run_dirs = runs
+    assert stacklm("select", "--curves", *(run_dir / "train.parquet" for run_dir in run_dirs), "--out", folder / "selected.parquet") == 0
+    return folder / "selected.parquet"
+
+
+def test_select_keeps_the_curve_of_the_run_with_the_lowest_best_delta(runs: tuple[Path, list[Path]], selection: Path) -> None:
+    _, run_dirs = runs
+    curves = [pd.read_parquet(run_dir / "train.parquet") for run_dir in run_dirs]
+    best = [float(curve.loc[curve["validation_cross_entropy"].idxmin(), DELTA]) for curve in curves]
+    pd.testing.assert_frame_equal(pd.read_parquet(selection), curves[best.index(min(best))])
+
+
+def hand_made_test_set(path: Path) -> CflDataset:
+    """Three strings of length 41 and two of 43, with p_true from the closed form (30 test lengths)."""
+    strings = [[0] * 20 + [2] + [0] * 20, [1] * 20 + [2] + [1] * 20, [0, 1] * 10 + [2] + [1, 0] * 10, [0] * 21 + [2] + [0] * 21, [1] * 21 + [2] + [1] * 21]
+    length_bin = [marked_reversal_log_probability(len(string)) for string in strings]
+    dataset = CflDataset(strings, [value - math.log(30) for value in length_bin], length_bin)
+    write_split(dataset, path)
+    return dataset
+
+
+@pytest.fixture(scope="module")
+def evaluation(runs: tuple[Path, list[Path]], selection: Path) -> Path:
+    folder, _ = runs
+    hand_made_test_set(folder / "test.tsv")
+    out = folder / "evaluation.parquet"
+    arguments = ["--selection", selection, "--runs", folder / "runs", "--test", folder / "test.tsv"]
+    assert stacklm("evaluate", *arguments, "--settings", folder / "settings.json", "--out", out, "--threads", "1") == 0
+    return out
+
+
+def test_evaluate_scores_the_selected_run_overall_and_per_length(runs: tuple[Path, list[Path]], selection: Path, evaluation: Path) -> None:
+    folder, _ = runs
+    dataset = hand_made_test_set(folder / "test.tsv")
+    metrics = pd.read_parquet(evaluation)
+    assert set(METRICS_SCHEMA.names) <= set(metrics.columns)
+    assert set(metrics["metric"]) == {DELTA} and metrics["rule"].isna().all()
+
+    selected = pd.read_parquet(selection)
+    model = saved_model(folder / "runs" / selected["setting"].iloc[0])
+    kept = [0, 1, 3, 4]  # test_strings_per_length = 2: the third string of length 41 is left out
+    per_string = {index: string_log_probability(model, dataset.strings[index]) for index in kept}
+    by_length = metrics[metrics["length"].notna()].set_index("length")["value"]
+    for length, members in ((41, [0, 1]), (43, [3, 4])):
+        differences = [(-per_string[i] + dataset.length_bin_logprob[i]) / (length + 1) for i in members]
+        assert by_length[length] == pytest.approx(sum(differences) / len(differences), rel=1e-6)
+    overall = metrics[(metrics["split"] == "test") & metrics["length"].isna()]["value"]
+    symbols = sum(len(dataset.strings[i]) + 1 for i in kept)
+    expected = sum(-per_string[i] + dataset.true_logprob[i] for i in kept) / symbols
+    assert overall.tolist() == pytest.approx([expected], rel=1e-6)
+    validation = metrics[metrics["split"] == "validation"]["value"]
+    assert validation.tolist() == pytest.approx([selected.loc[selected["validation_cross_entropy"].idxmin(), DELTA]])
+
+
+def test_figures_gather_the_records_and_draw_from_parquet_alone(tmp_path: Path, selection: Path, evaluation: Path) -> None:
+    copy = tmp_path  # the two Parquet files without the runs
+    for source in (selection, evaluation):
+        shutil.copy(source, copy / source.name)
+    figures = [copy / "figures" / name for name in ("validation.png", "validation.pdf", "test-by-length.png", "test-by-length.pdf")]
+    assert (
+        stacklm(
+            "figures", "--curves", copy / "selected.parquet", "--metrics", copy / "evaluation.parquet",
+            "--out-curves", copy / "curves.parquet", "--out-metrics", copy / "metrics.parquet",
+            "--validation-figures", *figures[:2], "--test-figures", *figures[2:],
+        )
+        == 0
+    )
+    pd.testing.assert_frame_equal(pd.read_parquet(copy / "metrics.parquet"), pd.read_parquet(evaluation))
+    pd.testing.assert_frame_equal(pd.read_parquet(copy / "curves.parquet"), pd.read_parquet(selection))
+    assert figures[0].read_bytes().startswith(b"\x89PNG") and figures[1].read_bytes().startswith(b"%PDF")
+    assert all(path.stat().st_size > 1000 for path in figures)
+
+
+def test_model_options_give_each_language_its_pda_and_gref_jm_their_vector_size() -> None:
+    assert (model_options("marked-reversal", "cfl/NS+S", None).cfl_num_states, model_options("marked-reversal", "cfl/NS+S", None).cfl_num_symbols) == (2, 3)
+    assert model_options("hardest-cfl", "cfl/NS+S+U", None).cfl_num_states == 3
+    assert model_options("padded-reversal", "cfl/NS", None).cfl_num_states == 3
+    assert model_options("dyck-2", "cfl/Gref", 40).cfl_stack_vector_size == 40
+    with pytest.raises(StacklmError, match="--vector-size is required"):
+        model_options("dyck-2", "cfl/JM", None)
+    with pytest.raises(StacklmError, match="refused for cfl/NS"):
+        model_options("dyck-2", "cfl/NS", 2)
+
+
+def test_train_refuses_a_model_that_is_not_a_cfl_model(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(json.dumps(SETTINGS))
+    with pytest.raises(StacklmError, match="not a CFL model"):
+        train(tmp_path, tmp_path / "settings.json", 1, architecture="LSTM")
+
+
+def test_train_mirrors_the_run_and_its_delta_curve_to_mlflow(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings = {**SETTINGS, "cfl": {**SETTINGS["cfl"], "max_epochs": 1}, "tracking": {"uri": uri}}
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    run_dir = train(tmp_path, tmp_path / "settings.json", 1)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(LANGUAGE.name)
+    (found,) = client.search_runs([experiment.experiment_id], filter_string="tags.`stacklm.run` = 'marked-reversal/cfl/LSTM/lr0.01-r1'")
+    curve = pd.read_parquet(run_dir / "train.parquet")
+    history = client.get_metric_history(found.info.run_id, "validation_" + DELTA)
+    assert [(point.step, point.value) for point in history] == list(zip(curve["epoch"], curve[DELTA]))
+    assert found.data.params["language"] == LANGUAGE.name and found.data.params["architecture"] == "cfl/LSTM"

@@ -1,0 +1,97 @@
+"""The CFL part of the DAG: its lookups in stacklm.workflow, the presets, and a dry-run of the full config.
+
+The small preset's CFL part (35 runs, five test sets; minutes on 2 cores) is too slow for a
+test; its DAG is checked here, and one real run of a two-model CFL config is in the report.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from stacklm import workflow
+from stacklm.cfl.experiment import CFL_MODELS, VECTOR_MODELS, CflSettings
+from stacklm.errors import StacklmError
+
+from tests.workflow.snakemake_runs import ROOT, run_snakemake
+from tests.workflow.test_dag import job_counts
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def resolve(config: dict[str, Any], preset: str | None) -> dict[str, Any]:
+    return workflow.resolve({**copy.deepcopy(config), "preset": preset})
+
+
+def test_the_full_config_runs_the_papers_grid(config: dict[str, Any]) -> None:
+    assert workflow.cfl_settings(resolve(config, None)) == CflSettings()
+
+
+def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, Any]) -> None:
+    small = resolve(config, "small")
+    pairs = workflow.cfl_pairs(small)
+    assert len(pairs) == 5 * 7 and {pair["model"] for pair in pairs} == {workflow.architecture_slug(name) for name in CFL_MODELS}
+    for pair in pairs:
+        assert len(workflow.cfl_run_files(small, pair["language"], pair["model"], workflow.CFL_RUN_CURVE)) == 1
+    assert workflow.CFL_METRICS in workflow.all_targets(small)
+    ci = resolve(config, "ci")
+    assert workflow.cfl_targets(ci) == [] and workflow.cfl_pairs(ci) == []
+    assert not any(target.startswith("results/cfl/") for target in workflow.all_targets(ci))
+
+
+def test_run_files_and_train_options_follow_the_grid(config: dict[str, Any]) -> None:
+    settings = resolve(config, None)
+    files = workflow.cfl_run_files(settings, "dyck-2", "cfl-jm", workflow.CFL_RUN_MODEL)
+    assert len(files) == 4 * 3 * 5
+    assert "results/cfl/runs/dyck-2/cfl-jm/lr0.0005-m40-r5/model.pt" in files
+    assert len(workflow.cfl_run_files(settings, "dyck-2", "cfl-ns+s+u", workflow.CFL_RUN_MODEL)) == 4 * 5
+    assert workflow.cfl_train_options("lr0.0005-m40-r5") == "--learning-rate 0.0005 --vector-size 40 --restart 5"
+    assert workflow.cfl_train_options("lr0.01-r2") == "--learning-rate 0.01 --restart 2"
+    assert workflow.cfl_figures("validation") == ["results/cfl/figures/validation.png", "results/cfl/figures/validation.pdf"]
+
+
+def test_a_preset_with_an_unknown_cfl_model_is_rejected_naming_the_key(config: dict[str, Any]) -> None:
+    broken = copy.deepcopy(config)
+    broken["presets"]["small"]["cfl"]["models"] = ["cfl/LSTM", "LSTM"]
+    with pytest.raises(StacklmError, match=r"config key 'cfl.models\[1\]'"):
+        resolve(broken, "small")
+
+
+def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[[dict[str, Any]], Path], config: dict[str, Any]) -> None:
+    directory = workflow_copy({})
+    start = time.perf_counter()
+    result = run_snakemake(directory, "-n", "--workflow-profile", "none", workflow.CFL_METRICS)
+    elapsed_s = time.perf_counter() - start
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    counts = job_counts(output)
+    cfl = CflSettings.from_dict(config["cfl"])
+    pairs = len(cfl.languages) * len(cfl.models)
+    runs_per_language = sum(
+        len(cfl.learning_rates) * cfl.restarts * (len(cfl.vector_sizes) if model in VECTOR_MODELS else 1) for model in cfl.models
+    )
+    expected = {
+        "cfl_generate": len(cfl.languages),
+        "cfl_train": len(cfl.languages) * runs_per_language,
+        "cfl_select": pairs,
+        "cfl_evaluate": pairs,
+        "cfl_figures": 1,
+    }
+    assert {rule: counts.get(rule) for rule in expected} == expected == {
+        "cfl_generate": 5,
+        "cfl_train": 1100,
+        "cfl_select": 35,
+        "cfl_evaluate": 35,
+        "cfl_figures": 1,
+    }
+    assert len(re.findall(r"^(?:local)?rule cfl_train:$", output, flags=re.MULTILINE)) == 1100
+    print(f"\nsnakemake -n {workflow.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")

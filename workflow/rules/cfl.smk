@@ -1,0 +1,102 @@
+# The CFL experiments of seed 002 (App. 8): per language and model, every grid run trains on
+# data of its own seed (`cfl_train`), the run with the lowest validation Δ is selected
+# (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`,
+# `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
+# Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`.
+
+CFL_FIGURES = {figure: dag.cfl_figures(figure) for figure in dag.CFL_FIGURES}
+
+
+localrules:
+    cfl_select,
+    cfl_figures,
+
+
+wildcard_constraints:
+    language=r"[a-z0-9-]+",
+    model=r"cfl-[^/]+",
+    setting=r"lr[^/]+",
+
+
+rule cfl_generate:
+    output:
+        dag.CFL_TEST,
+    log:
+        "logs/cfl/generate/{language}.log",
+    threads: 1
+    shell:
+        "stacklm cfl generate --language {wildcards.language} --split test --seed 0 --out {output}"
+        " --threads {threads} > {log} 2>&1"
+
+
+rule cfl_train:
+    input:
+        settings=dag.SETTINGS_JSON,
+        tracking=ancient(dag.TRACKING_MARKER),
+    output:
+        model=dag.CFL_RUN_MODEL,
+        curve=dag.CFL_RUN_CURVE,
+    params:
+        architecture=lambda wildcards: dag.architecture_name(wildcards.model),
+        options=lambda wildcards: dag.cfl_train_options(wildcards.setting),
+        run_dir=dag.CFL_RUN_DIR,
+        checkpoint=dag.CFL_CHECKPOINT,
+        device=lambda wildcards, resources: dag.device(resources.gpu),
+    log:
+        "logs/cfl/train/{language}/{model}/{setting}.log",
+    threads: 1
+    resources:
+        gpu=0,
+    shell:
+        "stacklm cfl train --language {wildcards.language} --architecture {params.architecture:q} {params.options}"
+        " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
+        " --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+rule cfl_select:
+    input:
+        lambda wildcards: dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, dag.CFL_RUN_CURVE),
+    output:
+        dag.CFL_SELECTED,
+    log:
+        "logs/cfl/select/{language}/{model}.log",
+    shell:
+        "stacklm cfl select --curves {input} --out {output} > {log} 2>&1"
+
+
+rule cfl_evaluate:
+    input:
+        selection=dag.CFL_SELECTED,
+        models=lambda wildcards: dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, dag.CFL_RUN_MODEL),
+        test=dag.CFL_TEST,
+        settings=dag.SETTINGS_JSON,
+        tracking=ancient(dag.TRACKING_MARKER),
+    output:
+        dag.CFL_EVALUATION,
+    params:
+        runs=dag.CFL_RUNS,
+        device=lambda wildcards, resources: dag.device(resources.gpu),
+    log:
+        "logs/cfl/evaluate/{language}/{model}.log",
+    threads: 1
+    resources:
+        gpu=0,
+    shell:
+        "stacklm cfl evaluate --selection {input.selection} --runs {params.runs} --test {input.test}"
+        " --settings {input.settings} --out {output} --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+rule cfl_figures:
+    input:
+        curves=dag.cfl_pair_files(SETTINGS, dag.CFL_SELECTED),
+        metrics=dag.cfl_pair_files(SETTINGS, dag.CFL_EVALUATION),
+    output:
+        curves=dag.CFL_CURVES,
+        metrics=dag.CFL_METRICS,
+        validation=CFL_FIGURES["validation"],
+        test=CFL_FIGURES["test-by-length"],
+    log:
+        "logs/cfl/figures.log",
+    shell:
+        "stacklm cfl figures --curves {input.curves} --metrics {input.metrics} --out-curves {output.curves}"
+        " --out-metrics {output.metrics} --validation-figures {output.validation} --test-figures {output.test} > {log} 2>&1"
