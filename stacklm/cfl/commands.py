@@ -34,7 +34,7 @@ import pyarrow as pa
 import torch
 
 from stacklm.cfl.datasets import read_split, true_cross_entropy
-from stacklm.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, run_seeds, select_run
+from stacklm.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, run_seeds, select_run
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.errors import StacklmError
@@ -203,9 +203,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     model = model.eval().to(device)
     test = first_strings_per_length(read_split(args.test), cfl.test_strings_per_length)
     scores = score_cfl_dataset(model, test, eos_index=language.eos, tokens_per_batch=evaluation.tokens_per_batch, device=device)
-    best = selection["validation_cross_entropy"].to_numpy(dtype=float).argmin()
     rows = [
-        MetricValue("validation", None, DELTA, float(selection[DELTA].to_numpy(dtype=float)[best])),
+        MetricValue("validation", None, DELTA, best_delta(selection)),  # on the run's own validation set
         MetricValue("test", None, DELTA, scores.overall),
         *(MetricValue("test", None, DELTA, value) for value in scores.by_length.values()),
     ]
