@@ -34,6 +34,16 @@
 #include <limits>
 #include <vector>
 
+// glibc's vector math library (libmvec) has SIMD versions of exp and log; declaring them lets
+// the loops marked `omp simd` below call them (its headers declare them only with -ffast-math,
+// whose finite-math assumption this kernel cannot use: log 0 = −∞ is everywhere).
+extern "C" {
+__attribute__((simd("notinbranch"))) float expf(float);
+__attribute__((simd("notinbranch"))) double exp(double);
+__attribute__((simd("notinbranch"))) float logf(float);
+__attribute__((simd("notinbranch"))) double log(double);
+}
+
 namespace {
 
 struct Sizes {
@@ -73,16 +83,22 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
   for (int64_t c = 0; c < N; ++c) {
     if (shift[c] == NEG<T>) continue;
     const T* column = previous + c * R;
-    for (int64_t row = 0; row < R; ++row) s.rho[row] = std::max(s.rho[row], column[row] - shift[c]);
+    T* rho = s.rho.data();
+#pragma omp simd
+    for (int64_t row = 0; row < R; ++row) {
+      T value = column[row] - shift[c];
+      rho[row] = value > rho[row] ? value : rho[row];
+    }
   }
-  for (int64_t row = 0; row < R; ++row)
-    if (s.rho[row] == NEG<T>) s.rho[row] = 0;
+  for (int64_t row = 0; row < R; ++row) s.rho[row] = s.rho[row] == NEG<T> ? T(0) : s.rho[row];
   s.ghat.assign(N * R, T(0));
   for (int64_t c = 0; c < N; ++c) {
     if (shift[c] == NEG<T>) continue;
     const T* column = previous + c * R;
     T* out = s.ghat.data() + c * R;
-    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - shift[c] - s.rho[row]);
+    const T* rho = s.rho.data();
+#pragma omp simd
+    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - shift[c] - rho[row]);
   }
   s.rhat.assign(N * J, T(0));
   s.right_offset.assign(J, T(0));
@@ -110,6 +126,7 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
       T weight = s.rhat[c * J + j];
       if (weight == 0) continue;
       const T* left = s.ghat.data() + c * R;
+#pragma omp simd
       for (int64_t row = 0; row < R; ++row) out[row] += weight * left[row];
     }
   }
@@ -177,13 +194,18 @@ template <typename T>
 void make_shares(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const std::vector<T>& weights,
                  T* shares) {
   const int64_t N = z.configs, R = z.rows(t);
+  const T* weight = weights.data();
   for (int64_t c = 0; c < N; ++c) {
     T shift = alpha[t * N + c];
     const T* column = gamma + z.offset(t) + c * R;
     T* out = shares + z.offset(t) + c * R;
-    for (int64_t row = 0; row < R; ++row)
-      out[row] = (shift == NEG<T> || weights[row] == NEG<T>) ? T(0)
-                                                              : std::exp(column[row] + weights[row] - shift);
+    if (shift == NEG<T>) {
+      std::fill(out, out + R, T(0));
+      continue;
+    }
+    // log γ and log α(row) are never +∞, so a −∞ in either gives exp(−∞) = 0.
+#pragma omp simd
+    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] + weight[row] - shift);
   }
 }
 
@@ -221,6 +243,7 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
             T weight = s.weights[(k * N + b) * Q + r];
             if (weight == 0) continue;
             T* out = pop_total + (r * S + y) * R2;
+#pragma omp simd
             for (int64_t row = 0; row < Rk; ++row) out[row] += weight * left[row];
           }
         }
@@ -230,16 +253,26 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
     for (int64_t target = 0; target < N; ++target) {
       const int64_t r = target / S, y = target % S;
       T* out = column + target * Rt;
-      for (int64_t row = 0; row < R; ++row) {
-        T value = product_log(s, R, target, row);
-        if (row < R2) {
-          T total = pop_total[target * R2 + row];
-          if (total > 0 && weights[row] != NEG<T>)
-            value = log_add(value, std::log(total) + s.pop_offset[y * Q + r] - weights[row]);
-        }
-        if (row < m) value = log_add(value, step_pushed[row] + s.pushed_offset[target]);
-        out[row] = value;
+      const T* replaced_total = s.total.data() + target * R;
+      const T* popped_total = pop_total + target * R2;
+      const T* rho = s.rho.data();
+      const T* weight = weights.data();
+      const T replaced_offset = s.right_offset[target];
+      const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+      // Offsets, ρ and L are finite; log 0 = −∞ marks an empty sum.
+#pragma omp simd
+      for (int64_t row = 0; row < R2; ++row) {
+        T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+        T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
+        T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
+        T high = replaced > popped ? replaced : popped;
+        T base = high == NEG<T> ? T(0) : high;
+        T sum = std::exp(replaced - base) + std::exp(popped - base);
+        out[row] = base + std::log(sum);
       }
+#pragma omp simd
+      for (int64_t row = R2; row < R; ++row) out[row] = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+      for (int64_t row = 0; row < m; ++row) out[row] = log_add(out[row], step_pushed[row] + s.pushed_offset[target]);
       for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
     }
     // Row t−1 enters with weight α[t−1].
@@ -247,14 +280,17 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
     T* current_alpha = alpha + t * N;
     for (int64_t target = 0; target < N; ++target) {
       const T* values = column + target * Rt;
+      const T* weight = weights.data();
       T high = NEG<T>;
-      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weights[row] + values[row]);
+#pragma omp simd reduction(max : high)
+      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
       if (high == NEG<T>) {
         current_alpha[target] = NEG<T>;
         continue;
       }
       T sum = 0;
-      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weights[row] + values[row] - high);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weight[row] + values[row] - high);
       current_alpha[target] = std::log(sum) + high;
     }
     T high = NEG<T>;
@@ -316,17 +352,23 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
       if (g == 0) continue;
       const T* values = column + target * Rt;
       T* out = grad_column + target * Rt;
+      const T* weight = weights.data();
       T high = NEG<T>;
-      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weights[row] + values[row]);
+#pragma omp simd reduction(max : high)
+      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
       if (high == NEG<T>) continue;
       T sum = 0;
-      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weights[row] + values[row] - high);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weight[row] + values[row] - high);
       const T scale = g / sum;
-      for (int64_t row = m; row < Rt; ++row) {
-        T value = scale * std::exp(weights[row] + values[row] - high);
+      T* grad_rows = grad_alpha.data() - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
+#pragma omp simd
+      for (int64_t row = m + N; row < Rt; ++row) {
+        T value = scale * std::exp(weight[row] + values[row] - high);
         out[row] += value;
-        if (row >= m + N) grad_alpha[row - m - N] += value;  // row (i, a) -> α[i][a], i ≥ 0
+        grad_rows[row - m] += value;
       }
+      for (int64_t row = m; row < m + N; ++row) out[row] += scale * std::exp(weight[row] + values[row] - high);
     }
     products(z, t, gamma, alpha, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q, s);
     if (t >= 2) pop_weights(z, t, alpha, s);
@@ -343,10 +385,36 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
       const T* values = column + target * Rt;
       const T* grads = grad_column + target * Rt;
       for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
-      for (int64_t row = 0; row < R; ++row) {
+      const T* replaced_total = s.total.data() + target * R;
+      const T* popped_total = pop_total + target * R2;
+      const T* rho = s.rho.data();
+      const T* weight = weights.data();
+      const T replaced_offset = s.right_offset[target];
+      const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+      T* grad_replaced = grad_products.data() + target * R;
+      T* scaled = scaled_pop.data() + target * R2;
+      // The terms' weights relative to the largest term (not to the rounded log-sum), as in the forward.
+#pragma omp simd
+      for (int64_t row = 0; row < R2; ++row) {
+        T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+        T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
+        T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
+        T high = std::max(replaced, popped);
+        T base = high == NEG<T> ? T(0) : high;
+        T replaced_share = std::exp(replaced - base), popped_share = std::exp(popped - base);
+        T sum = replaced_share + popped_share;
+        T scale_or_nan = grads[row] / sum;
+        T scale = sum > 0 ? scale_or_nan : T(0);
+        grad_replaced[row] = scale * replaced_share;
+        T scaled_or_nan = scale * popped_share / popped_total[row];
+        scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
+      }
+#pragma omp simd
+      for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
+      // η rows also hold the push of v_t: the same with a third term.
+      for (int64_t row = 0; row < m; ++row) {
         T g = grads[row];
         if (g == 0 || values[row] == NEG<T>) continue;
-        // The terms' weights relative to the largest term (not to the rounded log-sum).
         T replaced = product_log(s, R, target, row), popped = NEG<T>, term = NEG<T>, total = 0;
         if (row < R2) {
           total = pop_total[target * R2 + row];
@@ -398,15 +466,19 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
             if (weight == 0) continue;
             const T* scaled = scaled_pop.data() + (r * S + y) * R2;
             T dot = 0;
+            T* accumulated = partial.data();
+#pragma omp simd reduction(+ : dot)
             for (int64_t row = 0; row < Rk; ++row) {
-              partial[row] += weight * scaled[row];
+              accumulated[row] += weight * scaled[row];
               dot += left[row] * scaled[row];
             }
             // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
             grad_products[(N + r) * R + m + (k + 1) * N + b] += weight * dot;
           }
           T* out = grad_k + b * Rk;
-          for (int64_t row = 0; row < Rk; ++row) out[row] += left[row] * partial[row];
+          const T* accumulated = partial.data();
+#pragma omp simd
+          for (int64_t row = 0; row < Rk; ++row) out[row] += left[row] * accumulated[row];
         }
       }
     }
@@ -415,7 +487,11 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
     for (int64_t j = 0; j < J; ++j) {
       T* g = grad_products.data() + j * R;
       const T* total = s.total.data() + j * R;
-      for (int64_t row = 0; row < R; ++row) g[row] = total[row] > 0 ? g[row] / total[row] : T(0);
+#pragma omp simd
+      for (int64_t row = 0; row < R; ++row) {
+        T quotient = g[row] / total[row];
+        g[row] = total[row] > 0 ? quotient : T(0);
+      }
     }
     T* step_grad_replace = grad_replace + (t - 1) * N * N;
     T* step_grad_pop = grad_pop + (t - 1) * N * Q;
@@ -428,8 +504,10 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
         if (weight == 0) continue;
         const T* g = grad_products.data() + j * R;
         T dot = 0;
+        T* accumulated = partial.data();
+#pragma omp simd reduction(+ : dot)
         for (int64_t row = 0; row < R; ++row) {
-          partial[row] += weight * g[row];
+          accumulated[row] += weight * g[row];
           dot += left[row] * g[row];
         }
         if (j < N)
@@ -438,7 +516,9 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
           step_grad_pop[c * Q + j - N] += weight * dot;
       }
       T* out = grad_previous + c * R;
-      for (int64_t row = 0; row < R; ++row) out[row] += left[row] * partial[row];
+      const T* accumulated = partial.data();
+#pragma omp simd
+      for (int64_t row = 0; row < R; ++row) out[row] += left[row] * accumulated[row];
     }
   }
   // Column 0: only the η rows at (q0, ⊥) depend on an input, log v₀.
