@@ -69,7 +69,7 @@ inline T log_add(T a, T b) {
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename T>
 struct Step {
-  std::vector<T> ghat, rho, rhat, right_offset, total, weights, pop_offset, pushed_offset;
+  std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, pop_offset, pushed_offset;
 };
 
 // Ĝ_{t−1}, R̂, the products' real totals [j][row], and log(α[t−1] Δ⁺_t).
@@ -147,36 +147,44 @@ inline T product_log(const Step<T>& s, int64_t R, int64_t j, int64_t row) {
   return total > 0 ? std::log(total) + s.rho[row] + s.right_offset[j] : NEG<T>;
 }
 
-// ŵ[k][(u,y)][r] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
+// ŵ[r][k·N + (u,y)] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
+// (k, u, y) runs over k·N + u·S + y, a contiguous range of rows of column t−1.
 template <typename T>
 void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
-  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), K = t - 1;
-  s.weights.assign(K * N * Q, T(0));
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), KN = (t - 1) * N;
+  s.weights.resize(Q * KN);
+  s.shifts.resize(KN);
   s.pop_offset.assign(S * Q, NEG<T>);
-  for (int64_t y = 0; y < S; ++y) {
-    for (int64_t r = 0; r < Q; ++r) {
-      T high = NEG<T>;
-      for (int64_t k = 0; k < K; ++k) {
-        for (int64_t u = 0; u < Q; ++u) {
-          int64_t b = u * S + y;
-          T shift = alpha[k * N + b];
-          T value = shift == NEG<T> ? NEG<T> : shift + product_log(s, R, N + r, m + (k + 1) * N + b);
-          s.weights[(k * N + b) * Q + r] = value;
-          high = std::max(high, value);
-        }
-      }
-      if (high == NEG<T>) high = 0;
-      T sum = 0;
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t u = 0; u < Q; ++u) sum += std::exp(s.weights[(k * N + u * S + y) * Q + r] - high);
-      T offset = sum > 0 ? std::log(sum) + high : high;
-      s.pop_offset[y * Q + r] = offset;
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t u = 0; u < Q; ++u) {
-          T& weight = s.weights[(k * N + u * S + y) * Q + r];
-          weight = std::exp(weight - offset);
-        }
+  std::vector<T> high(S), sum(S);
+  for (int64_t r = 0; r < Q; ++r) {
+    T* weight = s.weights.data() + r * KN;
+    T* shift = s.shifts.data();
+    // log α[k][u,y] + γ'_t[k][(u,y), r]; γ' is row m + N + k·N + b of product column N + r.
+    const T* total = s.total.data() + (N + r) * R + m + N;
+    const T* rho = s.rho.data() + m + N;
+    const T offset = s.right_offset[N + r];
+#pragma omp simd
+    for (int64_t index = 0; index < KN; ++index)
+      weight[index] = alpha[index] + (std::log(total[index]) + rho[index] + offset);
+    std::fill(high.begin(), high.end(), NEG<T>);
+    for (int64_t index = 0; index < KN; index += S)
+      for (int64_t y = 0; y < S; ++y) high[y] = std::max(high[y], weight[index + y]);
+    for (int64_t y = 0; y < S; ++y) high[y] = high[y] == NEG<T> ? T(0) : high[y];
+    for (int64_t index = 0; index < KN; index += S)
+      for (int64_t y = 0; y < S; ++y) shift[index + y] = high[y];
+#pragma omp simd
+    for (int64_t index = 0; index < KN; ++index) weight[index] = std::exp(weight[index] - shift[index]);
+    std::fill(sum.begin(), sum.end(), T(0));
+    for (int64_t index = 0; index < KN; index += S)
+      for (int64_t y = 0; y < S; ++y) sum[y] += weight[index + y];
+    for (int64_t y = 0; y < S; ++y) {
+      s.pop_offset[y * Q + r] = sum[y] > 0 ? std::log(sum[y]) + high[y] : high[y];
+      sum[y] = sum[y] > 0 ? T(1) / sum[y] : T(0);
     }
+    for (int64_t index = 0; index < KN; index += S)
+      for (int64_t y = 0; y < S; ++y) shift[index + y] = sum[y];
+#pragma omp simd
+    for (int64_t index = 0; index < KN; ++index) weight[index] *= shift[index];
   }
 }
 
@@ -240,7 +248,7 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
           const int64_t y = b % S;
           const T* left = share + b * Rk;
           for (int64_t r = 0; r < Q; ++r) {
-            T weight = s.weights[(k * N + b) * Q + r];
+            T weight = s.weights[r * (t - 1) * N + k * N + b];
             if (weight == 0) continue;
             T* out = pop_total + (r * S + y) * R2;
 #pragma omp simd
@@ -277,21 +285,32 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
     }
     // Row t−1 enters with weight α[t−1].
     for (int64_t a = 0; a < N; ++a) weights[m + t * N + a] = alpha[(t - 1) * N + a];
+    // log α[t], and the shares Ŝ of column t: the terms of log α[t] over their sum.
     T* current_alpha = alpha + t * N;
     for (int64_t target = 0; target < N; ++target) {
       const T* values = column + target * Rt;
       const T* weight = weights.data();
+      T* share = shares + z.offset(t) + target * Rt;
       T high = NEG<T>;
 #pragma omp simd reduction(max : high)
       for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
       if (high == NEG<T>) {
         current_alpha[target] = NEG<T>;
+        std::fill(share, share + Rt, T(0));
         continue;
       }
       T sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weight[row] + values[row] - high);
+      for (int64_t row = m; row < Rt; ++row) {
+        T term = std::exp(weight[row] + values[row] - high);
+        share[row] = term;
+        sum += term;
+      }
       current_alpha[target] = std::log(sum) + high;
+      const T inverse = T(1) / sum;
+#pragma omp simd
+      for (int64_t row = m; row < Rt; ++row) share[row] *= inverse;
+      for (int64_t j = 0; j < m; ++j) share[j] = std::exp(values[j] - current_alpha[target]);
     }
     T high = NEG<T>;
     for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
@@ -305,7 +324,6 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
     for (int64_t c = 0; c < N; ++c)
       for (int64_t j = 0; j < m; ++j)
         reading[c * m + j] = normalizer == NEG<T> ? T(0) : std::exp(column[c * Rt + j] - normalizer);
-    make_shares(z, t, gamma, alpha, weights, shares);
   }
 }
 
@@ -317,7 +335,7 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
   std::vector<T> grad_gamma(z.table(), T(0)), grad_alpha((n + 1) * N, T(0)), weights;
   row_weights(z, alpha, n, weights);
   Step<T> s;
-  std::vector<T> grad_products, scaled_pop, grad_pushed_offset(N), partial;
+  std::vector<T> grad_products, scaled_pop, grad_pushed_offset(N), partial(z.rows(n));
   for (int64_t t = n; t >= 1; --t) {
     const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
     const T* column = gamma + z.offset(t);
@@ -358,17 +376,22 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
       for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
       if (high == NEG<T>) continue;
       T sum = 0;
+      T* terms = partial.data();
 #pragma omp simd reduction(+ : sum)
-      for (int64_t row = m; row < Rt; ++row) sum += std::exp(weight[row] + values[row] - high);
+      for (int64_t row = m; row < Rt; ++row) {
+        T term = std::exp(weight[row] + values[row] - high);
+        terms[row] = term;
+        sum += term;
+      }
       const T scale = g / sum;
       T* grad_rows = grad_alpha.data() - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
 #pragma omp simd
       for (int64_t row = m + N; row < Rt; ++row) {
-        T value = scale * std::exp(weight[row] + values[row] - high);
+        T value = scale * terms[row];
         out[row] += value;
         grad_rows[row - m] += value;
       }
-      for (int64_t row = m; row < m + N; ++row) out[row] += scale * std::exp(weight[row] + values[row] - high);
+      for (int64_t row = m; row < m + N; ++row) out[row] += scale * terms[row];
     }
     products(z, t, gamma, alpha, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q, s);
     if (t >= 2) pop_weights(z, t, alpha, s);
@@ -452,7 +475,6 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
     }
     // The pop: Σ_{k,u} Ŝ_k ŵ; the shares' gradient goes straight to log γ of column k.
     if (t >= 2) {
-      partial.resize(R2);
       for (int64_t k = 0; k < t - 1; ++k) {
         const int64_t Rk = z.rows(k);
         const T* share_k = shares + z.offset(k);
@@ -462,7 +484,7 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
           const T* left = share_k + b * Rk;
           std::fill(partial.begin(), partial.begin() + Rk, T(0));
           for (int64_t r = 0; r < Q; ++r) {
-            T weight = s.weights[(k * N + b) * Q + r];
+            T weight = s.weights[r * (t - 1) * N + k * N + b];
             if (weight == 0) continue;
             const T* scaled = scaled_pop.data() + (r * S + y) * R2;
             T dot = 0;
@@ -495,7 +517,6 @@ void backward_element(const Sizes& z, const T* grad_readings, const T* push, con
     }
     T* step_grad_replace = grad_replace + (t - 1) * N * N;
     T* step_grad_pop = grad_pop + (t - 1) * N * Q;
-    partial.resize(R);
     for (int64_t c = 0; c < N; ++c) {
       const T* left = s.ghat.data() + c * R;
       std::fill(partial.begin(), partial.begin() + R, T(0));
