@@ -44,7 +44,7 @@ def report_command(args: argparse.Namespace) -> int:
         panels.append((task, cells))
         number = PAPER_TABLES[task][0]
         column_sets = [
-            ColumnSet(f"This reproduction ({seeds} seeds)", cells),
+            ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells),
             ColumnSet(f"Seed 000, Table {number} (5 runs)", paper_cells(task)),
         ]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
