@@ -1,4 +1,5 @@
-"""The commands of the CFL rules ``cfl_train``, ``cfl_select``, ``cfl_evaluate`` and ``cfl_figures``.
+"""The commands of the CFL rules ``cfl_train``, ``cfl_select`` (defined in :mod:`stacklm.cfl.experiment`),
+``cfl_evaluate`` and ``cfl_figures``.
 
     stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
         --restart K --settings results/settings.json --checkpoint CKPT --out RUN_DIR
@@ -34,7 +35,7 @@ import pyarrow as pa
 import torch
 
 from stacklm.cfl.datasets import read_split, true_cross_entropy
-from stacklm.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, run_seeds, select_run
+from stacklm.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, register_select, run_seeds
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.errors import StacklmError
@@ -171,16 +172,6 @@ def with_run_columns(table: pa.Table, run: CflRun) -> pa.Table:
     return table.append_column("vector_size", pa.array([run.vector_size] * rows, pa.int64()))
 
 
-def select_command(args: argparse.Namespace) -> int:
-    curves = [pd.read_parquet(path) for path in args.curves]
-    best = select_run(curves)
-    selected = curves[best]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_table(pa.Table.from_pandas(selected, preserve_index=False), args.out)
-    print(f"selected {args.curves[best]} of {len(curves)} runs (validation Δ {selected[DELTA].min():.6f})")
-    return 0
-
-
 def evaluate_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     cfl = CflSettings.from_dict(settings.get("cfl", {}))
@@ -256,10 +247,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_resource_arguments(train_parser)
     train_parser.set_defaults(func=train_command)
 
-    select = commands.add_parser("select", help="the run with the lowest validation Δ at its best epoch")
-    select.add_argument("--curves", required=True, nargs="+", help="the runs' train.parquet files")
-    select.add_argument("--out", required=True, type=Path, help="the selected run's curve (train.parquet rows)")
-    select.set_defaults(func=select_command)
+    register_select(commands)
 
     evaluate = commands.add_parser("evaluate", help="test Δ overall and per length of a selected run")
     evaluate.add_argument("--selection", required=True, type=Path, help="written by `stacklm cfl select`")

@@ -21,19 +21,25 @@ The grid, per language L and model X (``cfl/LSTM`` … ``cfl/NS+S+U``):
 PDA sizes of the NS models (App. 8): |Q| = 2, |Γ| = 3 for the reversal and Dyck languages,
 |Q| = 3, |Γ| = 3 for padded reversal and the hardest CFL.
 
-This module imports no torch: the Snakefile and ``stacklm.workflow`` read the grid from it.
+This module imports no torch: the Snakefile and ``stacklm.workflow`` read the grid from it,
+and the rule ``cfl_select`` runs ``python -m stacklm.cfl.experiment select`` (the same command
+as ``stacklm cfl select``) without the seconds of start-up that torch costs each job.
 A run's data are sampled by :mod:`stacklm.cfl.run_data`.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import io
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError
 from stacklm.models.config import from_dict
 
@@ -166,3 +172,37 @@ def select_run(curves: Sequence[pd.DataFrame]) -> int:
     if not finite:
         raise StacklmError("no CFL run reached a finite validation Δ")
     return min(finite)[1]
+
+
+def select_command(args: argparse.Namespace) -> int:
+    """``stacklm cfl select``: write the selected run's ``train.parquet`` rows to ``--out``."""
+    curves = [pd.read_parquet(path) for path in args.curves]
+    best = select_run(curves)
+    buffer = io.BytesIO()
+    curves[best].to_parquet(buffer, index=False)
+    write_bytes_atomically(args.out, buffer.getvalue())
+    print(f"selected {args.curves[best]} of {len(curves)} runs (validation Δ {best_delta(curves[best]):.6f})")
+    return 0
+
+
+def register_select(commands: argparse._SubParsersAction) -> None:
+    select = commands.add_parser("select", help="the run with the lowest validation Δ at its best epoch")
+    select.add_argument("--curves", required=True, nargs="+", help="the runs' train.parquet files")
+    select.add_argument("--out", required=True, help="the selected run's curve (its train.parquet rows)")
+    select.set_defaults(func=select_command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stacklm.cfl.experiment select``: ``stacklm cfl select`` without importing torch."""
+    parser = argparse.ArgumentParser(prog="python -m stacklm.cfl.experiment", description=main.__doc__.splitlines()[0])
+    register_select(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except StacklmError as error:
+        print(f"stacklm: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

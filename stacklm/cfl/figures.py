@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from stacklm.cfl.experiment import CFL_MODELS, DELTA, PDA_SIZES  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
@@ -53,9 +54,11 @@ def plot_validation_curves(curves: pd.DataFrame, paths: Sequence[str | Path]) ->
         rows = curves[curves["task"] == language]
         for model in _ordered(rows["architecture"].unique().tolist(), CFL_MODELS):
             curve = rows[rows["architecture"] == model].sort_values("epoch")
-            axis.plot(curve["epoch"], curve[DELTA], label=get_architecture(model).label, color=f"C{CFL_MODELS.index(model)}")
+            colour = f"C{CFL_MODELS.index(model)}"
+            axis.plot(curve["epoch"], curve[DELTA], marker=".", label=get_architecture(model).label, color=colour)
         axis.set_title(language)
         axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_ylabel("validation Δ (nats/symbol)")
         axis.legend(fontsize="small")
     _save(figure, paths)

@@ -129,3 +129,19 @@ def test_selection_takes_the_lowest_delta_at_each_runs_best_epoch() -> None:
         select_run([runs[3]])
     with pytest.raises(StacklmError, match="no checkpoint"):
         best_delta(curve([], []))
+
+
+def test_python_m_select_writes_the_selected_curve_without_importing_torch(tmp_path) -> None:
+    paths = []
+    for index, run in enumerate([curve([1.0, 0.9], [0.5, 0.4]), curve([0.8, 0.85], [0.45, 0.3]), curve([0.6], [0.41])]):
+        paths.append(tmp_path / f"run{index}.parquet")
+        run.to_parquet(paths[-1], index=False)
+    out = tmp_path / "selected" / "best.parquet"
+    code = (
+        "import sys; from stacklm.cfl.experiment import main; "
+        f"code = main(['select', '--curves', {', '.join(repr(str(path)) for path in paths)}, '--out', {str(out)!r}]); "
+        "print(code, 'torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines()[-1] == "0 False"
+    pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(paths[0]))

@@ -2,7 +2,8 @@
 # data of its own seed (`cfl_train`), the run with the lowest validation Δ is selected
 # (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`,
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
-# Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`.
+# Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`; the light
+# `cfl_select` runs the same command as `python -m stacklm.cfl.experiment select` (no torch).
 
 CFL_FIGURES = {figure: dag.cfl_figures(figure) for figure in dag.CFL_FIGURES}
 
@@ -61,7 +62,7 @@ rule cfl_select:
     log:
         "logs/cfl/select/{language}/{model}.log",
     shell:
-        "stacklm cfl select --curves {input} --out {output} > {log} 2>&1"
+        "python -m stacklm.cfl.experiment select --curves {input} --out {output} > {log} 2>&1"
 
 
 rule cfl_evaluate:
