@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -176,8 +177,9 @@ def architecture_slug(name: str) -> str:
     return ARCHITECTURES[name].slug
 
 
+@functools.cache
 def architecture_name(slug: str) -> str:
-    """The registry name whose path slug is ``slug``."""
+    """The registry name whose path slug is ``slug`` (asked for every job of the DAG: cached)."""
     from stacklm.models.registry import ARCHITECTURES
 
     for name, entry in ARCHITECTURES.items():

@@ -7,7 +7,8 @@ training job stop, the lock is released, the checkpoint stays), then started aga
 same command. Both must end with the same tables. A's MLflow store is then served and loaded in headless Chromium;
 B's store is deleted and its report rebuilt, byte for byte, from Parquet alone.
 
-All tests share the two runs, so they form one xdist group (`pytest -n 2 --dist loadgroup`).
+All tests share the two runs: one xdist group (`pytest -n 2 --dist loadgroup`) on one worker,
+and a session fixture, which other modules' tests run in between do not tear down.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def wait_for_training(directory: Path, process: subprocess.Popen[str], timeout_s
     raise AssertionError(f"no model was training within {timeout_s} s")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Pipelines:
     root = tmp_path_factory.mktemp("pipelines")
     directories = []
