@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: $(VENV)/.installed chromium
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # The rules call `stacklm`, so the venv's bin/ goes first on PATH; profiles/cpu sets 2 cores.
 pipeline: $(VENV)/.installed

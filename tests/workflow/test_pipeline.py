@@ -7,8 +7,9 @@ training job stop, the lock is released, the checkpoint stays), then started aga
 same command. Both must end with the same tables. A's MLflow store is then served and loaded in headless Chromium;
 B's store is deleted and its report rebuilt, byte for byte, from Parquet alone.
 
-All tests share the two runs: one xdist group (`pytest -n 2 --dist loadgroup`) on one worker,
-and a session fixture, which other modules' tests run in between do not tear down.
+All tests share the two runs through one session fixture; `make test` runs `pytest -n 2
+--dist loadfile`, which keeps this file's tests on one worker (xdist 3.8's loadgroup split
+them across both, and each built the fixture).
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ import pytest
 import yaml
 
 from tests.workflow.snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
-
-pytestmark = pytest.mark.xdist_group("ci-pipeline")
 
 RUN = ("--profile", "profiles/cpu", "--configfile", "test.yaml")
 CHROMIUM = Path("/usr/bin/chromium")
