@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any, Callable, Sequence
 
 from stacklm.errors import StacklmError
 
@@ -25,20 +26,35 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stacklm", description=__doc__.splitlines()[0])
+    return _parser("stacklm", __doc__.splitlines()[0], [importlib.import_module(name).register for name in COMMAND_MODULES])
+
+
+def _parser(prog: str, description: str, registers: Sequence[Callable[[Any], None]]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    for register in registers:
+        register(subparsers)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; a ``StacklmError`` becomes a message and status 2."""
+    args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
     except StacklmError as error:
         print(f"stacklm: error: {error}", file=sys.stderr)
         return 2
+
+
+def run_light(prog: str, description: str, registers: Sequence[Callable[[Any], None]], argv: list[str] | None = None) -> int:
+    """``python -m <module>``: only ``registers``' commands, without importing every other
+    command's modules (torch, MLflow), for the DAG's many small jobs."""
+    return run(_parser(prog, description, registers), argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

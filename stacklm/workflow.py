@@ -42,6 +42,7 @@ import pandas as pd
 from stacklm.cfl.experiment import CflSettings, parse_setting
 from stacklm.cfl.experiment import grid as cfl_grid
 from stacklm.data.settings import data_settings, data_targets
+from stacklm.cli import run_light
 from stacklm.errors import StacklmError
 
 Phase = Literal["search", "final"]
@@ -439,17 +440,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m stacklm.workflow COMMAND``: the commands of the light rules (``settings``,
-    ``hparams``, ``select``), the same as ``stacklm COMMAND``, without importing every other
-    command's modules (torch, MLflow): each of the DAG's hundreds of such jobs starts in a
-    fraction of a second instead of seconds."""
-    parser = argparse.ArgumentParser(prog="python -m stacklm.workflow", description=main.__doc__.splitlines()[0])
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except StacklmError as error:
-        print(f"stacklm: error: {error}", file=sys.stderr)
-        return 2
+    ``hparams``, ``select``), the same as ``stacklm COMMAND``, each of the DAG's hundreds of
+    such jobs starting in a fraction of a second instead of seconds."""
+    return run_light("python -m stacklm.workflow", main.__doc__.splitlines()[0], [register], argv)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from stacklm.atomic import write_bytes_atomically
+from stacklm.cli import run_light
 from stacklm.errors import StacklmError
 from stacklm.models.config import from_dict
 
@@ -194,14 +195,7 @@ def register_select(commands: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m stacklm.cfl.experiment select``: ``stacklm cfl select`` without importing torch."""
-    parser = argparse.ArgumentParser(prog="python -m stacklm.cfl.experiment", description=main.__doc__.splitlines()[0])
-    register_select(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except StacklmError as error:
-        print(f"stacklm: error: {error}", file=sys.stderr)
-        return 2
+    return run_light("python -m stacklm.cfl.experiment", main.__doc__.splitlines()[0], [register_select], argv)
 
 
 if __name__ == "__main__":
