@@ -44,12 +44,12 @@ from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
-from stacklm.tracking.records import RunMetadata, code_version, curve_table, metrics_table, write_table
-from stacklm.training.command import add_resource_arguments, flat_params
+from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
+from stacklm.training.command import add_resource_arguments, flat_params, run_metadata, save_trained_model
 from stacklm.training.config import TrainingSettings, cfl_train_config
 from stacklm.training.loop import StopRequest, train
 from stacklm.training.progress import Progress
-from stacklm.training.run_files import SavedModel, choose_device, load_model, read_settings, save_model, set_threads
+from stacklm.training.run_files import choose_device, load_model, read_settings, set_threads
 
 
 
@@ -119,7 +119,10 @@ def train_command(args: argparse.Namespace) -> int:
         progress=Progress(interval_s=training.progress_interval_s),
         stop_request=stop_request,
     )
-    metadata = RunMetadata(
+    metadata = run_metadata(
+        model,
+        result,
+        run_settings,
         task=run.language,
         architecture=run.model,
         phase="search",
@@ -127,25 +130,9 @@ def train_command(args: argparse.Namespace) -> int:
         seed=run.restart,
         learning_rate=run.learning_rate,
         tokens_per_batch=None,
-        parameters=sum(parameter.numel() for parameter in model.parameters()),
         data_version=data_version,
-        code_version=code_version(),
-        wall_time_s=result.wall_time_s,
-        tokens_per_s=result.tokens_per_s,
-        config=json.dumps(run_settings, sort_keys=True),
     )
-    save_model(
-        args.out / "model.pt",
-        SavedModel(
-            task=run.language,
-            architecture=run.model,
-            vocabulary=language.terminal_names,
-            model_config=model.config,
-            parameters={name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
-            metadata=asdict(metadata),
-            settings=run_settings,
-        ),
-    )
+    save_trained_model(args.out / "model.pt", model, language.terminal_names, metadata, run_settings)
     curve = curve_table(result.curve, metadata)
     deltas = [record.validation_cross_entropy - true_validation for record in result.curve]
     curve = with_run_columns(curve, run)

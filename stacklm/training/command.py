@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -130,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
         progress=Progress(interval_s=training.progress_interval_s),
         stop_request=stop_request,
     )
-    metadata = RunMetadata(
+    metadata = run_metadata(
+        model,
+        result,
+        run_settings,
         task=args.task,
         architecture=args.architecture,
         phase=args.phase,
@@ -138,28 +141,41 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         learning_rate=hyperparameters.learning_rate,
         tokens_per_batch=hyperparameters.tokens_per_batch,
-        parameters=sum(parameter.numel() for parameter in model.parameters()),
         data_version=version,
+    )
+    save_trained_model(args.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
+    write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
+    mirror(tracking, training_mirror(metadata, run_settings, result))
+    return 0
+
+
+def run_metadata(model: torch.nn.Module, result: TrainResult, run_settings: dict[str, Any], **identity: Any) -> RunMetadata:
+    """The metadata columns of a finished run: ``identity`` (task, architecture, phase, trial,
+    seed, learning rate, tokens per batch, data version) and what the run itself measured."""
+    return RunMetadata(
+        **identity,
+        parameters=sum(parameter.numel() for parameter in model.parameters()),
         code_version=code_version(),
         wall_time_s=result.wall_time_s,
         tokens_per_s=result.tokens_per_s,
         config=json.dumps(run_settings, sort_keys=True),
     )
+
+
+def save_trained_model(path: Path, model: torch.nn.Module, vocabulary: Sequence[str], metadata: RunMetadata, run_settings: dict[str, Any]) -> None:
+    """The best parameters with everything needed to rebuild and evaluate the model."""
     save_model(
-        args.out / "model.pt",
+        path,
         SavedModel(
-            task=args.task,
-            architecture=args.architecture,
-            vocabulary=vocabulary.tokens,
+            task=metadata.task,
+            architecture=metadata.architecture,
+            vocabulary=tuple(vocabulary),
             model_config=model.config,
             parameters={name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
             metadata=asdict(metadata),
             settings=run_settings,
         ),
     )
-    write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
-    mirror(tracking, training_mirror(metadata, run_settings, result))
-    return 0
 
 
 def flat_params(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
