@@ -26,6 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--seed", required=True, type=int, help="seed of the generator (the paper's test sets use 0)")
     generate.add_argument("--out", required=True, help="the TSV file to write")
     generate.add_argument(
+        "--strings-per-length",
+        type=int,
+        default=None,
+        help="test split only: keep the first K strings of each length (the same as in the whole split); default: all 100",
+    )
+    generate.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -40,5 +46,5 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise StacklmError(f"--threads must be at least 1, not {args.threads}")
     torch.set_num_threads(args.threads)
-    write_split(generate_split(LANGUAGES[args.language], args.split, args.seed), args.out)
+    write_split(generate_split(LANGUAGES[args.language], args.split, args.seed, args.strings_per_length), args.out)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from stacklm.cfl.datasets import BATCH_SIZE, SPLIT_LENGTHS, CflDataset, score_strings
+from stacklm.cfl.datasets import BATCH_SIZE, SPLIT_LENGTHS, CflDataset, first_positions_per_length, score_strings
 from stacklm.cfl.languages import CflLanguage
 from stacklm.cfl.sampling import LengthSampler
 
@@ -32,12 +32,7 @@ def sample_run_data(language: CflLanguage, seed: int, train_batches: int, valida
 
 def first_strings_per_length(dataset: CflDataset, strings_per_length: int) -> CflDataset:
     """The first ``strings_per_length`` strings of each length, in data order."""
-    kept: dict[int, int] = {}
-    positions = []
-    for position, string in enumerate(dataset.strings):
-        if kept.get(len(string), 0) < strings_per_length:
-            kept[len(string)] = kept.get(len(string), 0) + 1
-            positions.append(position)
+    positions = first_positions_per_length(dataset.strings, strings_per_length)
     return CflDataset(
         [dataset.strings[p] for p in positions],
         [dataset.true_logprob[p] for p in positions],

@@ -117,6 +117,21 @@ def test_unknown_split_is_rejected():
         generate_split(LANGUAGES["dyck-2"], "dev", 0)
 
 
+def test_the_first_strings_per_length_are_those_of_the_whole_test_split(marked_test):
+    """The small preset's test file: every length's first 3 strings of the seed-0 split, scored alike."""
+    prefix = generate_split(LANGUAGES["marked-reversal"], "test", 0, strings_per_length=3)
+    expected = [position for length in range(30) for position in range(100 * length, 100 * length + 3)]
+    assert prefix.strings == [marked_test.strings[position] for position in expected]
+    assert prefix.true_logprob == [marked_test.true_logprob[position] for position in expected]
+    assert prefix.length_bin_logprob == [marked_test.length_bin_logprob[position] for position in expected]
+
+
+@pytest.mark.parametrize(("split", "count"), [("train", 3), ("test", 0), ("test", 101)])
+def test_strings_per_length_outside_the_test_split_or_its_range_is_refused(split, count):
+    with pytest.raises(StacklmError, match=f"only the test split has them, from 1 to 100; got {count} for the {split} split"):
+        generate_split(LANGUAGES["marked-reversal"], split, 0, strings_per_length=count)
+
+
 def test_true_cross_entropy_counts_eos_once_per_string():
     dataset = CflDataset([[0, 1], [0, 0, 1, 1]], [-2.0, -4.0], [-1.0, -3.0])
     assert true_cross_entropy(dataset) == pytest.approx(6.0 / (3 + 5))
