@@ -180,3 +180,19 @@ def test_memory_kept_for_backward_grows_as_n_squared() -> None:
 
     assert saved_megabytes(64) <= 4.6 * saved_megabytes(32)
     assert math.isfinite(saved_megabytes(8))
+
+
+def test_each_checkout_builds_into_a_folder_of_its_own(monkeypatch, tmp_path):
+    """Two clones on one machine keep two builds, under $TORCH_EXTENSIONS_DIR when it is set."""
+    from stacklm.stacks.kernels import compiled as kernel
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    folders = set()
+    for checkout in ("a", "b"):
+        monkeypatch.setattr(kernel, "SOURCE", tmp_path / checkout / "dvpda.cpp")
+        folders.add(kernel.build_directory())
+        assert kernel.build_directory().parent == tmp_path and kernel.build_directory().name.startswith(kernel.extension_name() + "-")
+    assert len(folders) == 2
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert kernel.build_directory().parent == tmp_path / "cache" / "stacklm" / "extensions"

@@ -10,14 +10,16 @@ What it keeps for backward is O(B·n²·N²): the columns of γ (log), their sha
 step's pop totals, and α.
 
 The extension is built with ``torch.utils.cpp_extension.load`` at first use (``-O3
--fopenmp``, the system C++ compiler; 10–20 s on two cores) into ``$TORCH_EXTENSIONS_DIR``
-or, without it, ``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME`` respected); later
-processes load the built library. :func:`load` raises if the build fails;
+-fopenmp``, the system C++ compiler; 10–20 s on two cores) into a folder of this checkout's
+own (:func:`build_directory`) under ``$TORCH_EXTENSIONS_DIR`` or, without it,
+``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME`` respected); later processes load the
+built library. :func:`load` raises if the build fails;
 :func:`available` says whether it built, and why not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -47,12 +49,13 @@ def extension_name() -> str:
 
 
 def build_directory() -> Path:
-    """Where the extension is built: $TORCH_EXTENSIONS_DIR/<name> or ~/.cache/stacklm/extensions/<name>."""
-    root = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if root:
-        return Path(root) / extension_name()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "stacklm" / "extensions" / extension_name()
+    """Where the extension is built: $TORCH_EXTENSIONS_DIR/<name>-<checkout> or
+    ~/.cache/stacklm/extensions/<name>-<checkout>, with <checkout> a digest of the source's
+    path: the build records that path, so two checkouts sharing one folder would rebuild over
+    each other's library at every switch, and under a process still loading it."""
+    checkout = hashlib.sha256(str(SOURCE.resolve()).encode()).hexdigest()[:12]
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stacklm" / "extensions")
+    return Path(root) / f"{extension_name()}-{checkout}"
 
 
 def load() -> None:
