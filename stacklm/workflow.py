@@ -14,7 +14,9 @@ The DAG (seed 000 §5, App. D), per task T and architecture A:
 - ``select``: the trial with the lowest validation cross-entropy, ``max_epochs`` set to
   ``final.max_epochs`` (null: to convergence);
 - ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
-- ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures).
+- ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures);
+- ``tracking_sync`` (per task T, and per CFL language): every run's Parquet files → MLflow,
+  a mirror for browsing that the report never reads.
 
 The CFL experiments of seed 002 (``stacklm.cfl.experiment``), per language L and model X:
 ``cfl_generate`` (the seed-0 test set of L), ``cfl_train`` for every grid point (learning
@@ -51,6 +53,7 @@ PHASES: tuple[Phase, ...] = ("search", "final")
 # Every file of the DAG, as Snakemake patterns: {architecture} is the registry's path slug.
 SETTINGS_JSON = "results/settings.json"
 TRACKING_MARKER = "results/tracking/initialised"
+TRACKING_MANIFEST = "results/tracking/{experiment}.json"  # an experiment's runs in MLflow: key → run id
 DATA_FILE = "results/data/{task}/{split}.tsv"
 DATA_DIR = "results/data/{task}"
 TRIAL_HPARAMS = "results/search/{task}/{architecture}/trial{trial}.json"
@@ -317,7 +320,46 @@ def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
 
 def all_targets(settings: dict[str, Any]) -> list[str]:
     outputs = report_outputs(settings)
-    return [*data_targets(settings), METRICS, *(path for paths in outputs.values() for path in paths), *cfl_targets(settings)]
+    return [
+        *data_targets(settings),
+        METRICS,
+        *(path for paths in outputs.values() for path in paths),
+        *cfl_targets(settings),
+        *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The MLflow mirror: one experiment per task and per CFL language, synced from its runs' Parquet.
+
+
+def tracking_experiments(settings: dict[str, Any]) -> list[str]:
+    """The MLflow experiments: every task, then every CFL language (the CFL runs' ``task``)."""
+    return [*settings.get("tasks", []), *cfl_settings(settings).languages]  # a CFL-only settings file has no tasks
+
+
+def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
+    """The Parquet files ``stacklm tracking sync`` mirrors for ``experiment``: ``curves``, every
+    run's ``train.parquet``; ``metrics``, the final runs' ``metrics.parquet`` of a task, the
+    evaluation of each model of a CFL language."""
+    if experiment in cfl_settings(settings).languages:
+        pairs = [pair for pair in cfl_pairs(settings) if pair["language"] == experiment]
+        return {
+            "curves": [path for pair in pairs for path in cfl_run_files(settings, experiment, pair["model"], CFL_RUN_CURVE)],
+            "metrics": [CFL_EVALUATION.format(**pair) for pair in pairs],
+        }
+    if experiment not in settings["tasks"]:
+        raise StacklmError(f"no task or CFL language is named {experiment!r}")
+    searched = [
+        {"task": experiment, "architecture": architecture_slug(name), "phase": "search", "index": trial}
+        for name in settings["architectures"]
+        for trial in trials(settings)
+    ]
+    final = [run for run in final_runs(settings) if run["task"] == experiment]
+    return {
+        "curves": [RUN_CURVE.format(**run) for run in searched + final],
+        "metrics": [RUN_METRICS.format(**run) for run in final],
+    }
 
 
 # ---------------------------------------------------------------------------------------------

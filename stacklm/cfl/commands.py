@@ -19,6 +19,7 @@ name, phase "search", trial null, seed = the restart, tokens_per_batch null) and
 (``METRICS_SCHEMA``; split "validation" or "test", rule null, metric
 ``cross_entropy_above_truth``) and ``length``: null for Δ over the whole set, ℓ for the test
 bin of length ℓ (p_true conditioned on ℓ); plus ``setting`` and ``vector_size`` of the run.
+No command here touches MLflow: ``stacklm tracking sync`` mirrors these files (``stacklm.tracking.runs``).
 """
 
 from __future__ import annotations
@@ -43,9 +44,8 @@ from stacklm.evaluation.cfl import score_cfl_dataset
 from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
-from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
-from stacklm.training.command import add_resource_arguments, flat_params, run_metadata, save_trained_model
+from stacklm.training.command import add_resource_arguments, run_metadata, save_trained_model
 from stacklm.training.config import TrainingSettings, cfl_train_config
 from stacklm.training.loop import StopRequest, train
 from stacklm.training.progress import Progress
@@ -64,16 +64,10 @@ def model_options(language: str, model: str, vector_size: int | None) -> ModelOp
     return ModelOptions(**sizes)
 
 
-def run_key(run: CflRun) -> str:
-    """The run's name in MLflow (tag ``stacklm.run``)."""
-    return f"{run.language}/{run.model}/{run.setting}"
-
-
 def train_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     cfl = CflSettings.from_dict(settings.get("cfl", {}))
     training = TrainingSettings.from_dict(settings.get("training", {}))
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
     if get_architecture(args.architecture).family != "rns-rnn":
         raise StacklmError(f"--architecture {args.architecture!r} is not a CFL model (cfl/LSTM, cfl/Gref, …)")
     run = CflRun(args.language, args.architecture, args.learning_rate, args.vector_size, args.restart)
@@ -97,7 +91,6 @@ def train_command(args: argparse.Namespace) -> int:
         "model": asdict(options),
         "train_config": asdict(config),
         "cfl": asdict(cfl),
-        "tracking": asdict(tracking),
     }
     determining = ("language", "architecture", "seeds", "model", "train_config")
     fingerprint_source = {key: run_settings[key] for key in determining} | {"data_version": data_version}
@@ -139,17 +132,6 @@ def train_command(args: argparse.Namespace) -> int:
     curve = curve.append_column("true_cross_entropy", pa.array([true_validation] * len(deltas), pa.float64()))
     curve = curve.append_column(DELTA, pa.array(deltas, pa.float64()))
     write_table(curve, args.out / "train.parquet")
-    mirror(
-        tracking,
-        MirroredRun(
-            experiment=run.language,
-            key=run_key(run),
-            params=flat_params(run_settings),
-            metrics={"best_validation_" + DELTA: min(deltas), "epochs": result.epochs, "wall_time_s": result.wall_time_s},
-            curves={"validation_" + DELTA: [(record.epoch, delta) for record, delta in zip(result.curve, deltas)]},
-            replace=True,
-        ),
-    )
     return 0
 
 
@@ -163,7 +145,6 @@ def evaluate_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     cfl = CflSettings.from_dict(settings.get("cfl", {}))
     evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
     device = choose_device(args.device)
     set_threads(args.threads)
     selection = pd.read_parquet(args.selection)
@@ -191,17 +172,6 @@ def evaluate_command(args: argparse.Namespace) -> int:
     run = CflRun(saved.task, saved.architecture, metadata.learning_rate, saved.settings["vector_size"], metadata.seed)
     table = with_run_columns(table, run).append_column("length", pa.array(lengths, pa.int64()))
     write_table(table, args.out)
-    mirror(
-        tracking,
-        MirroredRun(
-            experiment=run.language,
-            key=run_key(run),
-            params={},
-            metrics={"test_" + DELTA: scores.overall},
-            curves={"test_" + DELTA + "_by_length": list(scores.by_length.items())},
-            replace=False,
-        ),
-    )
     return 0
 
 

@@ -4,8 +4,8 @@
         --settings results/settings.json --out RUN_DIR/metrics.parquet [--device cpu|cuda] [--threads N]
 
 Reads ``RUN_DIR/model.pt`` (written by ``stacklm train``), scores the validation, test and
-generalization splits (``stacklm.evaluation.metrics``), writes ``metrics.parquet`` — the
-source of truth — and then mirrors the metrics to the run's MLflow run.
+generalization splits (``stacklm.evaluation.metrics``) and writes ``metrics.parquet``, the
+source of truth; MLflow never sees the job (``stacklm tracking sync`` mirrors the file later).
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from pathlib import Path
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
-from stacklm.evaluation.metrics import EvaluationSettings, MetricValue, PartialAccuracy, TaskEvaluator
+from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator
 from stacklm.tasks import get_task
-from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
 from stacklm.tracking.records import RunMetadata, data_version, metrics_table, write_table
-from stacklm.training.command import add_resource_arguments, run_key
+from stacklm.training.command import add_resource_arguments
 from stacklm.training.run_files import choose_device, load_model, read_settings, read_splits, rebuild_model, set_threads, split_paths
 
 
@@ -39,7 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
     device = choose_device(args.device)
     set_threads(args.threads)
     saved = load_model(args.run / "model.pt")
@@ -57,21 +55,4 @@ def run(args: argparse.Namespace) -> int:
     evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match), evaluation, device)
     rows = evaluator.evaluate(splits["validation"], splits["test"], splits["generalization"])
     write_table(metrics_table(rows, metadata), args.out)
-    mirror(tracking, evaluation_mirror(metadata, rows))
     return 0
-
-
-def metric_name(row: MetricValue) -> str:
-    """``test/full_accuracy``, ``generalization/linear/partial_accuracy``, ``generalization/log_ratio``."""
-    return "/".join(part for part in (row.split, row.rule, row.metric) if part is not None)
-
-
-def evaluation_mirror(metadata: RunMetadata, rows: list[MetricValue]) -> MirroredRun:
-    return MirroredRun(
-        experiment=metadata.task,
-        key=run_key(metadata.task, metadata.architecture, metadata.phase, metadata.trial, metadata.seed),
-        params={},
-        metrics={metric_name(row): row.value for row in rows},
-        curves={},
-        replace=False,
-    )

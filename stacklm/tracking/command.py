@@ -1,16 +1,60 @@
-"""``stacklm tracking init --settings results/settings.json``: create the MLflow store and one
-experiment per task and per CFL language, once and serially, before the workflow fans out (a fresh SQLite store
-written by parallel jobs breaks in its schema migration, ``ecosystem.md`` §3)."""
+"""The MLflow mirror's commands (rules ``tracking`` and ``tracking_sync``).
+
+    stacklm tracking init --settings results/settings.json
+    stacklm tracking sync --settings results/settings.json --experiment E
+        --curves RUN_DIR/train.parquet ... [--metrics METRICS.parquet ...] --out results/tracking/E.json
+
+``init`` creates the MLflow store and one experiment per task and per CFL language, once and
+serially, before the workflow fans out (a fresh SQLite store written by parallel jobs breaks in
+its schema migration, ``ecosystem.md`` §3). ``sync`` mirrors one experiment's runs from their
+Parquet files alone (``stacklm.tracking.runs``): for a task, every run's ``train.parquet`` and
+the final runs' ``metrics.parquet``; for a CFL language, every grid run's ``train.parquet`` and
+each model's evaluation Parquet. It writes the manifest, run key → MLflow run id, as JSON; with
+``tracking.enabled: false`` an empty one, touching no store. Neither imports torch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from stacklm.atomic import write_text_atomically
+from stacklm.errors import StacklmError
+from stacklm.tracking.mlflow_mirror import TrackingSettings, initialize_store, sync
+from stacklm.tracking.runs import cfl_runs, task_runs
+from stacklm.workflow import cfl_settings, read_settings, tracking_experiments
 
-from stacklm.cfl.experiment import CflSettings
-from stacklm.tracking.mlflow_mirror import TrackingSettings, initialize_store
-from stacklm.training.run_files import read_settings
+
+def init_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    if not tracking.enabled:
+        print("tracking is disabled (tracking.enabled: false); nothing to create", file=sys.stderr)
+        return 0
+    names = tracking_experiments(settings)
+    for name, identifier in zip(names, initialize_store(tracking, names)):
+        print(f"experiment {identifier}: {name}", file=sys.stderr)
+    print(f"MLflow store ready at {tracking.resolved_uri()}", file=sys.stderr)
+    return 0
+
+
+def sync_command(args: argparse.Namespace) -> int:
+    settings = read_settings(args.settings)
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    if args.experiment in cfl_settings(settings).languages:
+        runs = cfl_runs(args.experiment, args.curves, args.metrics)
+    elif args.experiment in settings.get("tasks", []):
+        runs = task_runs(args.experiment, args.curves, args.metrics)
+    else:
+        raise StacklmError(f"--experiment {args.experiment!r} is neither a task nor a CFL language of {args.settings}")
+    if tracking.enabled:
+        manifest = sync(tracking, args.experiment, runs)
+    else:
+        manifest = {}
+        print("tracking is disabled (tracking.enabled: false); no run mirrored", file=sys.stderr)
+    write_text_atomically(args.out, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,19 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="tracking_command", required=True, metavar="ACTION")
     init = actions.add_parser("init", help="create the MLflow store and the experiments (run once, before the fan-out)")
     init.add_argument("--settings", required=True, type=Path)
-    init.set_defaults(func=run_init)
+    init.set_defaults(func=init_command)
 
-
-def run_init(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings)
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
-    if not tracking.enabled:
-        print("tracking is disabled (tracking.enabled: false); nothing to create", file=sys.stderr)
-        return 0
-    # one experiment per task and per CFL language (the CFL runs' `task` is their language)
-    tasks = list(settings.get("tasks", [])) + list(CflSettings.from_dict(settings.get("cfl", {})).languages)
-    identifiers = initialize_store(tracking, tasks)
-    for task, identifier in zip(tasks, identifiers):
-        print(f"experiment {identifier}: {task}", file=sys.stderr)
-    print(f"MLflow store ready at {tracking.resolved_uri()}", file=sys.stderr)
-    return 0
+    mirror = actions.add_parser("sync", help="mirror one experiment's runs into MLflow from their Parquet files")
+    mirror.add_argument("--settings", required=True, type=Path)
+    mirror.add_argument("--experiment", required=True, help="a task or a CFL language")
+    mirror.add_argument("--curves", required=True, nargs="+", type=Path, help="every run's train.parquet")
+    mirror.add_argument("--metrics", default=[], nargs="*", type=Path, help="final runs' metrics.parquet; a CFL language's evaluation files")
+    mirror.add_argument("--out", required=True, type=Path, help="the manifest to write: run key → MLflow run id (JSON)")
+    mirror.set_defaults(func=sync_command)

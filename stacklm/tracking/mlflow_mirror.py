@@ -1,30 +1,37 @@
-"""A mirror of each run's Parquet records in MLflow, for browsing; never the source of truth.
+"""A mirror of the runs' Parquet records in MLflow, for browsing; never the source of truth.
 
-One MLflow experiment per task; one MLflow run per stacklm run, found again by its tag
-``stacklm.run`` (``task/architecture/phase/trial-or-seed``), so that ``train`` logs the
-parameters and learning curve and ``evaluate`` adds the final metrics to the same run.
+One MLflow experiment per task and per CFL language; one MLflow run per stacklm run, named and
+tagged ``stacklm.run`` with its key (``task/architecture/phase/trial-or-seed``) and tagged
+``stacklm.digest`` with the sha256 of the Parquet files it was built from. Training and
+evaluation jobs never touch MLflow (``ecosystem.md`` §4): ``stacklm tracking sync`` mirrors an
+experiment's finished runs in one serial job, skipping each run whose key and digest are already
+there and replacing one whose Parquet changed, so that a rerun costs one search of the store.
 
 MLflow 3.17 pitfalls (``ecosystem.md`` §3): the tracking URI is always explicit (a relative
 SQLite path is made absolute here); a fresh SQLite store written by parallel jobs breaks in
 its schema migration, so ``stacklm tracking init`` creates the store and the experiments once,
-serially, before the fan-out. A failure to reach the store warns once and is otherwise
-ignored: the Parquet files are written before anything is sent to MLflow.
+serially, and ``sync`` refuses a SQLite store that does not exist yet.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
-import warnings
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from stacklm.errors import StacklmError
 from stacklm.models.config import from_dict
 
+KEY_TAG = "stacklm.run"
+DIGEST_TAG = "stacklm.digest"
+SQLITE_PREFIX = "sqlite:///"
+SEARCH_PAGE_RUNS = 1000  # runs per page of the one search of an experiment's existing runs
 
-class TrackingWarning(UserWarning):
-    """MLflow could not be reached or refused a write; the Parquet records are complete."""
+Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
@@ -42,23 +49,68 @@ class TrackingSettings:
 
     def resolved_uri(self) -> str:
         """The URI with a relative SQLite path made absolute (MLflow stores paths absolute anyway)."""
-        prefix = "sqlite:///"
-        if self.uri.startswith(prefix) and not self.uri.startswith(prefix + "/"):
-            return prefix + str(Path(self.uri[len(prefix) :]).resolve())
+        if self.uri.startswith(SQLITE_PREFIX) and not self.uri.startswith(SQLITE_PREFIX + "/"):
+            return SQLITE_PREFIX + str(Path(self.uri[len(SQLITE_PREFIX) :]).resolve())
         return self.uri
 
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file of the store; None for a tracking server."""
+        uri = self.resolved_uri()
+        return Path(uri[len(SQLITE_PREFIX) :]) if uri.startswith(SQLITE_PREFIX) else None
 
-def _client(settings: TrackingSettings) -> Any:
-    """An ``MlflowClient`` on the settings' store (imported late: MLflow takes seconds to import)."""
+
+@dataclass(frozen=True)
+class MirroredRun:
+    """What MLflow shows of one stacklm run, built from its Parquet files (``stacklm.tracking.runs``)."""
+
+    key: str  # the run name and its stacklm.run tag
+    digest: str  # sha256 of the Parquet files it was built from
+    params: Mapping[str, str]
+    metrics: Mapping[str, float]  # logged at step 0
+    curves: Mapping[str, Sequence[tuple[int, float]]]  # name → (step, value) points
+
+
+def initialize_store(settings: TrackingSettings, experiments: Sequence[str]) -> list[str]:
+    """Create the store (its schema) and the experiments; the experiment ids, in order."""
+    if (path := settings.sqlite_path()) is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return _on_store(settings, lambda client: [_experiment_id(client, name) for name in experiments])
+
+
+def sync(settings: TrackingSettings, experiment: str, runs: Sequence[MirroredRun]) -> dict[str, str]:
+    """Mirror ``runs`` into ``experiment``: key → MLflow run id.
+
+    A run whose key and digest are in the store is kept; every other MLflow run of that key is
+    deleted, and the run is created afresh. MLflow runs of keys not in ``runs`` are left alone.
+    """
+    path = settings.sqlite_path()
+    if path is not None and not path.is_file():
+        raise StacklmError(
+            f"the MLflow store {path} does not exist: `stacklm tracking init` (the rule `tracking`) creates it first; "
+            "the Parquet records are complete, and rerunning the rule mirrors them"
+        )
+    return _on_store(settings, lambda client: _sync(client, experiment, runs))
+
+
+def _on_store(settings: TrackingSettings, action: Callable[[Any], Result]) -> Result:
+    """``action(client)`` on the settings' store; a store that cannot be used is a ``StacklmError`` naming its URI."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(settings.request_timeout_s))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(settings.request_retries))
+    # imported here: MLflow takes seconds to import, and only these commands use it
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
+    from sqlalchemy.exc import SQLAlchemyError
 
     uri = settings.resolved_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri)
+    try:
+        return action(MlflowClient(tracking_uri=uri))
+    except (MlflowException, SQLAlchemyError, OSError) as error:
+        reason = str(error).splitlines()[0] if str(error) else ""
+        raise StacklmError(
+            f"the MLflow store at {uri} cannot be used ({type(error).__name__}: {reason}); "
+            "the Parquet records are complete, and rerunning the rule mirrors them"
+        ) from error
 
 
 def _experiment_id(client: Any, name: str) -> str:
@@ -68,53 +120,46 @@ def _experiment_id(client: Any, name: str) -> str:
     return client.create_experiment(name)
 
 
-def initialize_store(settings: TrackingSettings, experiments: Sequence[str]) -> list[str]:
-    """Create the store (its schema) and the experiments; the experiment ids, in order."""
-    client = _client(settings)
-    return [_experiment_id(client, name) for name in experiments]
+def _sync(client: Any, experiment: str, runs: Sequence[MirroredRun]) -> dict[str, str]:
+    from tqdm import tqdm
+
+    experiment_id = _experiment_id(client, experiment)
+    existing = _runs_by_key(client, experiment_id)
+    manifest: dict[str, str] = {}
+    created = 0
+    for run in tqdm(runs, desc=experiment, unit="run", file=sys.stderr, mininterval=10):
+        found = existing.get(run.key, [])
+        kept = next((old for old in found if old.data.tags.get(DIGEST_TAG) == run.digest), None)
+        for old in found:
+            if old is not kept:
+                client.delete_run(old.info.run_id)
+        if kept is None:
+            manifest[run.key] = _create(client, experiment_id, run)
+            created += 1
+        else:
+            manifest[run.key] = kept.info.run_id
+    print(f"{experiment}: {created} runs created, {len(runs) - created} unchanged, in {client.tracking_uri}", file=sys.stderr)
+    return manifest
 
 
-@dataclass(frozen=True)
-class MirroredRun:
-    """What one command sends to MLflow about one run."""
-
-    experiment: str  # the task
-    key: str  # the stacklm.run tag
-    params: Mapping[str, str]
-    metrics: Mapping[str, float]  # logged at step 0
-    curves: Mapping[str, Sequence[tuple[int, float]]]  # name → (step, value) points
-    replace: bool  # delete an earlier MLflow run of the same key first (a rerun of train)
-
-
-def mirror(settings: TrackingSettings, run: MirroredRun) -> str | None:
-    """Send ``run`` to MLflow; its run id, or None after one ``TrackingWarning`` on failure."""
-    if not settings.enabled:
-        return None
-    try:
-        return _send(_client(settings), run)
-    except Exception as error:  # the store is a mirror: any failure of it must not fail the run
-        warnings.warn(
-            f"MLflow mirror at {settings.resolved_uri()} failed ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
-            "the Parquet records are complete",
-            TrackingWarning,
-            stacklevel=2,
-        )
-        return None
+def _runs_by_key(client: Any, experiment_id: str) -> dict[str, list[Any]]:
+    """The experiment's active runs by their ``stacklm.run`` tag, from one paginated search."""
+    found: dict[str, list[Any]] = defaultdict(list)
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], max_results=SEARCH_PAGE_RUNS, page_token=token)
+        for run in page:
+            if KEY_TAG in run.data.tags:
+                found[run.data.tags[KEY_TAG]].append(run)
+        token = page.token
+        if not token:
+            return found
 
 
-def _send(client: Any, run: MirroredRun) -> str:
+def _create(client: Any, experiment_id: str, run: MirroredRun) -> str:
     from mlflow.entities import Metric, Param
 
-    experiment_id = _experiment_id(client, run.experiment)
-    found = client.search_runs([experiment_id], filter_string=f"tags.`stacklm.run` = '{run.key}'")
-    if found and run.replace:
-        for old in found:
-            client.delete_run(old.info.run_id)
-        found = []
-    if found:
-        run_id = found[0].info.run_id
-    else:
-        run_id = client.create_run(experiment_id, run_name=run.key, tags={"stacklm.run": run.key}).info.run_id
+    run_id = client.create_run(experiment_id, run_name=run.key, tags={KEY_TAG: run.key}).info.run_id
     now = int(time.time() * 1000)
     metrics = [Metric(name, float(value), now, 0) for name, value in run.metrics.items()]
     metrics += [Metric(name, float(value), now, step) for name, points in run.curves.items() for step, value in points]
@@ -123,5 +168,6 @@ def _send(client: Any, run: MirroredRun) -> str:
         client.log_batch(run_id, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000])
+    client.set_tag(run_id, DIGEST_TAG, run.digest)  # last: a run cut short has no digest, and the next sync replaces it
     client.set_terminated(run_id)
     return run_id

@@ -17,14 +17,16 @@ import subprocess
 from importlib.metadata import version
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stacklm.evaluation.metrics import MetricValue
 from stacklm.atomic import write_atomically
-from stacklm.training.loop import CheckpointRecord
+
+if TYPE_CHECKING:  # both import torch; this module stays light for `stacklm tracking sync`
+    from stacklm.evaluation.metrics import MetricValue
+    from stacklm.training.loop import CheckpointRecord
 
 Phase = Literal["search", "final"]
 

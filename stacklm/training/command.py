@@ -4,11 +4,11 @@
         --settings results/settings.json --checkpoint CKPT_PATH --out RUN_DIR
         [--phase search|final] [--trial N] [--device cpu|cuda] [--threads N]
 
-Reads the sections ``training``, ``evaluation``, ``tracking`` and ``model`` (the
-``ModelOptions`` of ``stacklm.models``: dropout, the reference's departures) of the settings.
-Writes ``RUN_DIR/model.pt`` (best parameters and model config) and ``RUN_DIR/train.parquet``
-(the learning curve, one row per checkpoint, with the run's metadata), then mirrors them to
-MLflow. The resumable state lives at CKPT_PATH: the same command after a kill continues; on
+Reads the sections ``training``, ``evaluation`` and ``model`` (the ``ModelOptions`` of
+``stacklm.models``: dropout, the reference's departures) of the settings. Writes
+``RUN_DIR/model.pt`` (best parameters and model config) and ``RUN_DIR/train.parquet`` (the
+learning curve, one row per checkpoint, with the run's metadata); MLflow never sees the job
+(``stacklm tracking sync`` mirrors the Parquet files later). The resumable state lives at CKPT_PATH: the same command after a kill continues; on
 SIGTERM the state of the current step is saved first (exit status 2).
 """
 
@@ -29,7 +29,6 @@ from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.tasks import get_task
-from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, mirror
 from stacklm.tracking.records import RunMetadata, code_version, curve_table, data_version, write_table
 from stacklm.training.config import Hyperparameters, TrainingSettings
 from stacklm.training.loop import StopRequest, TrainResult, train
@@ -68,16 +67,10 @@ def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")
 
 
-def run_key(task: str, architecture: str, phase: str, trial: int | None, seed: int) -> str:
-    """The run's name in MLflow (tag ``stacklm.run``)."""
-    return f"{task}/{architecture}/{phase}/" + (f"trial-{trial}" if phase == "search" else f"seed-{seed}")
-
-
 def run(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     training = TrainingSettings.from_dict(settings.get("training", {}))
     evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
     options = from_dict(ModelOptions, settings.get("model", {}), "model")
     hyperparameters = Hyperparameters.from_dict(read_json(args.hparams), path=str(args.hparams))
     config = training.train_config(hyperparameters)
@@ -99,7 +92,6 @@ def run(args: argparse.Namespace) -> int:
         "train_config": asdict(config),
         "training": asdict(training),
         "evaluation": asdict(evaluation),
-        "tracking": asdict(tracking),
     }
     # What determines the trained parameters: a checkpoint written under anything else is not resumed.
     determining = ("task", "architecture", "seed", "hyperparameters", "model", "train_config")
@@ -145,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
     )
     save_trained_model(args.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
     write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
-    mirror(tracking, training_mirror(metadata, run_settings, result))
     return 0
 
 
@@ -175,37 +166,4 @@ def save_trained_model(path: Path, model: torch.nn.Module, vocabulary: Sequence[
             metadata=asdict(metadata),
             settings=run_settings,
         ),
-    )
-
-
-def flat_params(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """``settings`` flattened to MLflow params (``training.max_epochs`` → "1000")."""
-    params: dict[str, str] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            params |= flat_params(value, f"{prefix}{key}.")
-        else:
-            params[f"{prefix}{key}"] = json.dumps(value) if not isinstance(value, str) else value
-    return params
-
-
-def training_mirror(metadata: RunMetadata, run_settings: dict[str, Any], result: TrainResult) -> MirroredRun:
-    details = {key: value for key, value in asdict(metadata).items() if key not in ("config", "wall_time_s", "tokens_per_s")}
-    return MirroredRun(
-        experiment=metadata.task,
-        key=run_key(metadata.task, metadata.architecture, metadata.phase, metadata.trial, metadata.seed),
-        params=flat_params(details) | flat_params(run_settings, "settings."),
-        metrics={
-            "best_validation_cross_entropy": result.best_validation_cross_entropy,
-            "steps": result.steps,
-            "epochs": result.epochs,
-            "wall_time_s": metadata.wall_time_s,
-            "tokens_per_s": metadata.tokens_per_s,
-        },
-        curves={
-            "validation_cross_entropy": [(record.examples_seen, record.validation_cross_entropy) for record in result.curve],
-            "train_loss": [(record.examples_seen, record.train_loss) for record in result.curve],
-            "learning_rate": [(record.examples_seen, record.learning_rate_used) for record in result.curve],
-        },
-        replace=True,
     )

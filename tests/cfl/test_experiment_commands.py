@@ -21,13 +21,13 @@ from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.run_data import sample_run_data
 from stacklm.errors import StacklmError
 from stacklm.models.registry import model_for_config
+from stacklm.tracking.command import register as register_tracking
 from stacklm.tracking.records import CURVE_SCHEMA, METRICS_SCHEMA
 from stacklm.training.run_files import load_model
 
 LANGUAGE = LANGUAGES["marked-reversal"]
 SETTINGS = {
     "cfl": {"train_batches": 3, "validation_batches": 2, "max_epochs": 2, "test_strings_per_length": 2},
-    "tracking": {"enabled": False},
     "evaluation": {"tokens_per_batch": 512},
 }
 RESTARTS = (1, 2)
@@ -37,6 +37,13 @@ def stacklm(*arguments: str | Path) -> int:
     root = argparse.ArgumentParser(prog="stacklm")
     register(root.add_subparsers(dest="command", required=True))
     args = root.parse_args(["cfl", *map(str, arguments)])
+    return args.func(args)
+
+
+def tracking(*arguments: str | Path) -> int:
+    root = argparse.ArgumentParser(prog="stacklm")
+    register_tracking(root.add_subparsers(dest="command", required=True))
+    args = root.parse_args(["tracking", *map(str, arguments)])
     return args.func(args)
 
 
@@ -195,17 +202,34 @@ def test_train_refuses_a_model_that_is_not_a_cfl_model(tmp_path: Path) -> None:
         train(tmp_path, tmp_path / "settings.json", 1, architecture="LSTM")
 
 
-def test_train_mirrors_the_run_and_its_delta_curve_to_mlflow(tmp_path: Path) -> None:
+def test_sync_mirrors_the_runs_their_delta_curves_and_the_selected_runs_test_delta_to_mlflow(
+    tmp_path: Path, runs: tuple[Path, list[Path]], selection: Path, evaluation: Path
+) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    settings = {**SETTINGS, "cfl": {**SETTINGS["cfl"], "max_epochs": 1}, "tracking": {"uri": uri}}
-    (tmp_path / "settings.json").write_text(json.dumps(settings))
-    run_dir = train(tmp_path, tmp_path / "settings.json", 1)
+    (tmp_path / "settings.json").write_text(json.dumps({**SETTINGS, "tracking": {"uri": uri}}))
+    _, run_dirs = runs
+    settings = ["--settings", tmp_path / "settings.json"]
+    curves = [run_dir / "train.parquet" for run_dir in run_dirs]
+    assert tracking("init", *settings) == 0
+    assert tracking("sync", *settings, "--experiment", LANGUAGE.name, "--curves", *curves, "--metrics", evaluation, "--out", tmp_path / "manifest.json") == 0
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(LANGUAGE.name)
-    (found,) = client.search_runs([experiment.experiment_id], filter_string="tags.`stacklm.run` = 'marked-reversal/cfl/LSTM/lr0.01-r1'")
-    curve = pd.read_parquet(run_dir / "train.parquet")
-    history = client.get_metric_history(found.info.run_id, "validation_" + DELTA)
-    assert [(point.step, point.value) for point in history] == list(zip(curve["epoch"], curve[DELTA]))
-    assert found.data.params["language"] == LANGUAGE.name and found.data.params["architecture"] == "cfl/LSTM"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert set(manifest) == {f"marked-reversal/cfl/LSTM/lr0.01-r{restart}" for restart in RESTARTS}
+    selected = str(pd.read_parquet(selection)["setting"].iloc[0])
+    metrics = pd.read_parquet(evaluation)
+    for run_dir in run_dirs:
+        found = client.get_run(manifest[f"marked-reversal/cfl/LSTM/{run_dir.name}"])
+        curve = pd.read_parquet(run_dir / "train.parquet")
+        history = client.get_metric_history(found.info.run_id, "validation_" + DELTA)
+        assert [(point.step, point.value) for point in history] == list(zip(curve["epoch"], curve[DELTA]))
+        assert found.data.params["language"] == LANGUAGE.name and found.data.params["architecture"] == "cfl/LSTM"
+        assert found.data.metrics["best_validation_" + DELTA] == curve[DELTA].min() and found.data.metrics["epochs"] == 2
+        if run_dir.name != selected:
+            assert "test_" + DELTA not in found.data.metrics
+            continue
+        test = metrics[metrics["split"] == "test"]
+        assert found.data.metrics["test_" + DELTA] == float(test[test["length"].isna()]["value"].iloc[0])
+        by_length = client.get_metric_history(found.info.run_id, "test_" + DELTA + "_by_length")
+        assert sorted((point.step, point.value) for point in by_length) == sorted(zip(test["length"].dropna().astype(int), test[test["length"].notna()]["value"]))

@@ -1,34 +1,40 @@
+"""``stacklm tracking init`` and ``sync``: runs written as Parquet, mirrored into a real MLflow
+store, read back through a real ``mlflow server``; reruns, changed runs, an unreachable store and
+disabled tracking."""
+
 import argparse
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from stacklm.evaluation.command import evaluation_mirror
+from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.tracking.command import register
-from stacklm.tracking.mlflow_mirror import MirroredRun, TrackingSettings, TrackingWarning, mirror
-from stacklm.tracking.records import RunMetadata
-from stacklm.training.command import training_mirror
-from stacklm.training.loop import CheckpointRecord, TrainResult
+from stacklm.tracking.mlflow_mirror import TrackingSettings
+from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
+from stacklm.training.loop import CheckpointRecord
 
-METADATA = RunMetadata(
-    task="question-formation", architecture="Tf", phase="search", trial=4, seed=7, learning_rate=1e-4, tokens_per_batch=900,
-    parameters=1234, data_version="cd" * 32, code_version="0.1.0", wall_time_s=2.0, tokens_per_s=500.0, config="{}",
+SEARCH = RunMetadata(
+    task="question-formation", architecture="Tf", phase="search", trial=4, seed=4, learning_rate=1e-4, tokens_per_batch=900,
+    parameters=1234, data_version="cd" * 32, code_version="0.1.0", wall_time_s=2.0, tokens_per_s=500.0,
+    config=json.dumps({"training": {"max_epochs": 5}}),
 )
-RESULT = TrainResult(
-    curve=tuple(CheckpointRecord(index, index, 5 * index, 100 * index, 1e-4, 4.0 / index, 3.0 / index, True) for index in (1, 2, 3)),
-    best_validation_cross_entropy=1.0, stopped_early=False, epochs=3, steps=15, wall_time_s=2.0, tokens_per_s=500.0,
-)
+FINAL = replace(SEARCH, phase="final", trial=None, seed=1, wall_time_s=3.0)
+CURVE = [CheckpointRecord(index, index, 5 * index, 100 * index, 1e-4, 4.0 / index, 3.0 / index, True) for index in (1, 2, 3)]
+FINAL_METRICS = [MetricValue("test", None, "full_accuracy", 0.875), MetricValue("generalization", None, "log_ratio", -1.5)]
+SEARCH_KEY = "question-formation/Tf/search/trial-4"
+FINAL_KEY = "question-formation/Tf/final/seed-1"
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +42,35 @@ def quick_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+
+
+def tracking(*arguments: str | Path) -> int:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    parsed = parser.parse_args(["tracking", *map(str, arguments)])
+    return parsed.func(parsed)
+
+
+def write_settings(folder: Path, tracking_settings: dict) -> Path:
+    path = folder / "settings.json"
+    path.write_text(json.dumps({"tasks": ["question-formation", "passivization"], "cfl": {"languages": []}, "tracking": tracking_settings}))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[list[Path], list[Path]]:
+    """A search run (its curve) and a final run (its curve and metrics), as the commands write them."""
+    search, final = tmp_path / "runs" / "search", tmp_path / "runs" / "final"
+    write_table(curve_table(CURVE, SEARCH), search / "train.parquet")
+    write_table(curve_table(CURVE[:2], FINAL), final / "train.parquet")
+    write_table(metrics_table(FINAL_METRICS, FINAL), final / "metrics.parquet")
+    return [search / "train.parquet", final / "train.parquet"], [final / "metrics.parquet"]
+
+
+def sync(settings: Path, runs: tuple[list[Path], list[Path]], out: Path) -> dict[str, str]:
+    curves, metrics = runs
+    assert tracking("sync", "--settings", settings, "--experiment", "question-formation", "--curves", *curves, "--metrics", *metrics, "--out", out) == 0
+    return json.loads(out.read_text())
 
 
 def free_port() -> int:
@@ -61,22 +96,19 @@ def port_is_open(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_runs_mirrored_to_sqlite_are_found_through_a_real_mlflow_server(tmp_path: Path) -> None:
+def run_names(database: Path) -> list[tuple[str, str]]:
+    """Every run in the store, deleted ones included: (name, lifecycle stage)."""
+    with sqlite3.connect(database) as store:
+        return sorted(store.execute("SELECT name, lifecycle_stage FROM runs"))
+
+
+def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
     database = tmp_path / "mlflow" / "mlflow.db"
-    settings_file = tmp_path / "settings.json"
-    settings_file.write_text(json.dumps({"tasks": ["question-formation", "passivization"], "tracking": {"uri": f"sqlite:///{database}"}}))
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    arguments = parser.parse_args(["tracking", "init", "--settings", str(settings_file)])
-    assert arguments.func(arguments) == 0 and database.exists()
-    assert arguments.func(arguments) == 0  # a second init finds the store and the experiments
-    settings = TrackingSettings(uri=f"sqlite:///{database}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", TrackingWarning)
-        run_id = mirror(settings, training_mirror(METADATA, {"training": {"max_epochs": 5}}, RESULT))
-        rows = [MetricValue("test", None, "full_accuracy", 0.875), MetricValue("generalization", None, "log_ratio", -1.5)]
-        assert mirror(settings, evaluation_mirror(METADATA, rows)) == run_id
-        assert mirror(settings, training_mirror(METADATA, {"training": {"max_epochs": 5}}, RESULT)) != run_id  # a rerun replaces
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{database}"})
+    assert tracking("init", "--settings", settings) == 0 and database.exists()
+    assert tracking("init", "--settings", settings) == 0  # a second init finds the store and the experiments
+    manifest = sync(settings, runs, tmp_path / "question-formation.json")
+    assert set(manifest) == {SEARCH_KEY, FINAL_KEY}
 
     port = free_port()
     environment = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
@@ -97,33 +129,97 @@ def test_runs_mirrored_to_sqlite_are_found_through_a_real_mlflow_server(tmp_path
         experiments = post(port, "experiments/search", {"max_results": 10})["experiments"]
         identifier = next(experiment["experiment_id"] for experiment in experiments if experiment["name"] == "question-formation")
         assert "passivization" in {experiment["name"] for experiment in experiments}
-        found = post(port, "runs/search", {"experiment_ids": [identifier], "filter": "tags.`stacklm.run` = 'question-formation/Tf/search/trial-4'"})
-        assert len(found["runs"]) == 1  # the replaced run is deleted
-        run = found["runs"][0]
-        params = {param["key"]: param["value"] for param in run["data"]["params"]}
+        found = {run["info"]["run_name"]: run for run in post(port, "runs/search", {"experiment_ids": [identifier]})["runs"]}
+        assert set(found) == {SEARCH_KEY, FINAL_KEY}  # one run per key
+        assert {name: run["info"]["run_id"] for name, run in found.items()} == manifest
+
+        search = found[SEARCH_KEY]
+        params = {param["key"]: param["value"] for param in search["data"]["params"]}
         assert params["learning_rate"] == "0.0001" and params["trial"] == "4" and params["settings.training.max_epochs"] == "5"
-        history = get(port, f"metrics/get-history?run_id={run['info']['run_id']}&metric_key=validation_cross_entropy")["metrics"]
+        assert params["tokens_per_batch"] == "900" and params["data_version"] == "cd" * 32 and "config" not in params
+        metrics = {metric["key"]: metric["value"] for metric in search["data"]["metrics"]}
+        assert metrics["best_validation_cross_entropy"] == 1.0 and metrics["steps"] == 15 and metrics["epochs"] == 3
+        assert metrics["wall_time_s"] == 2.0 and metrics["tokens_per_s"] == 500.0 and "test/full_accuracy" not in metrics
+        history = get(port, f"metrics/get-history?run_id={manifest[SEARCH_KEY]}&metric_key=validation_cross_entropy")["metrics"]
         assert sorted((point["step"], point["value"]) for point in history) == [(100, 3.0), (200, 1.5), (300, 1.0)]
+        history = get(port, f"metrics/get-history?run_id={manifest[SEARCH_KEY]}&metric_key=train_loss")["metrics"]
+        assert sorted((point["step"], point["value"]) for point in history) == [(100, 4.0), (200, 2.0), (300, 4.0 / 3)]
+
+        final = {metric["key"]: metric["value"] for metric in found[FINAL_KEY]["data"]["metrics"]}
+        assert final["test/full_accuracy"] == 0.875 and final["generalization/log_ratio"] == -1.5
+        assert final["best_validation_cross_entropy"] == 1.5 and final["wall_time_s"] == 3.0
+        assert {tag["key"]: tag["value"] for tag in found[FINAL_KEY]["data"]["tags"]}["stacklm.run"] == FINAL_KEY
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
     assert not port_is_open(port)
 
 
-def test_an_unreachable_store_warns_once_and_returns_nothing(tmp_path: Path) -> None:
-    settings = TrackingSettings(uri=f"http://127.0.0.1:{free_port()}", request_retries=0, request_timeout_s=2)
-    with pytest.warns(TrackingWarning) as caught:
-        assert mirror(settings, training_mirror(METADATA, {}, RESULT)) is None
-    assert len(caught) == 1 and "Parquet records are complete" in str(caught[0].message)
+def test_a_rerun_keeps_unchanged_runs_and_replaces_exactly_a_changed_one(
+    tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    database = tmp_path / "mlflow.db"
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{database}"})
+    assert tracking("init", "--settings", settings) == 0
+    first = sync(settings, runs, tmp_path / "first.json")
+    searches = []
+    original = MlflowClient.search_runs
+
+    def counted(client: MlflowClient, *args: object, **kwargs: object) -> object:
+        searches.append(args)
+        return original(client, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "search_runs", counted)
+
+    assert sync(settings, runs, tmp_path / "again.json") == first
+    assert run_names(database) == [(FINAL_KEY, "active"), (SEARCH_KEY, "active")]  # nothing created, nothing deleted
+    assert len(searches) == 1  # one search for the experiment, not one per run
+
+    write_table(metrics_table([replace(FINAL_METRICS[0], value=0.5)], FINAL), runs[1][0])  # the final run is evaluated again
+    changed = sync(settings, runs, tmp_path / "changed.json")
+    assert changed[SEARCH_KEY] == first[SEARCH_KEY] and changed[FINAL_KEY] != first[FINAL_KEY]
+    assert run_names(database) == [(FINAL_KEY, "active"), (FINAL_KEY, "deleted"), (SEARCH_KEY, "active")]
+    metrics = MlflowClient(tracking_uri=f"sqlite:///{database}").get_run(changed[FINAL_KEY]).data.metrics
+    assert metrics["test/full_accuracy"] == 0.5 and "generalization/log_ratio" not in metrics
 
 
-def test_disabled_tracking_sends_nothing(tmp_path: Path) -> None:
-    settings = TrackingSettings(enabled=False, uri=f"sqlite:///{tmp_path / 'never.db'}")
-    assert mirror(settings, MirroredRun("t", "k", {}, {}, {}, replace=False)) is None
-    assert not (tmp_path / "never.db").exists()
+def test_an_unreachable_store_is_an_error_naming_it_quickly(tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(variable)  # the settings' retries and timeout apply
+    uri = f"http://127.0.0.1:{free_port()}"
+    settings = write_settings(tmp_path, {"uri": uri, "request_retries": 0, "request_timeout_s": 2})
+    start = time.monotonic()
+    for action in (["init"], ["sync", "--experiment", "question-formation", "--curves", *runs[0], "--out", tmp_path / "manifest.json"]):
+        with pytest.raises(StacklmError, match="Parquet records are complete") as caught:
+            tracking(*action, "--settings", settings)
+        assert uri in str(caught.value) and "rerunning the rule" in str(caught.value)
+    assert time.monotonic() - start < 20 and not (tmp_path / "manifest.json").exists()
+
+
+def test_sync_refuses_a_sqlite_store_that_init_has_not_created(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"})
+    with pytest.raises(StacklmError, match="tracking init"):
+        sync(settings, runs, tmp_path / "manifest.json")
+    assert not (tmp_path / "mlflow").exists()
+
+
+def test_disabled_tracking_writes_an_empty_manifest_and_touches_no_store(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
+    settings = write_settings(tmp_path, {"enabled": False, "uri": f"sqlite:///{tmp_path / 'mlflow' / 'never.db'}"})
+    assert tracking("init", "--settings", settings) == 0
+    assert sync(settings, runs, tmp_path / "manifest.json") == {}
+    assert not (tmp_path / "mlflow").exists()
+
+
+def test_an_experiment_of_no_task_or_language_is_refused(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
+    settings = write_settings(tmp_path, {"enabled": False})
+    with pytest.raises(StacklmError, match="'german-passivization' is neither a task nor a CFL language"):
+        tracking("sync", "--settings", settings, "--experiment", "german-passivization", "--curves", *runs[0], "--out", tmp_path / "m.json")
 
 
 def test_relative_sqlite_paths_are_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert TrackingSettings(uri="sqlite:///results/mlflow.db").resolved_uri() == f"sqlite:///{tmp_path}/results/mlflow.db"
     assert TrackingSettings(uri="sqlite:////abs/m.db").resolved_uri() == "sqlite:////abs/m.db"
+    assert TrackingSettings(uri="http://127.0.0.1:5000").sqlite_path() is None

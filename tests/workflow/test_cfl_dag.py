@@ -43,6 +43,12 @@ def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, 
     for pair in pairs:
         assert len(workflow.cfl_run_files(small, pair["language"], pair["model"], workflow.CFL_RUN_CURVE)) == 1
     assert workflow.CFL_METRICS in workflow.all_targets(small)
+    assert workflow.tracking_experiments(small) == [*small["tasks"], *workflow.cfl_settings(small).languages]
+    assert {workflow.TRACKING_MANIFEST.format(experiment=name) for name in workflow.tracking_experiments(small)} <= set(workflow.all_targets(small))
+    records = workflow.tracking_records(small, "dyck-2")  # every grid run's curve, every model's evaluation
+    assert records["curves"] == [path for pair in pairs if pair["language"] == "dyck-2" for path in workflow.cfl_run_files(small, "dyck-2", pair["model"], workflow.CFL_RUN_CURVE)]
+    assert records["metrics"] == [workflow.CFL_EVALUATION.format(language="dyck-2", model=pair["model"]) for pair in pairs if pair["language"] == "dyck-2"]
+    assert len(records["curves"]) == len(records["metrics"]) == 7
     ci = resolve(config, "ci")
     assert workflow.cfl_targets(ci) == [] and workflow.cfl_pairs(ci) == []
     assert not any(target.startswith("results/cfl/") for target in workflow.all_targets(ci))

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from stacklm import workflow
+from stacklm.errors import StacklmError
 
 from tests.workflow.snakemake_runs import ROOT, run_snakemake
 
@@ -34,6 +35,7 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
     expected = {
         "settings": 1,
         "tracking": 1,
+        "tracking_sync": len(settings["tasks"]) + len(settings["cfl"]["languages"]),  # one per MLflow experiment
         "hparams": pairs,
         "train": pairs * (settings["search"]["trials"] + seeds),
         "select": pairs,
@@ -43,6 +45,38 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
         "all": 1,
     }
     assert {rule: counts.get(rule) for rule in expected} == expected
+
+
+def test_models_metrics_and_report_need_no_mlflow_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    directory = workflow_copy({"preset": "ci"})
+    targets = [workflow.REPORT_DOCUMENT, "results/runs/question-formation/tf/final/1/metrics.parquet"]
+    result = run_snakemake(directory, *targets, "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    counts = job_counts(output)
+    assert counts["report"] == 1 and counts["train"] > 0 and counts["evaluate"] > 0
+    assert "tracking" not in counts and "tracking_sync" not in counts
+    result = run_snakemake(directory, workflow.TRACKING_MANIFEST.format(experiment="question-formation"), "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
+    counts = job_counts(result.stdout + result.stderr)
+    assert counts["tracking"] == 1 and counts["tracking_sync"] == 1 and counts["train"] > 0 and counts["evaluate"] > 0
+    assert "report" not in counts
+
+
+def test_tracking_sync_reads_every_run_of_its_experiment() -> None:
+    settings = workflow.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "ci"})
+    task = settings["tasks"][0]
+    records = workflow.tracking_records(settings, task)
+    assert sorted(records["curves"]) == sorted(
+        workflow.RUN_CURVE.format(task=task, architecture=workflow.architecture_slug(name), phase=phase, index=index)
+        for name in settings["architectures"]
+        for phase, indices in (("search", workflow.trials(settings)), ("final", settings["final"]["seeds"]))
+        for index in indices
+    )
+    assert records["metrics"] == [path for path in workflow.final_metrics(settings) if f"/{task}/" in path]
+    assert workflow.tracking_experiments(settings) == [*settings["tasks"], *settings["cfl"]["languages"]]
+    assert f"results/tracking/{task}.json" in workflow.all_targets(settings)
+    with pytest.raises(StacklmError, match="no task or CFL language is named 'no-such-task'"):
+        workflow.tracking_records(settings, "no-such-task")
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,10 @@ real Parquet, rendered tables and figures.
 Two copies of the workflow run side by side: A straight through; B killed while a model is
 training (SIGINT to Snakemake's process group, as Ctrl-C in its terminal: Snakemake and the
 training job stop, the lock is released, the checkpoint stays), then started again with the
-same command. Both must end with the same tables. A's MLflow store is then served and loaded in headless Chromium;
-B's store is deleted and its report rebuilt, byte for byte, from Parquet alone.
+same command. Both must end with the same tables. A's MLflow store (filled by the rule
+tracking_sync from the runs' Parquet files) is then served and loaded in headless Chromium;
+B's store is deleted, its report rebuilt, byte for byte, from Parquet alone, and the store
+rebuilt by `--forcerun tracking`.
 
 All tests share the two runs through one session fixture; `make test` runs `pytest -n 2
 --dist loadfile`, which keeps this file's tests on one worker (xdist 3.8's loadgroup split
@@ -117,10 +119,21 @@ def test_ci_run_writes_metrics_tables_figures_and_mlflow_runs(pipelines: Pipelin
     assert (directory / "results" / "report" / "figures" / "figure3.png").read_bytes().startswith(b"\x89PNG")
     assert (directory / "results" / "report" / "figures" / "figure3.pdf").read_bytes().startswith(b"%PDF")
     assert "\\input{tables/" in (directory / "results" / "report" / "report.tex").read_text()
-    with sqlite3.connect(directory / "results" / "mlflow" / "mlflow.db") as store:
-        names = {name for (name,) in store.execute("SELECT name FROM runs")}
+    names = mlflow_run_names(directory)
     trials = settings["search"]["trials"]
     assert len(names) == len(settings["tasks"]) * len(settings["architectures"]) * (trials + len(settings["final"]["seeds"]))
+    assert names == manifest_runs(directory, settings)  # one run per key, no deleted one
+
+
+def mlflow_run_names(directory: Path) -> set[str]:
+    """The names of every run in the SQLite store, deleted ones included."""
+    with sqlite3.connect(directory / "results" / "mlflow" / "mlflow.db") as store:
+        return {name for (name,) in store.execute("SELECT name FROM runs")}
+
+
+def manifest_runs(directory: Path, settings: dict) -> set[str]:
+    """The run keys of every task's tracking_sync manifest."""
+    return {key for task in settings["tasks"] for key in json.loads((directory / "results" / "tracking" / f"{task}.json").read_text())}
 
 
 def test_killed_mid_training_then_rerun_ends_with_the_same_tables(pipelines: Pipelines) -> None:
@@ -144,9 +157,17 @@ def test_report_rebuilt_without_the_mlflow_store_is_identical(pipelines: Pipelin
     output = result.stdout + result.stderr
     # "rule train:" would also match "localrule train:"
     assert "rule report:" in output and "rule train:" not in output and "rule evaluate:" not in output
+    assert "rule tracking" not in output
     assert document.stat().st_mtime_ns > written
     assert not (directory / "results" / "mlflow").exists()
     assert report_files(directory) == before
+
+    # the store is rebuilt from the Parquet files: init, then every experiment's sync; no model is retrained
+    result = run_snakemake(directory, *RUN, "--forcerun", "tracking")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    assert "rule tracking_sync:" in output and "rule train:" not in output and "rule evaluate:" not in output and "rule report:" not in output
+    assert mlflow_run_names(directory) == manifest_runs(directory, pipelines.settings) == mlflow_run_names(pipelines.straight)
 
 
 def free_port() -> int:

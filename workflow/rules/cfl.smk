@@ -4,6 +4,7 @@
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
 # Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`; the light
 # `cfl_select` runs the same command as `python -m stacklm.cfl.experiment select` (no torch).
+# No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
 CFL_FIGURES = {figure: dag.cfl_figures(figure) for figure in dag.CFL_FIGURES}
 
@@ -33,7 +34,6 @@ rule cfl_generate:
 rule cfl_train:
     input:
         settings=dag.SETTINGS_JSON,
-        tracking=ancient(dag.TRACKING_MARKER),
     output:
         model=dag.CFL_RUN_MODEL,
         curve=dag.CFL_RUN_CURVE,
@@ -71,7 +71,6 @@ rule cfl_evaluate:
         models=lambda wildcards: dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, dag.CFL_RUN_MODEL),
         test=dag.CFL_TEST,
         settings=dag.SETTINGS_JSON,
-        tracking=ancient(dag.TRACKING_MARKER),
     output:
         dag.CFL_EVALUATION,
     params:

@@ -1,5 +1,6 @@
 # Metrics of one final model on the test set and on the generalization set under the
-# hierarchical and the linear rule: RUN_DIR/metrics.parquet, the source of every table.
+# hierarchical and the linear rule: RUN_DIR/metrics.parquet, the source of every table (and of
+# the run's final metrics in MLflow, through `tracking_sync`).
 
 
 rule evaluate:
@@ -7,7 +8,6 @@ rule evaluate:
         model=dag.RUN_MODEL,
         data=lambda wildcards: dag.data_files(wildcards.task),
         settings=dag.SETTINGS_JSON,
-        tracking=ancient(dag.TRACKING_MARKER),
     output:
         dag.RUN_METRICS,
     params:

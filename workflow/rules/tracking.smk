@@ -1,11 +1,19 @@
-# MLflow mirrors the Parquet files for browsing. Its SQLite store and experiments are created
-# once, serially, before any training job writes to it (concurrent first writers race on the
-# schema migration). Jobs take the marker as `ancient`: a later re-initialisation, or a deleted
-# store, never re-runs a finished model.
+# MLflow mirrors the Parquet files for browsing; no training or evaluation job touches it, and
+# the report never reads it. `tracking` creates the SQLite store and the experiments once,
+# serially (concurrent first writers race on the schema migration). `tracking_sync` then mirrors
+# one experiment (a task or a CFL language) from its runs' Parquet files once they are all
+# written, into results/tracking/{experiment}.json (run key -> MLflow run id); a rerun skips the
+# runs whose files did not change. Neither imports torch. A deleted store is rebuilt by
+# `--forcerun tracking` (init, then every sync).
 
 
 localrules:
     tracking,
+    tracking_sync,
+
+
+wildcard_constraints:
+    experiment=r"[a-z0-9-]+",
 
 
 rule tracking:
@@ -17,3 +25,17 @@ rule tracking:
         "logs/tracking.log",
     shell:
         "stacklm tracking init --settings {input.settings} > {log} 2>&1"
+
+
+rule tracking_sync:
+    input:
+        unpack(lambda wildcards: dag.tracking_records(SETTINGS, wildcards.experiment)),
+        settings=dag.SETTINGS_JSON,
+        store=dag.TRACKING_MARKER,
+    output:
+        dag.TRACKING_MANIFEST,
+    log:
+        "logs/tracking/{experiment}.log",
+    shell:
+        "stacklm tracking sync --settings {input.settings} --experiment {wildcards.experiment}"
+        " --curves {input.curves} --metrics {input.metrics} --out {output} > {log} 2>&1"

@@ -1,6 +1,7 @@
 # One training run: a search trial (phase `search`, index = trial) or a final model (phase
 # `final`, index = seed). The resumable state lives at a `params:` path, not an output:
 # Snakemake deletes the outputs of a failed job, and a retried or re-run job resumes from it.
+# The job never touches MLflow: `tracking_sync` mirrors its train.parquet once the task's runs are done.
 
 
 rule train:
@@ -10,7 +11,6 @@ rule train:
             wildcards.task, wildcards.architecture, wildcards.phase, wildcards.index
         ),
         settings=dag.SETTINGS_JSON,
-        tracking=ancient(dag.TRACKING_MARKER),
     output:
         model=dag.RUN_MODEL,
         curve=dag.RUN_CURVE,

@@ -1,0 +1,63 @@
+"""The MLflow view of runs built from their Parquet files: keys, params, metrics, curves, digests,
+and the files that cannot be mirrored, named."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from stacklm.errors import StacklmError
+from stacklm.evaluation.metrics import MetricValue
+from stacklm.tracking.records import CURVE_SCHEMA, RunMetadata, curve_table, metrics_table, write_table
+from stacklm.tracking.runs import cfl_run_key, flat_params, metric_name, task_run_key, task_runs
+from stacklm.training.loop import CheckpointRecord
+
+METADATA = RunMetadata(
+    task="passivization", architecture="LSTM+Nd", phase="final", trial=None, seed=2, learning_rate=0.5, tokens_per_batch=None,
+    parameters=10, data_version="ab" * 32, code_version="0.1.0", wall_time_s=1.0, tokens_per_s=2.0, config=json.dumps({"model": {"dropout": 0.1}}),
+)
+CURVE = [CheckpointRecord(1, 1, 4, 40, 0.5, 2.0, 1.5, True), CheckpointRecord(2, 1, 8, 80, 0.25, 1.0, 1.25, True)]
+
+
+def test_keys_names_and_flat_params_keep_the_mlflow_names_of_before() -> None:
+    assert task_run_key("passivization", "Tf", "search", 3, 3) == "passivization/Tf/search/trial-3"
+    assert task_run_key("passivization", "Tf", "final", None, 5) == "passivization/Tf/final/seed-5"
+    assert cfl_run_key("dyck-2", "cfl/JM", "lr0.001-m20-r3") == "dyck-2/cfl/JM/lr0.001-m20-r3"
+    assert metric_name({"split": "generalization", "rule": "linear", "metric": "partial_accuracy"}) == "generalization/linear/partial_accuracy"
+    assert metric_name({"split": "test", "rule": None, "metric": "full_accuracy"}) == "test/full_accuracy"
+    assert flat_params({"a": {"b": 1, "c": None}, "d": "text"}, "settings.") == {"settings.a.b": "1", "settings.a.c": "null", "settings.d": "text"}
+
+
+def test_a_final_run_is_mirrored_from_its_curve_and_metrics(tmp_path: Path) -> None:
+    write_table(curve_table(CURVE, METADATA), tmp_path / "train.parquet")
+    write_table(metrics_table([MetricValue("test", None, "full_accuracy", 0.25)], METADATA), tmp_path / "metrics.parquet")
+    (run,) = task_runs("passivization", [tmp_path / "train.parquet"], [tmp_path / "metrics.parquet"])
+    assert run.key == "passivization/LSTM+Nd/final/seed-2"
+    assert run.params["tokens_per_batch"] == "null" and run.params["settings.model.dropout"] == "0.1" and run.params["seed"] == "2"
+    assert run.metrics == {
+        "best_validation_cross_entropy": 1.25, "steps": 8, "epochs": 1, "wall_time_s": 1.0, "tokens_per_s": 2.0, "test/full_accuracy": 0.25,
+    }
+    assert run.curves == {
+        "validation_cross_entropy": [(40, 1.5), (80, 1.25)], "train_loss": [(40, 2.0), (80, 1.0)], "learning_rate": [(40, 0.5), (80, 0.25)],
+    }
+    write_table(curve_table(CURVE[:1], METADATA), tmp_path / "train.parquet")  # new bytes, new digest
+    assert task_runs("passivization", [tmp_path / "train.parquet"], [tmp_path / "metrics.parquet"])[0].digest != run.digest
+
+
+def test_files_that_cannot_be_mirrored_are_named(tmp_path: Path) -> None:
+    write_table(curve_table(CURVE, METADATA), tmp_path / "train.parquet")
+    write_table(curve_table(CURVE, replace(METADATA, seed=3)), tmp_path / "other.parquet")
+    write_table(metrics_table([MetricValue("test", None, "full_accuracy", 0.25)], METADATA), tmp_path / "metrics.parquet")
+    write_table(pa.Table.from_pylist([], schema=CURVE_SCHEMA), tmp_path / "empty.parquet")
+    with pytest.raises(StacklmError, match="metrics.parquet: the metrics of run passivization/LSTM\\+Nd/final/seed-2, whose train.parquet"):
+        task_runs("passivization", [tmp_path / "other.parquet"], [tmp_path / "metrics.parquet"])
+    with pytest.raises(StacklmError, match="does not belong to the experiment 'question-formation'"):
+        task_runs("question-formation", [tmp_path / "train.parquet"], [])
+    with pytest.raises(StacklmError, match="train.parquet both hold run"):
+        task_runs("passivization", [tmp_path / "train.parquet", tmp_path / "train.parquet"], [])
+    with pytest.raises(StacklmError, match="empty.parquet: the run's records have no row"):
+        task_runs("passivization", [tmp_path / "empty.parquet"], [])
+    with pytest.raises(StacklmError, match="missing.parquet: cannot read"):
+        task_runs("passivization", [tmp_path / "missing.parquet"], [])
