@@ -101,3 +101,13 @@ def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[
     }
     assert len(re.findall(r"^(?:local)?rule cfl_train:$", output, flags=re.MULTILINE)) == 1100
     print(f"\nsnakemake -n {workflow.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")
+
+
+def test_a_test_set_is_generated_with_only_the_strings_per_length_that_are_scored(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    directory = workflow_copy({})
+    target = workflow.CFL_TEST.format(language="hardest-cfl")
+    for config, expected in (([], 100), (["--config", "preset=small"], 2)):
+        result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", *config, "--", target)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        assert re.search(rf"stacklm cfl generate --language hardest-cfl --split test --seed 0 --strings-per-length {expected} ", output), output[-3000:]

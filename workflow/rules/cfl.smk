@@ -1,6 +1,7 @@
 # The CFL experiments of seed 002 (App. 8): per language and model, every grid run trains on
 # data of its own seed (`cfl_train`), the run with the lowest validation Δ is selected
-# (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`,
+# (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`, which
+# keeps and scores only the first cfl.test_strings_per_length strings of each length, and
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
 # Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`; the light
 # `cfl_select` runs the same command as `python -m stacklm.cfl.experiment select` (no torch).
@@ -23,12 +24,14 @@ wildcard_constraints:
 rule cfl_generate:
     output:
         dag.CFL_TEST,
+    params:
+        strings_per_length=dag.cfl_settings(SETTINGS).test_strings_per_length,
     log:
         "logs/cfl/generate/{language}.log",
     threads: 1
     shell:
-        "stacklm cfl generate --language {wildcards.language} --split test --seed 0 --out {output}"
-        " --threads {threads} > {log} 2>&1"
+        "stacklm cfl generate --language {wildcards.language} --split test --seed 0"
+        " --strings-per-length {params.strings_per_length} --out {output} --threads {threads} > {log} 2>&1"
 
 
 rule cfl_train:
