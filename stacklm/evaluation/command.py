@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     model = rebuild_model(saved, task).to(device)
     splits = read_splits(args.data_dir)
-    evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match), evaluation, device)
+    evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by), evaluation, device)
     rows = evaluator.evaluate(splits["validation"], splits["test"], splits["generalization"])
     write_table(metrics_table(rows, metadata), args.out)
     return 0

@@ -36,6 +36,7 @@ from stacklm.models.config import from_dict
 
 PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
 Match = Callable[[Sequence[str], Sequence[str]], bool]
+DecidedBy = Callable[[Sequence[str]], int]
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,12 @@ class EvaluationSettings:
 
 @dataclass(frozen=True)
 class PartialAccuracy:
-    """A task's partial-accuracy check: its kind and its match of an output against a reference."""
+    """A task's partial-accuracy check: its kind, its match of an output against a reference, and
+    how many output tokens decide that match (``Task.partial_decided_by``)."""
 
     kind: PartialAccuracyKind
     match: Match
+    decided_by: DecidedBy
 
     @property
     def exact(self) -> bool:
@@ -112,7 +115,10 @@ class TaskEvaluator:
             device=self.device,
         )
 
-    def samples(self, examples: Sequence[Example]) -> list[list[tuple[str, ...]]]:
+    def samples(self, examples: Sequence[Example], references: Sequence[Sequence[Sequence[str]]]) -> list[list[tuple[str, ...]]]:
+        """``samples_per_input`` outputs of each example, each drawn only as far as decides its
+        partial match against every one of the example's ``references``: the matches are those
+        of the whole samples, for less sampling (an untrained model rarely stops before 50 tokens)."""
         drawn = sample_outputs(
             self.model,
             [self.vocabulary.encode(example.source) for example in examples],
@@ -121,6 +127,7 @@ class TaskEvaluator:
             seed=self.settings.sample_seed,
             eos_index=self.vocabulary.eos_index,
             tokens_per_batch=self.settings.tokens_per_batch,
+            lengths=[max(self.partial.decided_by(reference) for reference in options) for options in references],
             device=self.device,
         )
         return [[self.vocabulary.decode(output) for output in outputs] for outputs in drawn]
@@ -168,14 +175,15 @@ class TaskEvaluator:
     def evaluate(self, validation: Sequence[Example], test: Sequence[Example], generalization: Sequence[Example]) -> list[MetricValue]:
         """Every metric: validation cross-entropy; test; generalization under both rules; log ratios."""
         rows = self.validation(validation)
-        test_samples = self.samples(test) if self.partial.sampled else None
+        test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
         rows += self.references("test", None, test, [example.target for example in test], test_samples)[0]
         linear = []
         for number, example in enumerate(generalization, start=1):
             if example.linear is None:
                 raise StacklmError(f"generalization example {number} has no linear-rule target (a third column)")
             linear.append(example.linear)
-        samples = self.samples(generalization) if self.partial.sampled else None
+        both = [[example.target, target] for example, target in zip(generalization, linear)]
+        samples = self.samples(generalization, both) if self.partial.sampled else None
         hierarchical_rows, hierarchical, hierarchical_partial = self.references(
             "generalization", "hierarchical", generalization, [example.target for example in generalization], samples
         )

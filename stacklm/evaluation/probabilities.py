@@ -13,7 +13,8 @@ The second output token's probability sums over the first (exact second-word acc
 
     p_M(y'_2 = r_2 | x) = Σ_{a ≠ EOS} p_M(a | x) · p_M(r_2 | x a),
 
-computed in one forward pass over x·a for every candidate a.
+computed from the model's state after x (read once, step by step), copied for every
+candidate a and advanced by one step: the prompt is not read again for each a.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from stacklm.models.base import ModelState
 from stacklm.training.batching import group_by_token_budget, make_batch
 from stacklm.training.loss import position_log_probabilities
 
@@ -87,6 +89,15 @@ def same_length_chunks(lengths: Sequence[int], rows_per_prompt: int, tokens_per_
     return chunks
 
 
+def prompt_states(model: nn.Module, prompts: Tensor, copies: int = 1) -> ModelState:
+    """The model's state after reading ``prompts`` (B, n), all of one length, each row then
+    repeated ``copies`` times in place (B · copies rows): the prompts are read once."""
+    state = model.initial_state(prompts.size(0))
+    for step in range(prompts.size(1)):
+        state = state.next(prompts[:, step])
+    return state if copies == 1 else state.transform_tensors(lambda tensor: tensor.repeat_interleave(copies, dim=0))
+
+
 def second_token_log_probabilities(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -98,8 +109,8 @@ def second_token_log_probabilities(
 ) -> Tensor:
     """log p_M(y'_2 = r_2 | x) for each prompt x and reference second token r_2: (N,) float64.
 
-    Each chunk of same-length prompts (at most ``tokens_per_batch`` prompt tokens) is run once
-    with every first token a ≠ EOS appended, so one forward pass holds V − 1 rows per prompt.
+    Each chunk of same-length prompts (at most ``tokens_per_batch`` prompt tokens) is read
+    once; its state is copied V − 1 times per prompt and advanced by every first token a ≠ EOS.
     ``None`` (a reference without a second token) can never be matched: −inf.
     """
     device = torch.device(device)
@@ -112,12 +123,10 @@ def second_token_log_probabilities(
             if not chunk:
                 continue
             tokens = torch.tensor([list(prompts[index]) for index in chunk], dtype=torch.long, device=device)  # (B, n)
-            length = tokens.size(1)
-            first_tokens = torch.arange(candidates, device=device).repeat(len(chunk)).unsqueeze(1)  # (B·(V − 1), 1)
-            inputs = torch.cat([tokens.repeat_interleave(candidates, dim=0), first_tokens], dim=1)  # (B·(V − 1), n + 1)
-            log_probabilities = torch.log_softmax(model(inputs).double(), dim=-1)  # (B·(V − 1), n + 2, V)
-            first = log_probabilities[::candidates, length, :candidates]  # (B, V − 1): p(a | x)
+            state = prompt_states(model, tokens, copies=candidates)  # B·(V − 1) rows, each prompt V − 1 times
+            first = torch.log_softmax(state.output()[::candidates].double(), dim=-1)[:, :candidates]  # (B, V − 1): p(a | x)
+            state = state.next(torch.arange(candidates, device=device).repeat(len(chunk)))  # x a, for every a
             references = torch.tensor([second_tokens[index] for index in chunk], device=device).repeat_interleave(candidates)  # (B·(V − 1),)
-            second = log_probabilities[:, length + 1].gather(1, references.unsqueeze(1)).view(len(chunk), candidates)  # (B, V − 1): p(r_2 | x a)
+            second = torch.log_softmax(state.output().double(), dim=-1).gather(1, references.unsqueeze(1)).view(len(chunk), candidates)  # (B, V − 1): p(r_2 | x a)
             result[torch.tensor(chunk)] = torch.logsumexp(first + second, dim=1).cpu()
     return result

@@ -118,6 +118,11 @@ class Task(ABC):
         index = 0 if self.partial_accuracy_kind == "first_word" else 1
         return len(output) > index and len(reference) > index and output[index] == reference[index]
 
+    def partial_decided_by(self, reference: Sequence[str]) -> int:
+        """How many output tokens decide :meth:`partial_match` against ``reference``: an output
+        cut after that many tokens matches exactly when the whole output does (o_1 or o_2 here)."""
+        return 1 if self.partial_accuracy_kind == "first_word" else 2
+
     # --- vocabulary and features -------------------------------------------------------------
 
     def vocabulary(self) -> tuple[str, ...]:

@@ -83,3 +83,7 @@ class TenseReinflection(Task):
         if len(positions) <= which:
             return False
         return output[positions[which]] == reference[positions[which]]
+
+    def partial_decided_by(self, reference: Sequence[str]) -> int:
+        """|r| + 1: an output of more than |r| tokens fails the length check, whatever follows."""
+        return len(reference) + 1

@@ -1,5 +1,6 @@
 import math
 import random
+from typing import Sequence
 
 import pytest
 import torch
@@ -10,6 +11,8 @@ from stacklm.evaluation.cfl import cross_entropy_difference, cross_entropy_diffe
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, log_ratio
 from stacklm.evaluation.probabilities import score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
+from stacklm.models.registry import ARCHITECTURES
+from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
 from tests.training.toy_language_model import ToyLanguageModel
 
 VOCABULARY = Vocabulary.from_tokens(["a", "b", "c", "d", "m"])
@@ -67,6 +70,25 @@ def test_exact_second_word_probability_sums_over_the_first_word_step_by_step() -
     assert second_token_log_probabilities(model, [[0, 4]], [None], eos_index=EOS, tokens_per_batch=16).item() == -math.inf
 
 
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_second_token_probabilities_from_copied_states_equal_whole_sequence_forward_passes(name: str) -> None:
+    """Every architecture's state, copied after the prompt and advanced by each first token a,
+    gives the p(a | x) · p(r_2 | x a) of the whole sequences x·a run through the model."""
+    model = tiny_model(name, seed=3).double().eval()
+    eos = TOY_VOCABULARY_SIZE - 1
+    prompts = [[0, 1, 2], [3, 3, 4], [5, 0], [2, 4, 1, 3]]
+    seconds = [1, 4, 0, 5]
+    exact = second_token_log_probabilities(model, prompts, seconds, eos_index=eos, tokens_per_batch=8)
+    with torch.no_grad():
+        expected = []
+        for prompt, second in zip(prompts, seconds):
+            inputs = torch.tensor([prompt + [first] for first in range(eos)])  # (V − 1, n + 1)
+            log_probabilities = torch.log_softmax(model(inputs).double(), dim=-1)
+            terms = log_probabilities[:, len(prompt), :eos].diagonal() + log_probabilities[:, len(prompt) + 1, second]
+            expected.append(torch.logsumexp(terms, dim=0))
+    torch.testing.assert_close(exact, torch.stack(expected), rtol=1e-9, atol=1e-9)
+
+
 def test_exact_second_word_accuracy_lies_in_the_confidence_interval_of_10000_samples() -> None:
     model = toy_model(3)
     prompts = [[0, 1, 4], [2, 2, 4], [3, 0, 1, 4], [1, 4]]
@@ -92,6 +114,37 @@ def test_sampling_is_seeded_and_stops_at_eos() -> None:
     assert all(EOS not in output and len(output) <= 50 for outputs in first for output in outputs)
 
 
+def test_samples_cut_at_their_prompts_lengths_are_the_whole_samples_cut() -> None:
+    """Stopping a batch once every row has its tokens changes no draw: prompts 0, 2 and 3 share a
+    batch (one length) and need 1, 50 and 60 (more than max_length) tokens."""
+    model = toy_model(4)
+    prompts = [[0, 4], [1, 2, 4], [3, 4], [2, 4]]
+    lengths = [1, 3, 50, 60]
+    whole = sample_outputs(model, prompts, num_samples=10, max_length=50, seed=123, eos_index=EOS, tokens_per_batch=256)
+    cut = sample_outputs(model, prompts, num_samples=10, max_length=50, seed=123, eos_index=EOS, tokens_per_batch=256, lengths=lengths)
+    assert cut == [[output[:length] for output in outputs] for outputs, length in zip(whole, lengths)]
+    assert any(len(output) == 3 for output in cut[1]) and any(len(output) > 3 for output in whole[1])
+
+
+def test_the_sampled_partial_accuracies_of_cut_samples_are_those_of_whole_samples() -> None:
+    """A match that needs the output's length (tense reinflection's) is decided after |r| + 1 tokens."""
+
+    def match(output: Sequence[str], reference: Sequence[str]) -> bool:
+        return len(output) == len(reference) and output[-1:] == reference[-1:]
+
+    model = toy_model(6)
+    settings = EvaluationSettings(tokens_per_batch=128, samples_per_input=10, max_sample_length=30)
+    rows = [
+        TaskEvaluator(model, VOCABULARY, PartialAccuracy("pos_main_word", match, decided_by), settings).evaluate(
+            examples(10, 1, False), examples(12, 2, False), examples(15, 3, True)
+        )
+        for decided_by in (lambda reference: len(reference) + 1, lambda reference: 30)
+    ]
+    assert rows[0] == rows[1]
+    sampled = [row.value for row in rows[0] if row.metric == "partial_accuracy_sampled"]
+    assert len(sampled) == 3 and all(0 < value < 1 for value in sampled)
+
+
 def examples(count: int, seed: int, with_linear: bool) -> list[Example]:
     generator = random.Random(seed)
     words = ["a", "b", "c", "d"]
@@ -105,7 +158,7 @@ def examples(count: int, seed: int, with_linear: bool) -> list[Example]:
 @pytest.mark.parametrize("kind", ["first_word", "second_word", "pos_main_word"])
 def test_task_evaluation_rows_and_log_ratios(kind: str) -> None:
     model = toy_model(5)
-    partial = PartialAccuracy(kind, lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1])
+    partial = PartialAccuracy(kind, lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1], lambda reference: 2)
     settings = EvaluationSettings(tokens_per_batch=128, samples_per_input=10)
     evaluator = TaskEvaluator(model, VOCABULARY, partial, settings)
     rows = evaluator.evaluate(examples(10, 1, False), examples(12, 2, False), examples(15, 3, True))
