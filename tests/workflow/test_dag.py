@@ -37,7 +37,7 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
         "tracking": 1,
         "tracking_sync": len(settings["tasks"]) + len(settings["cfl"]["languages"]),  # one per MLflow experiment
         "hparams": pairs,
-        "train": pairs * (settings["search"]["trials"] + seeds),
+        "train": pairs * (len(workflow.trained_trials(settings)) + seeds),
         "select": pairs,
         "evaluate": pairs * seeds,
         "aggregate": 1,
@@ -103,7 +103,7 @@ def test_profiles_choose_the_device_and_the_slurm_resources(
 
 def test_default_profile_stays_executor_neutral() -> None:
     keys = set(yaml.safe_load((ROOT / "profiles" / "default" / "profile.yaml").read_text()))
-    assert keys == {"printshellcmds", "rerun-incomplete", "keep-going", "show-failed-logs"}
+    assert keys == {"printshellcmds", "rerun-incomplete", "keep-going", "show-failed-logs", "scheduler"}
 
 
 @pytest.mark.parametrize(
