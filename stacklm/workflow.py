@@ -10,9 +10,10 @@ The DAG (seed 000 §5, App. D), per task T and architecture A:
 
 - ``hparams``: trial k = 1..K draws B ~ U{B_low..B_high} and a learning rate ~ log-U[lr_low,
   lr_high] from a seed derived from (salt, T, A, k) — a pure function, so the DAG is static;
-- ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs, seed k;
-- ``select``: the trial with the lowest validation cross-entropy, ``max_epochs`` set to
-  ``final.max_epochs`` (null: to convergence);
+- ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs, seed k — when
+  K > 1: a search of one trial has nothing to compare, and trains no search model;
+- ``select``: the trial with the lowest validation cross-entropy (the only one when K = 1),
+  ``max_epochs`` set to ``final.max_epochs`` (null: to convergence);
 - ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
 - ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures);
 - ``tracking_sync`` (per task T, and per CFL language): every run's Parquet files → MLflow,
@@ -34,18 +35,17 @@ import hashlib
 import json
 import math
 import random
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from stacklm.cfl.experiment import CflSettings, parse_setting
 from stacklm.cfl.experiment import grid as cfl_grid
 from stacklm.data.settings import data_settings, data_targets
-from stacklm.cli import run_light
 from stacklm.errors import StacklmError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Phase = Literal["search", "final"]
 PHASES: tuple[Phase, ...] = ("search", "final")
@@ -225,6 +225,13 @@ def trials(settings: dict[str, Any]) -> list[int]:
     return list(range(1, settings["search"]["trials"] + 1))
 
 
+def trained_trials(settings: dict[str, Any]) -> list[int]:
+    """The trials whose search model is trained: all of them, or none when there is one (its
+    draw is the selection whatever its validation cross-entropy; the small preset's case)."""
+    drawn = trials(settings)
+    return drawn if len(drawn) > 1 else []
+
+
 def lowest_validation_cross_entropy(curve: pd.DataFrame) -> float:
     """The best checkpoint's validation cross-entropy per token in one ``train.parquet``."""
     values = curve["validation_cross_entropy"].to_numpy(dtype=float)
@@ -353,7 +360,7 @@ def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, lis
     searched = [
         {"task": experiment, "architecture": architecture_slug(name), "phase": "search", "index": trial}
         for name in settings["architectures"]
-        for trial in trials(settings)
+        for trial in trained_trials(settings)
     ]
     final = [run for run in final_runs(settings) if run["task"] == experiment]
     return {
@@ -448,14 +455,20 @@ def hparams_command(args: argparse.Namespace) -> int:
 
 def select_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    if len(args.hparams) != len(args.curves):
+    if len(args.hparams) == 1 and not args.curves:
+        best, reason = 0, "the only trial, not trained: nothing to compare it with"
+    elif len(args.hparams) != len(args.curves):
         raise StacklmError(f"--hparams and --curves differ in length ({len(args.hparams)} and {len(args.curves)})")
-    scores = [lowest_validation_cross_entropy(pd.read_parquet(path)) for path in args.curves]
-    best = select_trial(scores)
+    else:
+        import pandas as pd  # here, not at the top: hparams and settings, hundreds of jobs, do without it
+
+        scores = [lowest_validation_cross_entropy(pd.read_parquet(path)) for path in args.curves]
+        best = select_trial(scores)
+        reason = f"validation cross-entropy {scores[best]:.6f}, the lowest of {len(scores)} trials"
     chosen = json.loads(Path(args.hparams[best]).read_text())
     chosen["max_epochs"] = settings["final"]["max_epochs"]
     write_json(args.out, chosen)
-    print(f"selected trial {best + 1} of {len(scores)} (validation cross-entropy {scores[best]:.6f}): {args.hparams[best]}")
+    print(f"selected trial {best + 1} ({reason}): {args.hparams[best]}")
     return 0
 
 
@@ -475,17 +488,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     select = subparsers.add_parser("select", help="choose the search trial with the lowest validation cross-entropy")
     select.add_argument("--settings", required=True)
     select.add_argument("--hparams", required=True, nargs="+", help="the trials' HP.json files, trial 1 first")
-    select.add_argument("--curves", required=True, nargs="+", help="the trials' train.parquet files, same order")
+    select.add_argument("--curves", default=[], nargs="*", help="the trials' train.parquet files, same order (none for a single trial)")
     select.add_argument("--out", required=True, help="the chosen HP.json, with final.max_epochs")
     select.set_defaults(func=select_command)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m stacklm.workflow COMMAND``: the commands of the light rules (``settings``,
-    ``hparams``, ``select``), the same as ``stacklm COMMAND``, each of the DAG's hundreds of
-    such jobs starting in a fraction of a second instead of seconds."""
-    return run_light("python -m stacklm.workflow", main.__doc__.splitlines()[0], [register], argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

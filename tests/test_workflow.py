@@ -185,17 +185,41 @@ def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: dic
     assert json.loads(best.read_text()) == {**drawn[2], "max_epochs": None}
 
 
-def test_python_m_stacklm_workflow_runs_the_same_commands(tmp_path: Path, settings: dict[str, Any]) -> None:
+LIGHT_RUN = """
+import sys
+from stacklm.cli import main
+status = main(sys.argv[1:])
+heavy = sorted({"torch", "pandas", "mlflow", "sympy"} & set(sys.modules))
+sys.exit(f"imported {heavy}" if heavy else status)
+"""
+
+
+def test_hparams_imports_neither_torch_nor_pandas(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """hparams runs once per task and architecture: each job starts in a fraction of a second."""
     settings_path = tmp_path / "settings.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "stacklm.workflow", "settings", "--json", json.dumps(settings), "--out", str(settings_path)],
-        capture_output=True,
-        text=True,
-    )
+    assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
+    run = [sys.executable, "-c", LIGHT_RUN]
+    out = [str(tmp_path / f"trial{trial}.json") for trial in workflow.trials(settings)]
+    result = subprocess.run([*run, "hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *out],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert json.loads(settings_path.read_text()) == settings
-    settings["search"]["trials"] = 0
-    assert workflow.main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "bad.json")]) == 2
+    assert json.loads(Path(out[1]).read_text()) == {**workflow.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
+
+
+def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Path, settings: dict[str, Any]) -> None:
+    assert workflow.trained_trials(settings) == list(range(1, 11))
+    settings["search"]["trials"] = 1
+    assert workflow.trials(settings) == [1] and workflow.trained_trials(settings) == []
+    assert not [path for path in workflow.tracking_records(settings, "passivization")["curves"] if "/search/" in path]
+    settings_path = tmp_path / "settings.json"
+    assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
+    trial = str(tmp_path / "trial1.json")
+    assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", trial]) == 0
+    best = tmp_path / "best.json"
+    assert main(["select", "--settings", str(settings_path), "--hparams", trial, "--out", str(best)]) == 0
+    assert json.loads(best.read_text()) == {**json.loads(Path(trial).read_text()), "max_epochs": settings["final"]["max_epochs"]}
+    # two trials are compared by their curves: none given is an error, not a silent first pick
+    assert main(["select", "--settings", str(settings_path), "--hparams", trial, trial, "--out", str(best)]) == 2
 
 
 def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

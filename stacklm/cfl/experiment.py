@@ -35,14 +35,15 @@ import io
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from stacklm.atomic import write_bytes_atomically
 from stacklm.cli import run_light
 from stacklm.errors import StacklmError
 from stacklm.models.config import from_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CFL_MODELS: tuple[str, ...] = ("cfl/LSTM", "cfl/Gref", "cfl/JM", "cfl/NS", "cfl/NS+S", "cfl/NS+U", "cfl/NS+S+U")
 VECTOR_MODELS: tuple[str, ...] = ("cfl/Gref", "cfl/JM")  # searched over the stack vector size m
@@ -177,6 +178,8 @@ def select_run(curves: Sequence[pd.DataFrame]) -> int:
 
 def select_command(args: argparse.Namespace) -> int:
     """``stacklm cfl select``: write the selected run's ``train.parquet`` rows to ``--out``."""
+    import pandas as pd  # here, not at the top: the workflow's every lookup imports this module
+
     curves = [pd.read_parquet(path) for path in args.curves]
     best = select_run(curves)
     buffer = io.BytesIO()

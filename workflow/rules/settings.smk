@@ -14,4 +14,4 @@ rule settings:
     log:
         "logs/settings.log",
     shell:
-        "python -m stacklm.workflow settings --json {params.settings:q} --out {output} > {log} 2>&1"
+        "stacklm settings --json {params.settings:q} --out {output} > {log} 2>&1"
