@@ -45,10 +45,8 @@ from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
-from stacklm.training.command import add_resource_arguments, run_metadata, save_trained_model
+from stacklm.training.command import add_resource_arguments, resumable_training, run_metadata, save_trained_model
 from stacklm.training.config import TrainingSettings, cfl_train_config
-from stacklm.training.loop import StopRequest, train
-from stacklm.training.progress import Progress
 from stacklm.training.run_files import choose_device, load_model, read_settings, set_threads
 
 
@@ -94,23 +92,19 @@ def train_command(args: argparse.Namespace) -> int:
     }
     determining = ("language", "architecture", "seeds", "model", "train_config")
     fingerprint_source = {key: run_settings[key] for key in determining} | {"data_version": data_version}
-    fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
 
     model = build_model(run.model, language.vocabulary_size, options=options, generator=torch.Generator().manual_seed(seeds.parameters))
-    stop_request = StopRequest()
-    stop_request.install()
-    result = train(
+    result = resumable_training(
         model,
         training_strings,
         validation.strings,
         config,
+        fingerprint_source=fingerprint_source,
         seed=seeds.shuffle,
         eos_index=language.eos,
-        checkpoint_path=args.checkpoint,
-        fingerprint=fingerprint,
+        checkpoint=args.checkpoint,
         device=device,
-        progress=Progress(interval_s=training.progress_interval_s),
-        stop_request=stop_request,
+        progress_interval_s=training.progress_interval_s,
     )
     metadata = run_metadata(
         model,

@@ -30,7 +30,7 @@ from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.tasks import get_task
 from stacklm.tracking.records import RunMetadata, code_version, curve_table, data_version, write_table
-from stacklm.training.config import Hyperparameters, TrainingSettings
+from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
 from stacklm.training.loop import StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
 from stacklm.training.run_files import (
@@ -93,10 +93,8 @@ def run(args: argparse.Namespace) -> int:
         "training": asdict(training),
         "evaluation": asdict(evaluation),
     }
-    # What determines the trained parameters: a checkpoint written under anything else is not resumed.
     determining = ("task", "architecture", "seed", "hyperparameters", "model", "train_config")
     fingerprint_source = {key: run_settings[key] for key in determining} | {"parameter_budget": training.parameter_budget, "data_version": version}
-    fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
 
     model = build_model(
         args.architecture,
@@ -107,20 +105,17 @@ def run(args: argparse.Namespace) -> int:
         generator=torch.Generator().manual_seed(args.seed),
     )
     torch.manual_seed(args.seed)  # dropout
-    stop_request = StopRequest()
-    stop_request.install()
-    result = train(
+    result = resumable_training(
         model,
         [vocabulary.encode(example.language_model_string()) for example in splits["train"]],
         [vocabulary.encode(example.language_model_string()) for example in splits["validation"]],
         config,
+        fingerprint_source=fingerprint_source,
         seed=args.seed,
         eos_index=vocabulary.eos_index,
-        checkpoint_path=args.checkpoint,
-        fingerprint=fingerprint,
+        checkpoint=args.checkpoint,
         device=device,
-        progress=Progress(interval_s=training.progress_interval_s),
-        stop_request=stop_request,
+        progress_interval_s=training.progress_interval_s,
     )
     metadata = run_metadata(
         model,
@@ -138,6 +133,40 @@ def run(args: argparse.Namespace) -> int:
     save_trained_model(args.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
     write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
     return 0
+
+
+def resumable_training(
+    model: torch.nn.Module,
+    training_data: Sequence[Sequence[int]],
+    validation_data: Sequence[Sequence[int]],
+    config: TrainConfig,
+    *,
+    fingerprint_source: dict[str, Any],
+    seed: int,
+    eos_index: int,
+    checkpoint: Path,
+    device: torch.device,
+    progress_interval_s: float,
+) -> TrainResult:
+    """Train as ``stacklm train`` and ``stacklm cfl train`` do: resumed from ``checkpoint`` only
+    when it was written under the same ``fingerprint_source`` (what determines the trained
+    parameters), a progress line every ``progress_interval_s``, SIGTERM saving and stopping."""
+    fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
+    stop_request = StopRequest()
+    stop_request.install()
+    return train(
+        model,
+        training_data,
+        validation_data,
+        config,
+        seed=seed,
+        eos_index=eos_index,
+        checkpoint_path=checkpoint,
+        fingerprint=fingerprint,
+        device=device,
+        progress=Progress(interval_s=progress_interval_s),
+        stop_request=stop_request,
+    )
 
 
 def run_metadata(model: torch.nn.Module, result: TrainResult, run_settings: dict[str, Any], **identity: Any) -> RunMetadata:
