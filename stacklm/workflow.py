@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import random
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -398,8 +399,8 @@ def cfl_run_files(settings: dict[str, Any], language: str, model: str, pattern: 
 def cfl_train_options(setting: str) -> str:
     """The grid point's options of ``stacklm cfl train``."""
     learning_rate, vector_size, restart = parse_setting(setting)
-    size = f" --vector-size {vector_size}" if vector_size is not None else ""
-    return f"--learning-rate {learning_rate!r}{size} --restart {restart}"
+    size = ["--vector-size", str(vector_size)] if vector_size is not None else []
+    return shlex.join(["--learning-rate", repr(learning_rate), *size, "--restart", str(restart)])
 
 
 def cfl_figures(figure: str) -> list[str]:

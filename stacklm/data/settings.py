@@ -12,6 +12,7 @@ Paths of the stage (Snakemake patterns):
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Mapping
 
@@ -80,16 +81,22 @@ def generate_inputs(settings: Mapping[str, Any], task: str) -> dict[str, str]:
 
 
 def generate_options(settings: Mapping[str, Any], task: str) -> str:
-    """Options of ``stacklm data generate`` for ``task`` (seed, sizes, upstream files)."""
+    """Options of ``stacklm data generate`` for ``task`` (seed, sizes, upstream files), quoted
+    for the rule's shell."""
     data = data_settings(settings)
-    options = [f"--seed {data.seed}"] + [f"--{split} {getattr(data.sizes, split)}" for split in SPLITS]
-    options += [f"--{split}-file {path}" for split, path in generate_inputs(settings, task).items()]
-    return " ".join(options)
+    options = ["--seed", str(data.seed)]
+    for split in SPLITS:
+        options += [f"--{split}", str(getattr(data.sizes, split))]
+    for split, path in generate_inputs(settings, task).items():
+        options += [f"--{split}-file", path]
+    return shlex.join(options)
 
 
 def fetch_options(settings: Mapping[str, Any]) -> str:
+    """``--mirror FOLDER`` of ``stacklm data fetch``, quoted for the rule's shell: the folder is
+    a config string, so no character of it (space, ``$(…)``, quote) may reach bash as syntax."""
     mirror = data_settings(settings).upstream_mirror
-    return f"--mirror {mirror}" if mirror is not None else ""
+    return shlex.join(["--mirror", mirror]) if mirror is not None else ""
 
 
 def data_files(task: str) -> list[str]:
