@@ -1,25 +1,27 @@
 """The files a run reads and writes besides its Parquet records: settings, data, ``model.pt``.
 
 ``model.pt`` holds what evaluation needs to rebuild the model without the training run: the
-model config (a frozen dataclass of ``stacklm.models``), the best checkpoint's parameters,
-the vocabulary, the task and architecture names, and the run's metadata and settings.
+model config (the class name and fields of a frozen dataclass of ``stacklm.models``), the
+best checkpoint's parameters, the vocabulary, the task and architecture names, and the run's
+metadata and settings, as tensors and plain values that load without running code.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
 from stacklm.data.examples import Example, read_examples
 from stacklm.errors import StacklmError, located
 from stacklm.models.base import LanguageModel
+from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable
-from stacklm.models.registry import get_architecture, model_for_config
+from stacklm.models.registry import ModelConfig, get_architecture, model_for_config
 from stacklm.tasks import Task
 from stacklm.training import checkpoint as checkpoint_file
 
@@ -85,14 +87,29 @@ class SavedModel:
     settings: dict[str, Any]  # the run's resolved settings
 
 
+MODEL_CONFIGS = {config.__name__: config for config in get_args(ModelConfig)}
+
+
 def save_model(path: str | Path, saved: SavedModel) -> None:
-    checkpoint_file.save(path, dict(saved.__dict__))
+    """``saved`` as tensors and plain values (``stacklm.training.checkpoint``): the model config
+    as its class name and fields, so that loading rebuilds it without unpickling an object."""
+    content = dict(saved.__dict__)
+    content["vocabulary"] = list(saved.vocabulary)
+    content["model_config"] = {"class": type(saved.model_config).__name__, "fields": json.loads(json.dumps(asdict(saved.model_config)))}
+    checkpoint_file.save(path, content)
 
 
 def load_model(path: str | Path) -> SavedModel:
     if not Path(path).is_file():
         raise located(path, None, "model file not found (has `stacklm train` finished for this run?)")
-    return SavedModel(**checkpoint_file.load(path))
+    content = checkpoint_file.load(path)
+    try:
+        config = content["model_config"]
+        content["model_config"] = from_dict(MODEL_CONFIGS[config["class"]], config["fields"], "model_config")
+        content["vocabulary"] = tuple(content["vocabulary"])
+        return SavedModel(**content)
+    except (KeyError, TypeError, StacklmError) as error:
+        raise located(path, None, f"not a model file of this stacklm ({error}); delete it, and `stacklm train` writes it again") from None
 
 
 def rebuild_model(saved: SavedModel, task: Task) -> LanguageModel:

@@ -1,0 +1,114 @@
+"""Checkpoints and model files load without running code, and a bad one names its file.
+
+The malicious file is a real pickle whose loading calls ``os.system``: loaded the unsafe way
+(``torch.load(weights_only=False)``, in a child process) it creates its marker file, which
+proves the test's file is dangerous; through stacklm's loaders it must not.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from stacklm.cli import main
+from stacklm.errors import StacklmError
+from stacklm.models.registry import build_model
+from stacklm.training import checkpoint
+from stacklm.training.loop import train
+from stacklm.training.progress import Progress
+from stacklm.training.run_files import SavedModel, load_model, save_model
+from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+
+
+class RunsCommand:
+    """Unpickling it runs ``touch marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def malicious_file(path: Path, marker: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"format": checkpoint.FORMAT, "content": {"parameters": RunsCommand(marker)}}, path)
+    return path
+
+
+def test_the_malicious_file_runs_its_command_when_loaded_unsafely(tmp_path: Path) -> None:
+    marker = tmp_path / "unsafe-marker"
+    path = malicious_file(tmp_path / "model.pt", marker)
+    subprocess.run([sys.executable, "-c", f"import torch; torch.load({str(path)!r}, weights_only=False)"], check=True, timeout=120)
+    assert marker.exists()
+
+
+def test_stacklm_evaluate_refuses_a_malicious_model_file_without_running_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    marker = tmp_path / "PWNED"
+    run = tmp_path / "run"
+    model = malicious_file(run / "model.pt", marker)
+    (tmp_path / "settings.json").write_text("{}")
+    status = main(["evaluate", "--task", "question-formation", "--run", str(run), "--data-dir", str(tmp_path),
+                   "--settings", str(tmp_path / "settings.json"), "--out", str(tmp_path / "metrics.parquet"), "--device", "cpu"])
+    assert status != 0
+    assert not marker.exists()
+    error = capsys.readouterr().err
+    assert f"{model}: not a stacklm file that loads safely" in error and "run code" in error and "delete it" in error
+    assert not (tmp_path / "metrics.parquet").exists()
+
+
+def test_resuming_from_a_malicious_checkpoint_is_refused_without_running_it(tmp_path: Path) -> None:
+    marker = tmp_path / "PWNED"
+    path = malicious_file(tmp_path / "checkpoint.pt", marker)
+    with pytest.raises(StacklmError, match=f"^{path}: not a stacklm file that loads safely"):
+        train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2,
+              checkpoint_path=path, progress=Progress(io.StringIO()))
+    assert not marker.exists()
+
+
+def small_saved_model() -> SavedModel:
+    model = build_model("Tf+Nd", 7, parameter_budget=3_000, generator=torch.Generator().manual_seed(0))
+    return SavedModel(
+        task="question-formation",
+        architecture="Tf+Nd",
+        vocabulary=("a", "b", "c", "d", "e", "f"),
+        model_config=model.config,
+        parameters={name: tensor.detach().clone() for name, tensor in model.state_dict().items()},
+        metadata={"seed": 1, "trial": None, "config": "{}"},
+        settings={"seed": 1, "hyperparameters": {"learning_rate": 0.001}, "sizes": (1, 2)},
+    )
+
+
+def test_a_model_file_round_trips(tmp_path: Path) -> None:
+    saved = small_saved_model()
+    save_model(tmp_path / "model.pt", saved)
+    loaded = load_model(tmp_path / "model.pt")
+    assert loaded.model_config == saved.model_config
+    assert loaded.vocabulary == saved.vocabulary and loaded.metadata == saved.metadata and loaded.task == saved.task
+    assert loaded.parameters.keys() == saved.parameters.keys()
+    for name, tensor in saved.parameters.items():
+        assert torch.equal(loaded.parameters[name], tensor)
+
+
+def test_a_model_file_of_the_older_format_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "model.pt"
+    torch.save(dict(small_saved_model().__dict__), path)  # how stacklm wrote model.pt before: a pickled config dataclass
+    with pytest.raises(StacklmError, match=f"^{path}: not a stacklm file that loads safely.*TransformerConfig.*delete it"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage, not a torch file\n", "truncated"], ids=["empty", "garbage", "truncated"])
+def test_an_empty_garbage_or_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path: Path, content: bytes | str) -> None:
+    path = tmp_path / "checkpoint.pt"
+    if content == "truncated":
+        checkpoint.save(path, {"model": {"weight": torch.arange(1000.0)}})
+        content = path.read_bytes()[: path.stat().st_size // 2]
+    path.write_bytes(content)
+    with pytest.raises(StacklmError, match=f"^{path}: not a stacklm file that loads safely .*; delete it, and the job that wrote it writes it again"):
+        checkpoint.load(path)
