@@ -10,7 +10,8 @@ The DAG (seed 000 §5, App. D), per task T and architecture A:
 
 - ``hparams``: trial k = 1..K draws B ~ U{B_low..B_high} and a learning rate ~ log-U[lr_low,
   lr_high] from a seed derived from (salt, T, A, k) — a pure function, so the DAG is static;
-- ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs, seed k — when
+- ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs (null: to
+  convergence, as the authors' search script trains its trials), seed k — when
   K > 1: a search of one trial has nothing to compare, and trains no search model;
 - ``select``: the trial with the lowest validation cross-entropy (the only one when K = 1),
   ``max_epochs`` set to ``final.max_epochs`` (null: to convergence);
@@ -40,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from stacklm.atomic import write_text_atomically
 from stacklm.cfl.experiment import CflSettings, parse_setting
 from stacklm.cfl.experiment import grid as cfl_grid
 from stacklm.data.settings import data_settings, data_targets
@@ -136,8 +138,8 @@ def check_settings(settings: dict[str, Any]) -> None:
     search = settings["search"]
     if search["trials"] < 1:
         raise StacklmError(f"config key 'search.trials': at least one trial is needed, got {search['trials']!r}")
-    if search["max_epochs"] < 1:
-        raise StacklmError(f"config key 'search.max_epochs': must be at least 1, got {search['max_epochs']!r}")
+    if search["max_epochs"] is not None and search["max_epochs"] < 1:
+        raise StacklmError(f"config key 'search.max_epochs': must be null or at least 1, got {search['max_epochs']!r}")
     _check_range(search["tokens_per_batch"], "search.tokens_per_batch")
     _check_range(search["learning_rate"], "search.learning_rate")
     if not settings["final"]["seeds"]:
@@ -420,11 +422,7 @@ def cfl_targets(settings: dict[str, Any]) -> list[str]:
 
 def write_json(path: str | Path, data: Any) -> None:
     """``data`` as sorted, indented JSON at ``path``, written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    partial.replace(path)
+    write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_settings(path: str | Path) -> dict[str, Any]:

@@ -16,11 +16,16 @@ on the generalization set):
   ``partial_log_ratio_sampled`` from the sampled one where both exist;
 - ``mean_log_ratio`` = (1/|D|) Σ [log p(y_hier | x) − log p(y_lin | x)], what the reference
   code reports as its log ratio (``reference-implementation.md`` §12.4).
+
+At each training checkpoint, ``TaskEvaluator.checkpoint_scores`` gives the generalization
+curves: FA and the task's partial accuracy (exact where it exists, else sampled) on a fixed
+subset (``curve_subset``) of the test set and of the generalization set under both rules.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -47,6 +52,14 @@ class EvaluationSettings:
     samples_per_input: int = 10  # seed 000 §5
     sample_seed: int = 123  # the reference's --random-seed
     max_sample_length: int = 50  # the reference's --max-length
+    curve_examples: int = 1000  # test and generalization examples scored at each training checkpoint; 0: no curves
+
+    def __post_init__(self) -> None:
+        for name in ("tokens_per_batch", "samples_per_input", "max_sample_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        if self.curve_examples < 0:
+            raise ValueError(f"curve_examples must not be negative, got {self.curve_examples!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "evaluation") -> EvaluationSettings:
@@ -77,6 +90,23 @@ class MetricValue:
     rule: Literal["hierarchical", "linear"] | None
     metric: str
     value: float
+
+
+def curve_subset(examples: Sequence[Example], size: int) -> list[Example]:
+    """The same ``size`` examples for every run and checkpoint: a fixed-seed sample, in file order."""
+    if size >= len(examples):
+        return list(examples)
+    return [examples[index] for index in sorted(random.Random("generalization-curves").sample(range(len(examples)), size))]
+
+
+def linear_targets(generalization: Sequence[Example]) -> list[tuple[str, ...]]:
+    """The linear-rule target of every generalization example (its third column)."""
+    targets = []
+    for number, example in enumerate(generalization, start=1):
+        if example.linear is None:
+            raise StacklmError(f"generalization example {number} has no linear-rule target (a third column)")
+        targets.append(example.linear)
+    return targets
 
 
 def log_mean_exp(log_values: Tensor) -> float:
@@ -172,16 +202,29 @@ class TaskEvaluator:
             rows.append(MetricValue(split, rule, "partial_accuracy_sampled", sum(matches) / len(matches)))
         return rows, scores.output, partial
 
+    def checkpoint_scores(self, test: Sequence[Example], generalization: Sequence[Example]) -> dict[str, float]:
+        """``{test,hierarchical,linear}_{full,partial}_accuracy``: the points of the generalization
+        curves (partial: the exact expectation where the task has one, else the sampled share)."""
+        linear = linear_targets(generalization)
+        test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
+        samples = self.samples(generalization, [[example.target, target] for example, target in zip(generalization, linear)]) if self.partial.sampled else None
+        scores: dict[str, float] = {}
+        for name, split, rule, examples, references, drawn in (
+            ("test", "test", None, test, [example.target for example in test], test_samples),
+            ("hierarchical", "generalization", "hierarchical", generalization, [example.target for example in generalization], samples),
+            ("linear", "generalization", "linear", generalization, linear, samples),
+        ):
+            values = {row.metric: row.value for row in self.references(split, rule, examples, references, drawn)[0]}
+            scores[f"{name}_full_accuracy"] = values["full_accuracy"]
+            scores[f"{name}_partial_accuracy"] = values["partial_accuracy" if self.partial.exact else "partial_accuracy_sampled"]
+        return scores
+
     def evaluate(self, validation: Sequence[Example], test: Sequence[Example], generalization: Sequence[Example]) -> list[MetricValue]:
         """Every metric: validation cross-entropy; test; generalization under both rules; log ratios."""
         rows = self.validation(validation)
         test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
         rows += self.references("test", None, test, [example.target for example in test], test_samples)[0]
-        linear = []
-        for number, example in enumerate(generalization, start=1):
-            if example.linear is None:
-                raise StacklmError(f"generalization example {number} has no linear-rule target (a third column)")
-            linear.append(example.linear)
+        linear = linear_targets(generalization)
         both = [[example.target, target] for example, target in zip(generalization, linear)]
         samples = self.samples(generalization, both) if self.partial.sampled else None
         hierarchical_rows, hierarchical, hierarchical_partial = self.references(

@@ -5,7 +5,8 @@ task, architecture, phase ("search"|"final"), trial (null for final), seed, spli
 metric, value, then the run's metadata — learning_rate, tokens_per_batch, parameters,
 data_version (sha256 of the data files), code_version (stacklm version + git commit),
 wall_time_s and tokens_per_s of training, config (JSON of the resolved settings).
-``train.parquet`` has one row per checkpoint with the same metadata columns.
+``train.parquet`` has one row per checkpoint (with the generalization curves' accuracies where
+the run scored them) and the same metadata columns.
 Both are written atomically.
 """
 
@@ -67,19 +68,19 @@ METADATA_SCHEMA = pa.schema(
 )
 METRIC_FIELDS = [("split", pa.string()), ("rule", pa.string()), ("metric", pa.string()), ("value", pa.float64())]
 METRICS_SCHEMA = pa.schema(list(METADATA_SCHEMA)[:5] + [pa.field(*item) for item in METRIC_FIELDS] + list(METADATA_SCHEMA)[5:])
-CURVE_SCHEMA = pa.schema(
-    [
-        ("checkpoint", pa.int64()),
-        ("epoch", pa.int64()),
-        ("step", pa.int64()),
-        ("examples_seen", pa.int64()),
-        ("learning_rate_used", pa.float64()),
-        ("train_loss", pa.float64()),
-        ("validation_cross_entropy", pa.float64()),
-        ("is_best", pa.bool_()),
-    ]
-    + list(METADATA_SCHEMA)
-)
+CHECKPOINT_FIELDS = [
+    ("checkpoint", pa.int64()),
+    ("epoch", pa.int64()),
+    ("step", pa.int64()),
+    ("examples_seen", pa.int64()),
+    ("learning_rate_used", pa.float64()),
+    ("train_loss", pa.float64()),
+    ("validation_cross_entropy", pa.float64()),
+    ("is_best", pa.bool_()),
+]
+# The generalization curves (``TaskEvaluator.checkpoint_scores``): null where a run scored none.
+CURVE_SCORES = tuple(f"{name}_{kind}_accuracy" for name in ("test", "hierarchical", "linear") for kind in ("full", "partial"))
+CURVE_SCHEMA = pa.schema(CHECKPOINT_FIELDS + [(name, pa.float64()) for name in CURVE_SCORES] + list(METADATA_SCHEMA))
 
 
 def data_version(paths: Sequence[str | Path]) -> str:
@@ -111,8 +112,12 @@ def metrics_table(rows: Sequence[MetricValue], metadata: RunMetadata) -> pa.Tabl
 
 
 def curve_table(curve: Sequence[CheckpointRecord], metadata: RunMetadata) -> pa.Table:
+    unknown = sorted({name for record in curve for name in record.scores} - set(CURVE_SCORES))
+    if unknown:
+        raise ValueError(f"checkpoint scores {', '.join(unknown)} are not curve columns ({', '.join(CURVE_SCORES)})")
     columns = {name: [value] * len(curve) for name, value in asdict(metadata).items()}
-    columns |= {field.name: [getattr(record, field.name) for record in curve] for field in list(CURVE_SCHEMA)[:8]}
+    columns |= {name: [getattr(record, name) for record in curve] for name, _ in CHECKPOINT_FIELDS}
+    columns |= {name: [record.scores.get(name) for record in curve] for name in CURVE_SCORES}
     return pa.Table.from_pydict(columns, schema=CURVE_SCHEMA)
 
 

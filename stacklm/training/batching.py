@@ -2,9 +2,12 @@
 
 A string w (token indices, EOS excluded) is scored as w·EOS: the model reads w_1 … w_n and
 predicts n + 1 symbols. A batch of strings padded to the longest length n holds
-``size · (n + 1)`` predicted positions, counting EOS and padding; the token budget B bounds
-that number (seed 000 App. D; the reference code counts raw lengths instead,
-``reference-implementation.md`` §12.3). Our models have no BOS, so there is none to count.
+``size · (n + 1)`` predicted positions, counting EOS and padding. The token budget B bounds,
+by default, ``size · n`` — the raw lengths, EOS excluded, as the authors' code of DuSell &
+Cotterell (2025) counts (``reference-implementation.md`` §12.3), so that batches are as large
+as theirs; ``token_budget="scored"`` bounds ``size · (n + 1)``, the positions the paper's text
+(App. D) says B counts (a transformer's BOS is its input's first position and the target's EOS
+its last, so n + 1 per string either way).
 
 - ``token_budget_batches``: shuffle, stable-sort by length, grow each batch greedily while it
   fits the budget (an over-long string forms its own batch), then shuffle the batch order.
@@ -23,7 +26,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from stacklm.training.config import TrainConfig
+from stacklm.training.config import TokenBudget, TrainConfig
 
 PADDING_INPUT = 0  # any valid index: positions ≤ a string's length never depend on padding
 
@@ -61,12 +64,14 @@ def make_batch(strings: Sequence[Sequence[int]], indices: Sequence[int], eos_ind
     return Batch(inputs, targets, mask, tuple(indices))
 
 
-def group_by_token_budget(lengths: Sequence[int], order: Sequence[int], tokens_per_batch: int) -> list[list[int]]:
-    """Greedy groups of ``order`` (stably sorted by length) with size · (longest + 1) ≤ B."""
+def group_by_token_budget(lengths: Sequence[int], order: Sequence[int], tokens_per_batch: int, token_budget: TokenBudget = "raw") -> list[list[int]]:
+    """Greedy groups of ``order`` (stably sorted by length) with size · longest ≤ B (``"raw"``)
+    or size · (longest + 1) ≤ B (``"scored"``: EOS counted)."""
+    extra = 1 if token_budget == "scored" else 0
     groups: list[list[int]] = []
     current: list[int] = []
     for index in sorted(order, key=lambda position: lengths[position]):
-        if current and (len(current) + 1) * (lengths[index] + 1) > tokens_per_batch:
+        if current and (len(current) + 1) * (lengths[index] + extra) > tokens_per_batch:
             groups.append(current)
             current = []
         current.append(index)
@@ -93,7 +98,7 @@ def epoch_groups(lengths: Sequence[int], config: TrainConfig, seed: int, epoch: 
     if config.tokens_per_batch is not None:
         order = list(range(len(lengths)))
         generator.shuffle(order)
-        groups = group_by_token_budget(lengths, order, config.tokens_per_batch)
+        groups = group_by_token_budget(lengths, order, config.tokens_per_batch, config.token_budget)
     else:
         assert config.strings_per_batch is not None
         groups = group_by_length(lengths, config.strings_per_batch)
@@ -104,6 +109,6 @@ def epoch_groups(lengths: Sequence[int], config: TrainConfig, seed: int, epoch: 
 def validation_groups(lengths: Sequence[int], config: TrainConfig) -> list[list[int]]:
     """Batches for scoring the validation set, built once: sorted by length, like training's."""
     if config.tokens_per_batch is not None:
-        return group_by_token_budget(lengths, range(len(lengths)), config.tokens_per_batch)
+        return group_by_token_budget(lengths, range(len(lengths)), config.tokens_per_batch, config.token_budget)
     assert config.strings_per_batch is not None
     return group_by_length(lengths, config.strings_per_batch)

@@ -15,6 +15,7 @@ SIGTERM the state of the current step is saved first (exit status 2).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 from dataclasses import asdict
@@ -24,14 +25,14 @@ from typing import Any, Sequence
 import torch
 
 from stacklm.data.vocabulary import Vocabulary
-from stacklm.evaluation.metrics import EvaluationSettings
+from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.tasks import get_task
 from stacklm.tracking.records import RunMetadata, code_version, curve_table, data_version, write_table
 from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
-from stacklm.training.loop import StopRequest, TrainResult, train
+from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
 from stacklm.training.run_files import (
     SavedModel,
@@ -105,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         generator=torch.Generator().manual_seed(args.seed),
     )
     torch.manual_seed(args.seed)  # dropout
+    checkpoint_scores = None
+    if evaluation.curve_examples > 0:
+        evaluator = TaskEvaluator(model, vocabulary, PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by), evaluation, device)
+        test, generalization = (curve_subset(splits[name], evaluation.curve_examples) for name in ("test", "generalization"))
+        checkpoint_scores = functools.partial(evaluator.checkpoint_scores, test, generalization)
     result = resumable_training(
         model,
         [vocabulary.encode(example.language_model_string()) for example in splits["train"]],
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         device=device,
         progress_interval_s=training.progress_interval_s,
+        checkpoint_scores=checkpoint_scores,
     )
     metadata = run_metadata(
         model,
@@ -147,6 +154,7 @@ def resumable_training(
     checkpoint: Path,
     device: torch.device,
     progress_interval_s: float,
+    checkpoint_scores: CheckpointScores | None = None,
 ) -> TrainResult:
     """Train as ``stacklm train`` and ``stacklm cfl train`` do: resumed from ``checkpoint`` only
     when it was written under the same ``fingerprint_source`` (what determines the trained
@@ -166,6 +174,7 @@ def resumable_training(
         device=device,
         progress=Progress(interval_s=progress_interval_s),
         stop_request=stop_request,
+        checkpoint_scores=checkpoint_scores,
     )
 
 

@@ -21,10 +21,15 @@ from stacklm.errors import StacklmError
 from stacklm.models.config import from_dict
 
 
+# What the token budget B counts per string of a batch padded to length n (``batching``):
+# "raw", n (the authors' code, the default); "scored", n + 1 with EOS (the paper's App. D text).
+TokenBudget = Literal["raw", "scored"]
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     learning_rate: float  # initial learning rate of Adam
-    tokens_per_batch: int | None  # B: budget per batch, counting w·EOS and padding (None: same-length batches)
+    tokens_per_batch: int | None  # B: budget per batch, counted as token_budget says (None: same-length batches)
     strings_per_batch: int | None = None  # same-length batches of this many strings (CFL); None: token budget
     max_epochs: int = 1000
     examples_per_checkpoint: int | None = 80_000  # None: a checkpoint at the end of every epoch
@@ -36,6 +41,7 @@ class TrainConfig:
     improvement_threshold: float = 0.0  # relative: better means metric < best · (1 − threshold)
     early_stopping_patience: int = 3  # stop at this many consecutive checkpoints without a new best
     validation_metric: Literal["cross_entropy", "perplexity"] = "cross_entropy"
+    token_budget: TokenBudget = "raw"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
@@ -103,6 +109,7 @@ class TrainingSettings:
     learning_rate_patience: int = 2
     early_stopping_patience: int = 3
     progress_interval_s: float = 60.0  # seconds between plain progress lines when stderr is not a terminal
+    token_budget: TokenBudget = "raw"  # what B counts: raw lengths (authors' code) or EOS too (paper text)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "training") -> TrainingSettings:
@@ -118,4 +125,5 @@ class TrainingSettings:
             learning_rate_decay_factor=self.learning_rate_decay_factor,
             learning_rate_patience=self.learning_rate_patience,
             early_stopping_patience=self.early_stopping_patience,
+            token_budget=self.token_budget,
         )

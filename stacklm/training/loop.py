@@ -6,7 +6,9 @@ L2 clipping of the global gradient norm, an Adam step. At each checkpoint (every
 end) the validation cross-entropy per token (EOS counted) drives the schedule and early
 stopping; the best parameters are kept, and the whole training state is written atomically
 to ``checkpoint_path``: model, optimizer, schedule, counters, position in the epoch, RNG
-states and the learning curve so far. The same call after a kill continues from there and
+states and the learning curve so far. A ``checkpoint_scores`` callback, when given, also scores
+the model at each checkpoint (the generalization curves: accuracies on fixed subsets of the
+test and generalization sets); its values join the curve and never steer training. The same call after a kill continues from there and
 gives the same result as a run that was never interrupted; a requested stop (SIGTERM, sent
 by SLURM before a time limit) saves the state at the current step first. After the last epoch a final
 checkpoint scores the batches trained since the previous one, so that a short run (the
@@ -21,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import FrameType
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -73,6 +75,10 @@ class CheckpointRecord:
     train_loss: float  # mean batch loss since the previous checkpoint
     validation_cross_entropy: float  # nats per token, EOS included
     is_best: bool
+    scores: dict[str, float] = field(default_factory=dict)  # checkpoint_scores of the model at this checkpoint
+
+
+CheckpointScores = Callable[[], Mapping[str, float]]  # scores the model being trained
 
 
 @dataclass
@@ -130,12 +136,14 @@ def train(
     device: torch.device | str = "cpu",
     progress: Progress | None = None,
     stop_request: StopRequest | None = None,
+    checkpoint_scores: CheckpointScores | None = None,
 ) -> TrainResult:
     """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
 
     ``fingerprint`` identifies the run (config, seed, data); a checkpoint written under another
     fingerprint is refused rather than resumed. When ``stop_request`` is set, the state is saved
-    after the current step and ``TrainingInterrupted`` is raised.
+    after the current step and ``TrainingInterrupted`` is raised. ``checkpoint_scores()``, called
+    with the model in eval mode and without gradients, adds its values to each checkpoint's record.
     """
     if not training or not validation:
         raise StacklmError("training and validation data must not be empty")
@@ -154,7 +162,7 @@ def train(
 
     def checkpoint() -> None:
         state.wall_time_s = wall_before + time.monotonic() - session_start
-        summary = _take_checkpoint(model, optimizer, state, validation_batches, config)
+        summary = _take_checkpoint(model, optimizer, state, validation_batches, config, checkpoint_scores)
         if checkpoint_path is not None:
             _save(checkpoint_path, fingerprint, model, optimizer, state)
         progress.line(summary)
@@ -227,9 +235,15 @@ def _take_checkpoint(
     state: TrainingState,
     validation_batches: Sequence[Batch],
     config: TrainConfig,
+    checkpoint_scores: CheckpointScores | None,
 ) -> str:
     """Score the validation set, advance the schedule, keep the best parameters; a summary line."""
     cross_entropy = validation_cross_entropy(model, validation_batches)
+    scores: dict[str, float] = {}
+    if checkpoint_scores is not None:
+        model.eval()
+        with torch.no_grad():
+            scores = {name: float(value) for name, value in checkpoint_scores().items()}
     metric = math.exp(cross_entropy) if config.validation_metric == "perplexity" else cross_entropy
     new_best = is_new_best(state.schedule, metric)
     record = CheckpointRecord(
@@ -241,6 +255,7 @@ def _take_checkpoint(
         train_loss=state.loss_since_checkpoint / max(1, state.batches_since_checkpoint),
         validation_cross_entropy=cross_entropy,
         is_best=new_best,
+        scores=scores,
     )
     state.curve.append(record)
     if new_best:
@@ -254,6 +269,7 @@ def _take_checkpoint(
     return (
         f"checkpoint {record.checkpoint}: epoch {record.epoch} step {record.step} train loss {record.train_loss:.4f} "
         f"validation cross-entropy {cross_entropy:.4f}{' (best)' if new_best else ''} next learning rate {state.schedule.learning_rate:.3g}"
+        + "".join(f" {name} {value:.3f}" for name, value in scores.items())
         + (" — stopping early" if state.stopped_early else "")
     )
 

@@ -8,7 +8,7 @@ import torch
 from stacklm.data.examples import Example
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.cfl import cross_entropy_difference, cross_entropy_difference_by_length
-from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, log_ratio
+from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset, log_ratio
 from stacklm.evaluation.probabilities import score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
 from stacklm.models.registry import ARCHITECTURES
@@ -228,3 +228,40 @@ def test_cfl_difference_of_a_model_on_a_cfl_data_set() -> None:
     nine = [string for string in strings if len(string) == 9]
     model_nine = validation_cross_entropy(model, [make_batch(nine, range(3), eos_index=3)])
     assert scores.by_length[9] == pytest.approx(model_nine - length_bin_cross_entropy(dataset)[9], rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["first_word", "pos_main_word"])
+def test_checkpoint_scores_are_the_full_and_partial_accuracies_one_string_at_a_time(kind: str) -> None:
+    model = toy_model(5)
+    second = lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1]  # noqa: E731
+    partial = PartialAccuracy(kind, second, lambda reference: 2)
+    evaluator = TaskEvaluator(model, VOCABULARY, partial, EvaluationSettings(tokens_per_batch=128, samples_per_input=10))
+    test, generalization = examples(12, 2, False), examples(15, 3, True)
+    scores = evaluator.checkpoint_scores(test, generalization)
+    assert set(scores) == {f"{name}_{measure}_accuracy" for name in ("test", "hierarchical", "linear") for measure in ("full", "partial")}
+    for name, data, targets in (
+        ("test", test, [example.target for example in test]),
+        ("hierarchical", generalization, [example.target for example in generalization]),
+        ("linear", generalization, [example.linear for example in generalization]),
+    ):
+        with torch.no_grad():
+            full = [one_at_a_time(model, VOCABULARY.encode(example.source), VOCABULARY.encode(target))[0] for example, target in zip(data, targets)]
+            first = [one_at_a_time(model, VOCABULARY.encode(example.source), VOCABULARY.encode(target[:1]), with_eos=False)[0] for example, target in zip(data, targets)]
+        assert scores[f"{name}_full_accuracy"] == pytest.approx(sum(full) / len(full), rel=1e-5)
+        if kind == "first_word":
+            assert scores[f"{name}_partial_accuracy"] == pytest.approx(sum(first) / len(first), rel=1e-5)
+    # the sampled partial accuracy is the evaluation's own (same seed, same samples)
+    rows = {(row.split, row.rule, row.metric): row.value for row in evaluator.evaluate(examples(10, 1, False), test, generalization)}
+    expected = "partial_accuracy" if kind == "first_word" else "partial_accuracy_sampled"
+    assert scores["hierarchical_partial_accuracy"] == rows[("generalization", "hierarchical", expected)]
+    assert scores["linear_partial_accuracy"] == rows[("generalization", "linear", expected)]
+    assert scores["test_partial_accuracy"] == rows[("test", None, expected)]
+
+
+def test_the_curve_subset_is_fixed_and_in_file_order() -> None:
+    data = examples(50, 4, True)
+    subset = curve_subset(data, 10)
+    assert subset == curve_subset(list(data), 10) and len(subset) == 10
+    positions = [next(index for index, candidate in enumerate(data) if candidate is example) for example in subset]
+    assert positions == sorted(positions) and positions != list(range(10))
+    assert curve_subset(data, 50) == data and curve_subset(data, 80) == data

@@ -107,16 +107,21 @@ def _feedforward_bound(model: Transformer, layer: int) -> float:
 
 
 def test_initialization_option_changes_standard_feedforward_layers_only() -> None:
-    paper = build_model("Tf+Sup", 10, options=ModelOptions(width=64), generator=torch.Generator().manual_seed(0))
-    reference = build_model(
-        "Tf+Sup", 10, options=ModelOptions(width=64, reference=ReferenceBehaviour(initialization="reference")),
-        generator=torch.Generator().manual_seed(0),
+    paper = build_model(
+        "Tf+Sup", 10, options=ModelOptions(width=64, reference=ReferenceBehaviour(initialization="paper")), generator=torch.Generator().manual_seed(0)
     )
+    reference = build_model("Tf+Sup", 10, options=ModelOptions(width=64), generator=torch.Generator().manual_seed(0))  # the default
     assert isinstance(paper, Transformer) and isinstance(reference, Transformer)
     xavier_bound = 2**0.5 * (6 / (64 + 128)) ** 0.5  # ReLU gain, fan 64 + 128: ≈ 0.25
     assert 0.2 < _feedforward_bound(paper, 0) <= xavier_bound
     assert _feedforward_bound(reference, 0) <= 0.1
     assert 0.2 < _feedforward_bound(reference, 2) <= xavier_bound  # the stack layer's FFN stays Xavier
+
+
+def test_the_defaults_follow_the_authors_code() -> None:
+    # DuSell & Cotterell (2025)'s numbers come from their code (reference-implementation.md §12.1, §12.6)
+    assert ReferenceBehaviour() == ReferenceBehaviour(pushed_vector="raw", initialization="reference")
+    assert ModelOptions().reference == ReferenceBehaviour(pushed_vector="raw", initialization="reference")
 
 
 def test_pushed_vector_option() -> None:
@@ -149,7 +154,7 @@ def test_nondeterministic_rnn_initialization_follows_the_option() -> None:
         assert isinstance(model, RecurrentLanguageModel) and isinstance(model.interface, VectorNondeterministicInterface)
         return model.interface.action_layer.weight.abs().max().item()
 
-    paper, reference = action_bound(ReferenceBehaviour()), action_bound(ReferenceBehaviour(initialization="reference"))
+    paper, reference = action_bound(ReferenceBehaviour(initialization="paper")), action_bound(ReferenceBehaviour())  # the default: the authors' code
     assert reference <= 0.1 < paper <= (6 / (64 + 189)) ** 0.5
 
 

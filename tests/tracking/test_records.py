@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.tracking.records import METRICS_SCHEMA, RunMetadata, code_version, curve_table, data_version, metrics_table, write_table
@@ -35,6 +36,19 @@ def test_train_parquet_has_one_row_per_checkpoint(tmp_path: Path) -> None:
     records = pq.read_table(tmp_path / "train.parquet").to_pylist()
     assert [record["validation_cross_entropy"] for record in records] == [2.0, 1.0]
     assert records[1]["seed"] == 3 and records[1]["examples_seen"] == 200
+    assert records[0]["test_full_accuracy"] is None  # no generalization curve was scored
+
+
+def test_train_parquet_carries_the_generalization_curves(tmp_path: Path) -> None:
+    scores = [{"test_full_accuracy": 0.5, "linear_partial_accuracy": 0.25}, {}]
+    curve = [CheckpointRecord(index, 1, 10, 100, 1e-4, 3.0, 2.0, True, scores[index - 1]) for index in (1, 2)]
+    write_table(curve_table(curve, METADATA), tmp_path / "train.parquet")
+    records = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert [record["test_full_accuracy"] for record in records] == [0.5, None]
+    assert [record["linear_partial_accuracy"] for record in records] == [0.25, None]
+    assert records[0]["hierarchical_full_accuracy"] is None
+    with pytest.raises(ValueError, match="test_accuracy"):
+        curve_table([CheckpointRecord(1, 1, 10, 100, 1e-4, 3.0, 2.0, True, {"test_accuracy": 1.0})], METADATA)
 
 
 def test_data_version_follows_the_contents(tmp_path: Path) -> None:

@@ -1,22 +1,33 @@
 import random
 
+import pytest
 import torch
 
 from stacklm.training.batching import epoch_groups, group_by_length, group_by_token_budget, make_batch
-from stacklm.training.config import TrainConfig, cfl_train_config
+from stacklm.training.config import TokenBudget, TrainConfig, TrainingSettings, cfl_train_config
 
 
-def test_token_budget_groups_fit_the_budget_and_cover_every_string_once() -> None:
+@pytest.mark.parametrize("token_budget, counted", [("raw", 0), ("scored", 1)])
+def test_token_budget_groups_fit_the_budget_and_cover_every_string_once(token_budget: TokenBudget, counted: int) -> None:
     generator = random.Random(0)
     lengths = [generator.randint(1, 30) for _ in range(500)]
-    config = TrainConfig(learning_rate=1e-3, tokens_per_batch=128)
+    config = TrainConfig(learning_rate=1e-3, tokens_per_batch=128, token_budget=token_budget)
     groups = epoch_groups(lengths, config, seed=3, epoch=0)
     assert sorted(index for group in groups for index in group) == list(range(500))
     for group in groups:
         longest = max(lengths[index] for index in group)
-        assert len(group) * (longest + 1) <= 128
+        assert len(group) * (longest + counted) <= 128
     # grouped by length: a batch spans a narrow range of lengths
     assert max(max(lengths[i] for i in group) - min(lengths[i] for i in group) for group in groups) <= 2
+
+
+def test_the_default_budget_counts_raw_lengths_as_the_authors_code() -> None:
+    # reference-implementation.md §8/§12.3: batch size × longest raw length ≤ B; the paper's text
+    # (App. D) counts EOS too. Four strings of 4 tokens under B = 12: 3 per batch, or 2 with EOS.
+    assert TrainConfig(learning_rate=1e-3, tokens_per_batch=12).token_budget == "raw"
+    assert TrainingSettings().token_budget == "raw"
+    assert group_by_token_budget([4, 4, 4, 4], [0, 1, 2, 3], 12) == [[0, 1, 2], [3]]
+    assert group_by_token_budget([4, 4, 4, 4], [0, 1, 2, 3], 12, "scored") == [[0, 1], [2, 3]]
 
 
 def test_an_over_long_string_forms_its_own_batch() -> None:

@@ -1,3 +1,4 @@
+import dataclasses
 import io
 from pathlib import Path
 
@@ -105,3 +106,26 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:
     assert len(periodic) == 3  # only each epoch's last batch within an hour
     assert all(" loss " in line and " tokens/s " in line and " eta " in line for line in periodic)
     assert sum(line.startswith("checkpoint ") for line in lines) == 8
+
+
+def test_checkpoint_scores_join_every_record_and_change_nothing_else() -> None:
+    plain_model, plain = toy_run(seed=3)
+    model = ToyLanguageModel(3, dropout=0.1)
+    model.initialize(torch.Generator().manual_seed(3))
+    torch.manual_seed(3)
+    validation = counting_data(30, 2)
+    batch = make_batch(validation, range(len(validation)), eos_index=2)
+    seen: list[tuple[bool, bool]] = []
+
+    def scores() -> dict[str, float]:
+        seen.append((model.training, torch.is_grad_enabled()))
+        return {"test_full_accuracy": validation_cross_entropy(model, [batch])}
+
+    result = train(model, counting_data(120, 1), validation, toy_config(), seed=3, eos_index=2,
+                   progress=Progress(io.StringIO(), interval_s=0.0), checkpoint_scores=scores)
+    assert seen == [(False, False)] * len(result.curve)
+    for record, other in zip(result.curve, plain.curve, strict=True):
+        assert record.scores == {"test_full_accuracy": pytest.approx(record.validation_cross_entropy, rel=1e-6)}
+        assert dataclasses.replace(record, scores={}) == other
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, plain_model.state_dict()[name])

@@ -72,5 +72,6 @@ def counting_data(count: int, seed: int) -> list[list[int]]:
 
 
 def toy_config() -> TrainConfig:
-    return TrainConfig(learning_rate=0.01, tokens_per_batch=40, max_epochs=3, examples_per_checkpoint=50, early_stopping_patience=10)
+    # "scored": batches of at most 40 scored positions, as these tests were sized for
+    return TrainConfig(learning_rate=0.01, tokens_per_batch=40, max_epochs=3, examples_per_checkpoint=50, early_stopping_patience=10, token_budget="scored")
 
