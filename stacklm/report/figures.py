@@ -8,7 +8,6 @@ deviation.
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -19,7 +18,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from stacklm.atomic import write_bytes_atomically  # noqa: E402
 from stacklm.report.aggregate import Cell  # noqa: E402
 
 BAR_GROUPS: tuple[tuple[str, str], ...] = (
@@ -80,8 +78,7 @@ def plot_figure3(
         axis.set_visible(False)
     figure.tight_layout()
     for path in paths:
-        buffer = io.BytesIO()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         # No creation date in the PDF, so that the same metrics give the same file.
-        figure.savefig(buffer, format=Path(path).suffix[1:], dpi=150, metadata={"CreationDate": None} if str(path).endswith(".pdf") else None)
-        write_bytes_atomically(path, buffer.getvalue())
+        figure.savefig(path, dpi=150, metadata={"CreationDate": None} if str(path).endswith(".pdf") else None)
     plt.close(figure)
