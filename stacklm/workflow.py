@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from stacklm.atomic import write_text_atomically
 from stacklm.cfl.experiment import CflSettings, parse_setting
 from stacklm.cfl.experiment import grid as cfl_grid
 from stacklm.data.settings import data_settings, data_targets
@@ -421,11 +422,7 @@ def cfl_targets(settings: dict[str, Any]) -> list[str]:
 
 def write_json(path: str | Path, data: Any) -> None:
     """``data`` as sorted, indented JSON at ``path``, written atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    partial.replace(path)
+    write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_settings(path: str | Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from stacklm.atomic import write_text_atomically
 from stacklm.data.examples import Example, write_examples
 from stacklm.data.splits import SPLITS, SplitSizes, Splits, build_splits
 from stacklm.data.validate import validate_splits
@@ -54,7 +55,5 @@ def write_dataset(task: Task, splits: Splits, folder: Path) -> list[Path]:
     for split, examples in splits.items():
         write_examples(paths[split], examples)
     counts_path = folder / COUNTS_FILE
-    temporary = counts_path.with_name(f".{COUNTS_FILE}.tmp")
-    temporary.write_text(json.dumps(splits.counts, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    temporary.replace(counts_path)
+    write_text_atomically(counts_path, json.dumps(splits.counts, indent=1, sort_keys=True) + "\n")
     return [*paths.values(), counts_path]

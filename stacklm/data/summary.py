@@ -11,6 +11,7 @@ Rows (task, split, statistic, key, value):
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
+from stacklm.atomic import write_bytes_atomically
 from stacklm.data.dataset import COUNTS_FILE
 from stacklm.data.examples import Example, read_examples
 from stacklm.data.splits import SPLITS
@@ -70,8 +72,7 @@ def describe(frame: pd.DataFrame) -> str:
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Atomically: a temporary file beside ``path``, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(temporary, index=False)
-    temporary.replace(path)
+    """Atomically (``stacklm.atomic``)."""
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    write_bytes_atomically(path, buffer.getvalue())

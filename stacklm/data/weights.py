@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from stacklm.atomic import write_text_atomically
 from stacklm.data.examples import Example
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.grammars import CompiledGrammar, format_grammar
@@ -104,5 +105,5 @@ def grammar_texts(task: Task, in_distribution: Grammar, generalization: Grammar,
 
 def write_grammar_files(texts: dict[str, str], folder: Path) -> Iterable[Path]:
     for name, text in texts.items():
-        (folder / name).write_text(text, encoding="utf-8")
+        write_text_atomically(folder / name, text)
         yield folder / name

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 import pandas as pd
 
+from stacklm.atomic import write_bytes_atomically, write_text_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.aggregate import aggregate, summarize
 from stacklm.report.paper import PAPER_TABLES, paper_cells
@@ -21,10 +23,9 @@ FIGURE3_CAPTION = (
 
 def aggregate_command(args: argparse.Namespace) -> int:
     combined = aggregate(args.runs)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(str(args.out) + ".partial")
-    combined.to_parquet(partial, index=False)
-    partial.replace(args.out)
+    buffer = io.BytesIO()
+    combined.to_parquet(buffer, index=False)
+    write_bytes_atomically(args.out, buffer.getvalue())
     print(f"{len(args.runs)} runs, {len(combined)} metric rows -> {args.out}")
     return 0
 
@@ -47,16 +48,15 @@ def report_command(args: argparse.Namespace) -> int:
             ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells),
             ColumnSet(f"Seed 000, Table {number} (5 runs)", paper_cells(task)),
         ]
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(render_table(task, architectures, column_sets, source=Path(args.metrics).name))
-        Path(markdown).write_text(render_table(task, architectures, column_sets, source=Path(args.metrics).name, markdown=True))
+        write_text_atomically(path, render_table(task, architectures, column_sets, source=Path(args.metrics).name))
+        write_text_atomically(markdown, render_table(task, architectures, column_sets, source=Path(args.metrics).name, markdown=True))
     threshold = settings["report"]["min_test_accuracy"]
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
     from stacklm.report.figures import plot_figure3
 
     plot_figure3(panels, architectures, threshold, args.figures)
     document = render_document(args.document, args.tables, args.figures, FIGURE3_CAPTION.format(threshold=threshold))
-    Path(args.document).write_text(document)
+    write_text_atomically(args.document, document)
     print(f"{len(tasks)} tables, {len(args.figures)} figure files, {args.document}")
     return 0
 

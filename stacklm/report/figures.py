@@ -8,6 +8,7 @@ deviation.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -18,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
+from stacklm.atomic import write_bytes_atomically  # noqa: E402
 from stacklm.report.aggregate import Cell  # noqa: E402
 
 BAR_GROUPS: tuple[tuple[str, str], ...] = (
@@ -78,7 +80,8 @@ def plot_figure3(
         axis.set_visible(False)
     figure.tight_layout()
     for path in paths:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
         # No creation date in the PDF, so that the same metrics give the same file.
-        figure.savefig(path, dpi=150, metadata={"CreationDate": None} if str(path).endswith(".pdf") else None)
+        figure.savefig(buffer, format=Path(path).suffix[1:], dpi=150, metadata={"CreationDate": None} if str(path).endswith(".pdf") else None)
+        write_bytes_atomically(path, buffer.getvalue())
     plt.close(figure)
