@@ -1,9 +1,17 @@
 """The ``stacklm`` command line: one subcommand per workflow rule, each defined beside its user.
 
-Every module in ``COMMAND_MODULES`` exposes ``register(subparsers)``, which adds the
-subcommands listed beside it and sets ``func`` on each; nothing else lives here. ``stacklm X``
-imports only the module of X: the workflow runs hundreds of short jobs, and importing every
-command's dependencies (torch, SymPy, matplotlib, the grammars) costs each of them a second.
+Every module named in ``COMMANDS`` exposes ``register(subparsers)``, which adds its
+subcommands (and their options) and sets ``func`` on each. This module owns what a user reads
+before the options: each command's summary (``stacklm --help``) and one example per command
+and per action (``stacklm data generate --help``).
+
+``stacklm X`` imports only the module of X, and ``stacklm --help``, ``--version`` or a mistyped
+command import none: the workflow runs hundreds of short jobs, and importing every command's
+dependencies (torch, SymPy, matplotlib, MLflow) costs each of them seconds.
+
+Exit status: 0 done; 1 the command failed (a ``StacklmError``: bad input, a missing file,
+training stopped by SIGTERM), with a one-line message naming the file or key; 2 the command
+line itself is wrong (argparse's usage errors).
 """
 
 from __future__ import annotations
@@ -11,51 +19,136 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from stacklm.errors import StacklmError
+from stacklm import __version__
+from stacklm.errors import StacklmError, UsageError
 
+DESCRIPTION = (
+    "Stack-augmented neural language models: the experiments of DuSell & Cotterell (2025), DuSell & Chiang (2022)"
+    " and Sundararaman et al. (2019), end to end. Each command is one step of the workflow (README);"
+    " `stacklm COMMAND --help` shows its options and an example."
+)
+FAILED = 1  # a command that ran and failed
+MISUSED = 2  # a wrong command line: argparse's status, and a UsageError's
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str  # registers the command
+    summary: str  # its line in `stacklm --help`, and the first line of `stacklm X --help`
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command("stacklm.training.command", "train one model on a task (App. D schedule of DuSell & Cotterell, 2025); resumes from its checkpoint"),
+    "evaluate": Command("stacklm.evaluation.command", "score a trained run on the test set and the generalization set under both rules"),
+    "models": Command("stacklm.models.cli", "list every architecture with its width and parameter count"),
+    "data": Command("stacklm.data.cli", "the datasets of the syntactic-transformation tasks"),
+    "cfl": Command("stacklm.cfl.cli", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
+    "settings": Command("stacklm.workflow", "check the workflow's resolved settings and write them as JSON"),
+    "hparams": Command("stacklm.workflow", "draw the search trials' hyperparameters (one HP.json per trial)"),
+    "select": Command("stacklm.workflow", "choose the search trial with the lowest validation cross-entropy"),
+    "aggregate": Command("stacklm.report.commands", "concatenate the final runs' metrics.parquet files"),
+    "report": Command("stacklm.report.commands", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
+    "html": Command("stacklm.report.pages", "a Markdown table of the report as an HTML page (for snakemake --report)"),
+    "tracking": Command("stacklm.tracking.command", "the MLflow mirror of the runs"),
+}
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "stacklm.workflow": ("settings", "hparams", "select"),
-    "stacklm.report.commands": ("aggregate", "report"),
-    "stacklm.models.cli": ("models",),
-    "stacklm.cfl.cli": ("cfl",),  # cfl generate, train, select, evaluate, figures
-    "stacklm.training.command": ("train",),
-    "stacklm.evaluation.command": ("evaluate",),
-    "stacklm.tracking.command": ("tracking",),
-    "stacklm.data.cli": ("data",),  # data generate, transform, fetch, repair, summarize, report, estimate-weights
+    module: tuple(name for name, command in COMMANDS.items() if command.module == module)
+    for module in dict.fromkeys(command.module for command in COMMANDS.values())
+}
+
+# One example per command and per action, keyed by its words after `stacklm`; tested to parse.
+EXAMPLES: dict[str, str] = {
+    "train": "stacklm train --task question-formation --architecture Tf+Nd --data-dir results/data/question-formation"
+    " --learning-rate 0.0005 --tokens-per-batch 2048 --out runs/tf-nd",
+    "evaluate": "stacklm evaluate --task question-formation --run runs/tf-nd --data-dir results/data/question-formation"
+    " --settings results/settings.json --out runs/tf-nd/metrics.parquet",
+    "models": "stacklm models --task question-formation --budget 200000",
+    "data": "stacklm data generate --task question-formation --seed 1 --out results/data/question-formation",
+    "data generate": "stacklm data generate --task question-formation --seed 1 --train 1000 --out data/question-formation",
+    "data transform": "echo 'my walrus does move quest' | stacklm data transform --task question-formation --rule linear",
+    "data fetch": "stacklm data fetch --task question-formation --split validation --out upstream/question.dev",
+    "data repair": "stacklm data repair --task german-passivization --input upstream/passiv.dev --out repaired/passiv.dev",
+    "data summarize": "stacklm data summarize --task question-formation --data results/data/question-formation --out summary.parquet",
+    "data report": "stacklm data report results/data/*/summary.parquet --out results/data/report.txt",
+    "data estimate-weights": "stacklm data estimate-weights --task question-formation --mirror ../upstream",
+    "cfl": "stacklm cfl generate --language dyck-2 --split test --seed 0 --out dyck-2/test.tsv",
+    "cfl generate": "stacklm cfl generate --language dyck-2 --split test --seed 0 --out dyck-2/test.tsv",
+    "cfl train": "stacklm cfl train --language dyck-2 --architecture cfl/NS --learning-rate 0.005 --restart 1"
+    " --settings results/settings.json --checkpoint ckpt/ns.pt --out runs/dyck-2/ns",
+    "cfl select": "stacklm cfl select --curves runs/dyck-2/ns/*/train.parquet --out selected/dyck-2/ns.parquet",
+    "cfl evaluate": "stacklm cfl evaluate --selection selected/dyck-2/ns.parquet --runs runs/dyck-2/ns --test dyck-2/test.tsv"
+    " --settings results/settings.json --out evaluation/dyck-2/ns.parquet",
+    "cfl figures": "stacklm cfl figures --curves selected/*/*.parquet --metrics evaluation/*/*.parquet --out-curves curves.parquet"
+    " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png",
+    "settings": "stacklm settings --json '{\"tasks\": [\"question-formation\"], ...}' --out results/settings.json",
+    "hparams": "stacklm hparams --task question-formation --architecture Tf+Nd --settings results/settings.json"
+    " --out trial1.json trial2.json",
+    "select": "stacklm select --settings results/settings.json --hparams trial1.json trial2.json"
+    " --curves runs/1/train.parquet runs/2/train.parquet --out best.json",
+    "aggregate": "stacklm aggregate --out results/metrics.parquet results/runs/*/*/final/*/metrics.parquet",
+    "report": "stacklm report --metrics results/metrics.parquet --settings results/settings.json --tables qf.tex"
+    " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf",
+    "html": "stacklm html --markdown results/report/tables/question-formation.md --title 'Question formation'"
+    " --out question-formation.html",
+    "tracking": "stacklm tracking init --settings results/settings.json",
+    "tracking init": "stacklm tracking init --settings results/settings.json",
+    "tracking sync": "stacklm tracking sync --settings results/settings.json --experiment question-formation"
+    " --curves results/runs/question-formation/*/*/*/train.parquet --out results/tracking/question-formation.json",
 }
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The parser of the command ``argv`` names first, or of every command (``--help``, a typo)."""
+    """The parser of the command ``argv`` names first, with that command's module imported;
+    without a known command (``--help``, ``--version``, a typo), every command as a summary only."""
     command = next((argument for argument in argv if not argument.startswith("-")), None)
-    modules = [name for name, commands in COMMAND_MODULES.items() if command in commands] or list(COMMAND_MODULES)
-    return _parser("stacklm", __doc__.splitlines()[0], [importlib.import_module(name).register for name in modules])
-
-
-def _parser(prog: str, description: str, registers: Sequence[Callable[[Any], None]]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = argparse.ArgumentParser(prog="stacklm", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"stacklm {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in registers:
-        register(subparsers)
+    if command in COMMANDS:
+        importlib.import_module(COMMANDS[command].module).register(subparsers)
+        document(subparsers, [])
+    else:
+        for name, listed in COMMANDS.items():
+            subparsers.add_parser(name, help=listed.summary)
     return parser
 
 
+def document(subparsers: argparse._SubParsersAction, words: list[str]) -> None:
+    """Give each registered (sub)command its summary and its example; raw layout for both."""
+    helps = {action.dest: action.help for action in subparsers._choices_actions}
+    for name, parser in subparsers.choices.items():
+        path = [*words, name]
+        summary = COMMANDS[name].summary if not words else helps.get(name)
+        parser.description = "\n\n".join(part for part in (summary, parser.description) if part)
+        parser.epilog = f"example:\n  {EXAMPLES[' '.join(path)]}"
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                document(action, path)
+
+
 def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen command; a ``StacklmError`` becomes a message and status 2."""
+    """Parse ``argv`` and run the chosen command; a ``StacklmError`` becomes a message and status
+    1 (2 for a ``UsageError``)."""
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
     except StacklmError as error:
         print(f"stacklm: error: {error}", file=sys.stderr)
-        return 2
+        return MISUSED if isinstance(error, UsageError) else FAILED
 
 
 def run_light(prog: str, description: str, registers: Sequence[Callable[[Any], None]], argv: list[str] | None = None) -> int:
     """``python -m <module>``: only ``registers``' commands, without importing every other
     command's modules (torch, MLflow), for the DAG's many small jobs."""
-    return run(_parser(prog, description, registers), argv)
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in registers:
+        register(subparsers)
+    return run(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,11 @@ from pathlib import Path
 
 
 class StacklmError(Exception):
-    """An error caused by the user's input; the CLI prints it without a traceback."""
+    """An error caused by the user's input; the CLI prints it without a traceback (exit status 1)."""
+
+
+class UsageError(StacklmError):
+    """Options that argparse accepts one by one but not together; exit status 2, as argparse's own."""
 
 
 def located(path: str | Path, line: int | None, message: str) -> StacklmError:

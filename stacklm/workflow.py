@@ -69,6 +69,7 @@ CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
 METRICS = "results/metrics.parquet"
 REPORT_TABLE = "results/report/tables/{task}.tex"
 REPORT_MARKDOWN = "results/report/tables/{task}.md"
+REPORT_HTML = "results/report/tables/{task}.html"  # the Markdown table as a page of `snakemake --report`
 REPORT_DOCUMENT = "results/report/report.tex"
 REPORT_FIGURE = "results/report/figures/figure3.{extension}"
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")
@@ -334,6 +335,7 @@ def all_targets(settings: dict[str, Any]) -> list[str]:
         *data_targets(settings),
         METRICS,
         *(path for paths in outputs.values() for path in paths),
+        *(REPORT_HTML.format(task=task) for task in settings["tasks"]),
         *cfl_targets(settings),
         *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
     ]
@@ -472,19 +474,19 @@ def select_command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    settings = subparsers.add_parser("settings", help="check the resolved settings and write them as JSON")
+    settings = subparsers.add_parser("settings")
     settings.add_argument("--json", required=True, help="the resolved settings (preset applied), as JSON")
     settings.add_argument("--out", required=True, help="where to write results/settings.json")
     settings.set_defaults(func=settings_command)
 
-    hparams = subparsers.add_parser("hparams", help="draw the search trials' hyperparameters (HP.json files)")
+    hparams = subparsers.add_parser("hparams")
     hparams.add_argument("--task", required=True)
     hparams.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
     hparams.add_argument("--settings", required=True)
     hparams.add_argument("--out", required=True, nargs="+", help="one HP.json per trial, trial 1 first")
     hparams.set_defaults(func=hparams_command)
 
-    select = subparsers.add_parser("select", help="choose the search trial with the lowest validation cross-entropy")
+    select = subparsers.add_parser("select")
     select.add_argument("--settings", required=True)
     select.add_argument("--hparams", required=True, nargs="+", help="the trials' HP.json files, trial 1 first")
     select.add_argument("--curves", default=[], nargs="*", help="the trials' train.parquet files, same order (none for a single trial)")

@@ -1,7 +1,13 @@
-"""The ``stacklm`` entry point: each command imports only its own module."""
+"""The ``stacklm`` entry point: each command imports only its own module; ``--help``,
+``--version`` and a typo import none; every command and action documents a working example;
+exit status 1 for a failed command, 2 for a wrong command line."""
 
+import argparse
+import shlex
 import subprocess
 import sys
+from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -11,39 +17,83 @@ PROBE = """
 import sys
 from stacklm.cli import COMMAND_MODULES, build_parser
 build_parser(sys.argv[1:])
-print(" ".join(name for name in COMMAND_MODULES if name in sys.modules))
+print(" ".join(name for name in [*COMMAND_MODULES, "torch", "pandas", "mlflow"] if name in sys.modules))
 """
 
 
-def loaded_command_modules(*argv: str) -> set[str]:
-    """The command modules imported after building the parser for ``argv`` in a fresh interpreter."""
+def loaded_modules(*argv: str) -> set[str]:
+    """The command modules (and heavy libraries) imported after building the parser for ``argv`` in a fresh interpreter."""
     probe = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, check=True)
     return set(probe.stdout.split())
+
+
+def stacklm(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stacklm.cli", *argv], capture_output=True, text=True, cwd=cwd)
 
 
 @pytest.mark.parametrize("module", sorted(cli.COMMAND_MODULES))
 def test_a_command_imports_its_own_module_only(module: str) -> None:
     command = cli.COMMAND_MODULES[module][0]
-    loaded = loaded_command_modules(command, "--help-is-not-parsed-here")
+    loaded = loaded_modules(command, "--help-is-not-parsed-here") & set(cli.COMMAND_MODULES)
     assert module in loaded
     # a command module may import another one it builds on, never all of them
     assert loaded < set(cli.COMMAND_MODULES), loaded
 
 
-def test_no_command_or_an_unknown_one_builds_every_command() -> None:
-    assert loaded_command_modules() == set(cli.COMMAND_MODULES)
-    assert loaded_command_modules("--help") == set(cli.COMMAND_MODULES)
-    assert loaded_command_modules("trian") == set(cli.COMMAND_MODULES)
+@pytest.mark.parametrize("argv", [(), ("--help",), ("--version",), ("trian",)])
+def test_help_version_and_a_typo_import_no_command_module(argv: tuple[str, ...]) -> None:
+    assert loaded_modules(*argv) == set()
 
 
-def test_every_listed_command_is_registered_by_its_module() -> None:
-    parser = cli.build_parser()
-    subparsers = next(action for action in parser._actions if action.dest == "command")
-    assert set(subparsers.choices) == {command for commands in cli.COMMAND_MODULES.values() for command in commands}
+def test_help_lists_every_command_with_its_summary() -> None:
+    listing = stacklm("--help")
+    assert listing.returncode == 0
+    text = " ".join(listing.stdout.split())  # argparse wraps the lines
+    for name, command in cli.COMMANDS.items():
+        assert f"{name} {command.summary}" in text
 
 
-def test_an_unknown_command_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_is_the_installed_distributions() -> None:
+    answer = stacklm("--version")
+    assert (answer.returncode, answer.stdout) == (0, f"stacklm {version('stacklm')}\n")
+
+
+def command_paths(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> set[str]:
+    """Every command and action below ``parser``, as its words after ``stacklm``."""
+    paths = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                paths |= {" ".join((*words, name))} | command_paths(child, (*words, name))
+    return paths
+
+
+def test_every_command_and_action_has_an_example() -> None:
+    registered = set().union(*(command_paths(cli.build_parser([command])) for command in cli.COMMANDS))
+    assert registered == set(cli.EXAMPLES)
+
+
+@pytest.mark.parametrize("path", sorted(cli.EXAMPLES))
+def test_each_example_parses_into_its_command_and_shows_in_its_help(path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    example = cli.EXAMPLES[path]
+    argv = shlex.split(example[example.index("stacklm ") :])[1:]  # after a pipe into stacklm, if any
+    assert " ".join(argv[: len(path.split())]) == path or path in ("data", "cfl", "tracking")
+    parsed = cli.build_parser(argv).parse_args(argv)
+    assert callable(parsed.func)
     with pytest.raises(SystemExit) as stop:
-        cli.main(["trian"])
-    assert stop.value.code == 2
-    assert "invalid choice: 'trian'" in capsys.readouterr().err
+        cli.build_parser(path.split()).parse_args([*path.split(), "--help"])
+    assert stop.value.code == 0
+    help_text = capsys.readouterr().out
+    assert f"example:\n  {example}" in help_text
+    summary = cli.COMMANDS[path].summary if path in cli.COMMANDS else None
+    assert summary is None or summary in " ".join(help_text.split())
+
+
+def test_a_failed_command_exits_1_and_a_wrong_command_line_2(tmp_path: Path) -> None:
+    failed = stacklm("html", "--markdown", "missing.md", "--title", "t", "--out", "t.html", cwd=tmp_path)
+    assert failed.returncode == 1 and failed.stderr == "stacklm: error: missing.md: cannot read the Markdown table: " \
+        "[Errno 2] No such file or directory: 'missing.md'\n"
+    missing_option = stacklm("html", "--markdown", "missing.md", cwd=tmp_path)
+    assert missing_option.returncode == 2 and "the following arguments are required: --title, --out" in missing_option.stderr
+    typo = stacklm("trian")
+    assert typo.returncode == 2 and "invalid choice: 'trian'" in typo.stderr

@@ -14,7 +14,7 @@ from stacklm.errors import StacklmError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    cfl = subparsers.add_parser("cfl", help="the context-free language tasks of the RNS-RNN paper")
+    cfl = subparsers.add_parser("cfl")
     commands = cfl.add_subparsers(dest="cfl_command", required=True, metavar="COMMAND")
     generate = commands.add_parser(
         "generate",

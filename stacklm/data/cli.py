@@ -32,7 +32,7 @@ DEFAULT_ITERATIONS = 4
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    data = subparsers.add_parser("data", help="datasets of the syntactic-transformation tasks")
+    data = subparsers.add_parser("data")
     commands = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
 
     generate = commands.add_parser("generate", help="write the four splits of one task to a folder")

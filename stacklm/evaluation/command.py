@@ -25,7 +25,7 @@ from stacklm.training.run_files import choose_device, load_model, read_settings,
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("evaluate", help="score a trained run on validation, test and generalization")
+    parser = subparsers.add_parser("evaluate")
     parser.add_argument("--task", required=True)
     parser.add_argument("--run", required=True, type=Path, help="run directory holding model.pt")
     parser.add_argument("--data-dir", required=True, type=Path)

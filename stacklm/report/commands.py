@@ -62,12 +62,12 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    aggregate_parser = subparsers.add_parser("aggregate", help="concatenate the runs' metrics.parquet files")
+    aggregate_parser = subparsers.add_parser("aggregate")
     aggregate_parser.add_argument("--out", required=True, help="results/metrics.parquet")
     aggregate_parser.add_argument("runs", nargs="+", help="every final run's metrics.parquet")
     aggregate_parser.set_defaults(func=aggregate_command)
 
-    report = subparsers.add_parser("report", help="LaTeX tables (seed 000 Tables 1-7) and Figure 3 from the metrics")
+    report = subparsers.add_parser("report")
     report.add_argument("--metrics", required=True, help="results/metrics.parquet")
     report.add_argument("--settings", required=True, help="results/settings.json")
     report.add_argument("--tables", required=True, nargs="+", help="one .tex per task, in the settings' task order")

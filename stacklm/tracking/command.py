@@ -58,7 +58,7 @@ def sync_command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("tracking", help="the MLflow mirror of the runs")
+    parser = subparsers.add_parser("tracking")
     actions = parser.add_subparsers(dest="tracking_command", required=True, metavar="ACTION")
     init = actions.add_parser("init", help="create the MLflow store and the experiments (run once, before the fan-out)")
     init.add_argument("--settings", required=True, type=Path)

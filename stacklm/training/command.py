@@ -1,15 +1,19 @@
 """``stacklm train``: one training run of a syntactic-transformation task (the rule ``train``).
 
-    stacklm train --task T --architecture A --data-dir results/data/T --hparams HP.json --seed S
-        --settings results/settings.json --checkpoint CKPT_PATH --out RUN_DIR
+    stacklm train --task T --architecture A --data-dir results/data/T --out RUN_DIR
+        (--hparams HP.json | --learning-rate LR --tokens-per-batch B [--max-epochs N])
+        [--seed S] [--settings results/settings.json] [--checkpoint CKPT_PATH]
         [--phase search|final] [--trial N] [--device cpu|cuda] [--threads N]
 
-Reads the sections ``training``, ``evaluation`` and ``model`` (the ``ModelOptions`` of
-``stacklm.models``: dropout, the reference's departures) of the settings. Writes
+The workflow gives a trial's ``HP.json`` and the resolved settings; by hand, the flags do, and
+without ``--settings`` every section takes its defaults, the paper's (App. D schedule, 200k
+parameters). Reads the sections ``training``, ``evaluation`` and ``model`` (the
+``ModelOptions`` of ``stacklm.models``: dropout, the reference's departures) of the settings. Writes
 ``RUN_DIR/model.pt`` (best parameters and model config) and ``RUN_DIR/train.parquet`` (the
 learning curve, one row per checkpoint, with the run's metadata); MLflow never sees the job
-(``stacklm tracking sync`` mirrors the Parquet files later). The resumable state lives at CKPT_PATH: the same command after a kill continues; on
-SIGTERM the state of the current step is saved first (exit status 2).
+(``stacklm tracking sync`` mirrors the Parquet files later). The resumable state lives at
+CKPT_PATH (default ``RUN_DIR/checkpoint.pt``): the same command after a kill continues; on
+SIGTERM the state of the current step is saved first (exit status 1).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from stacklm.data.vocabulary import Vocabulary
+from stacklm.errors import UsageError
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
@@ -48,15 +53,19 @@ from stacklm.training.run_files import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("train", help="train one model (App. D schedule); resumes from --checkpoint")
+    parser = subparsers.add_parser("train")
     parser.add_argument("--task", required=True)
     parser.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
-    parser.add_argument("--data-dir", required=True, type=Path)
-    parser.add_argument("--hparams", required=True, type=Path, help='JSON: {"learning_rate", "tokens_per_batch", "max_epochs"}')
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--settings", required=True, type=Path)
-    parser.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
-    parser.add_argument("--out", required=True, type=Path, help="run directory")
+    parser.add_argument("--data-dir", required=True, type=Path, help="the task's {train,validation,test,generalization}.tsv")
+    parser.add_argument("--out", required=True, type=Path, help="run directory: model.pt, train.parquet")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hparams", type=Path, help='a trial\'s JSON: {"learning_rate", "tokens_per_batch", "max_epochs"}')
+    source.add_argument("--learning-rate", type=float, help="initial learning rate of Adam (with --tokens-per-batch)")
+    parser.add_argument("--tokens-per-batch", type=int, help="B, the token budget of a batch (with --learning-rate)")
+    parser.add_argument("--max-epochs", type=int, help="with --learning-rate; default: training.max_epochs, early stopping ends the run")
+    parser.add_argument("--seed", type=int, default=1, help="parameters, dropout and shuffling (default: 1)")
+    parser.add_argument("--settings", type=Path, help="the workflow's resolved settings; default: the paper's")
+    parser.add_argument("--checkpoint", type=Path, help="resumable training state; default: RUN_DIR/checkpoint.pt")
     parser.add_argument("--phase", choices=("search", "final"), default="final")
     parser.add_argument("--trial", type=int, default=None, help="trial number of a search run")
     add_resource_arguments(parser)
@@ -69,12 +78,13 @@ def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings)
+    settings = read_settings(args.settings) if args.settings is not None else {}
     training = TrainingSettings.from_dict(settings.get("training", {}))
     evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
     options = from_dict(ModelOptions, settings.get("model", {}), "model")
-    hyperparameters = Hyperparameters.from_dict(read_json(args.hparams), path=str(args.hparams))
+    hyperparameters = chosen_hyperparameters(args)
     config = training.train_config(hyperparameters)
+    checkpoint = args.checkpoint if args.checkpoint is not None else args.out / "checkpoint.pt"
     device = choose_device(args.device)
     set_threads(args.threads)
 
@@ -119,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         fingerprint_source=fingerprint_source,
         seed=args.seed,
         eos_index=vocabulary.eos_index,
-        checkpoint=args.checkpoint,
+        checkpoint=checkpoint,
         device=device,
         progress_interval_s=training.progress_interval_s,
         checkpoint_scores=checkpoint_scores,
@@ -140,6 +150,17 @@ def run(args: argparse.Namespace) -> int:
     save_trained_model(args.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
     write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
     return 0
+
+
+def chosen_hyperparameters(args: argparse.Namespace) -> Hyperparameters:
+    """A trial's ``--hparams`` file, or ``--learning-rate`` with ``--tokens-per-batch`` (and ``--max-epochs``)."""
+    if args.hparams is not None:
+        if args.tokens_per_batch is not None or args.max_epochs is not None:
+            raise UsageError("--hparams holds tokens_per_batch and max_epochs: leave out --tokens-per-batch and --max-epochs")
+        return Hyperparameters.from_dict(read_json(args.hparams), path=str(args.hparams))
+    if args.tokens_per_batch is None:
+        raise UsageError("--learning-rate needs --tokens-per-batch (or give a trial's --hparams HP.json)")
+    return Hyperparameters(learning_rate=args.learning_rate, tokens_per_batch=args.tokens_per_batch, max_epochs=args.max_epochs)
 
 
 def resumable_training(

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from stacklm import cli
 from stacklm.data.examples import write_examples
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.errors import StacklmError
@@ -143,7 +144,7 @@ def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_un
         elif after_checkpoint and line.startswith("epoch "):
             break
     stopped.send_signal(signal.SIGTERM)
-    assert stopped.wait() == 2 and "SIGTERM at step" in stopped.stderr.read()
+    assert stopped.wait() == 1 and "SIGTERM at step" in stopped.stderr.read()  # a failed command, not a usage error
     state = torch.load(tmp_path / "killed.ckpt", weights_only=False)
     assert len(state["curve"]) >= 4  # the resumed run's own progress is saved
     resumed = subprocess.run(command("killed"), check=True, capture_output=True, text=True)
@@ -154,3 +155,19 @@ def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_un
     assert curves[0] == curves[1] and len(curves[0]) >= 7
     whole, continued = (torch.load(tmp_path / name / "model.pt", weights_only=False)["parameters"] for name in ("whole", "killed"))
     assert whole.keys() == continued.keys() and all(torch.equal(whole[key], continued[key]) for key in whole)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--learning-rate", "0.001"], "--learning-rate needs --tokens-per-batch"),
+        (["--hparams", "hp.json", "--max-epochs", "3"], "leave out --tokens-per-batch and --max-epochs"),
+    ],
+)
+def test_hyperparameters_come_from_a_trial_file_or_from_flags(flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(tmp_path), "--out", str(tmp_path / "run")]
+    assert cli.main(base + flags) == 2  # a usage error, as argparse's own
+    assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        cli.main(base + ["--hparams", "hp.json", "--learning-rate", "0.001"])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

@@ -10,11 +10,11 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW_FILES = ("Snakefile", "config.yaml", "workflow", "profiles")
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "workflow", "profiles", "envs")
 
 
 def copy_workflow(destination: Path) -> Path:
-    """The Snakefile, config, rules, schema and profiles, copied under ``destination``."""
+    """The Snakefile, config, rules, schema, report captions, profiles and conda envs, copied under ``destination``."""
     destination.mkdir(parents=True, exist_ok=True)
     for name in WORKFLOW_FILES:
         source = ROOT / name

@@ -16,8 +16,10 @@ them across both, and each built the fixture).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -229,3 +231,45 @@ def test_mlflow_ui_shows_the_runs_in_headless_chromium(pipelines: Pipelines, mlf
     for name in pipelines.settings["architectures"]:
         for seed in pipelines.settings["final"]["seeds"]:
             assert f"{task}/{name}/final/seed-{seed}" in dom, f"run {task}/{name}/final/seed-{seed} not on the page"
+
+
+def report_scripts(page: str) -> dict[str, dict]:
+    """The JSON objects the report page assigns to ``results`` and ``categories``."""
+    found = {}
+    for name in ("results", "categories"):
+        script = re.search(rf'<script id="{name}">\s*var {name} = (.*?);\s*</script>', page, re.S)
+        assert script is not None, f"no {name} in the report"
+        found[name] = json.loads(script.group(1))
+    return found
+
+
+def embedded(entry: dict) -> bytes:
+    """The bytes of a result as the report embeds them (a base64 data URI)."""
+    return base64.b64decode(entry["data_uri"].split(";base64,", 1)[1])
+
+
+def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines: Pipelines) -> None:
+    directory, settings = pipelines.straight, pipelines.settings
+    result = run_snakemake(directory, *RUN, "--report", "report.html")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    scripts = report_scripts((directory / "report.html").read_text())
+    results, categories = scripts["results"], scripts["categories"]
+    fruit = categories["Bearing Syntactic Fruit (DuSell & Cotterell, 2025)"]
+    for extension in ("png", "pdf"):
+        path = f"results/report/figures/figure3.{extension}"
+        assert path in fruit["Figure 3"] and "Figure 3 of DuSell &amp; Cotterell (2025)" in results[path]["caption"]
+        assert embedded(results[path]) == (directory / path).read_bytes()
+    for task in settings["tasks"]:
+        path = f"results/report/tables/{task}.html"
+        assert fruit[task] == [path] and f"<strong>{task}</strong>" in results[path]["caption"]
+        assert results[path]["mime_type"] == "text/html"  # shown in the page, not offered as a download
+        page = embedded(results[path]).decode()
+        assert page == (directory / path).read_text()
+        text = re.sub(r"<[^>]+>", "", page)
+        markdown = (directory / "results" / "report" / "tables" / f"{task}.md").read_text()
+        rows = [line for line in markdown.splitlines() if line.startswith("| ") and "---" not in line]
+        assert len(rows) == page.count("<tr>") == 2 * (len(settings["architectures"]) + 1)  # two column sets
+        for row in rows:
+            assert "".join(cell.strip().replace("**", "") for cell in row.strip("|").split("|")) in text.replace("\n", "")
+        for name in settings["architectures"]:
+            assert f"<td>{name}</td>" in page

@@ -8,6 +8,7 @@
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
 CFL_FIGURES = {figure: dag.cfl_figures(figure) for figure in dag.CFL_FIGURES}
+HIERARCHY = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the category of `snakemake --report`
 
 
 localrules:
@@ -29,6 +30,8 @@ rule cfl_generate:
     log:
         "logs/cfl/generate/{language}.log",
     threads: 1
+    conda:
+        CONDA_ENV
     shell:
         "stacklm cfl generate --language {wildcards.language} --split test --seed 0"
         " --strings-per-length {params.strings_per_length} --out {output} --threads {threads} > {log} 2>&1"
@@ -51,6 +54,8 @@ rule cfl_train:
     threads: 1
     resources:
         gpu=0,
+    conda:
+        CONDA_ENV
     shell:
         "stacklm cfl train --language {wildcards.language} --architecture {params.architecture:q} {params.options}"
         " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
@@ -64,6 +69,8 @@ rule cfl_select:
         dag.CFL_SELECTED,
     log:
         "logs/cfl/select/{language}/{model}.log",
+    conda:
+        CONDA_ENV
     shell:
         "python -m stacklm.cfl.experiment select --curves {input} --out {output} > {log} 2>&1"
 
@@ -84,6 +91,8 @@ rule cfl_evaluate:
     threads: 1
     resources:
         gpu=0,
+    conda:
+        CONDA_ENV
     shell:
         "stacklm cfl evaluate --selection {input.selection} --runs {params.runs} --test {input.test}"
         " --settings {input.settings} --out {output} --device {params.device} --threads {threads} > {log} 2>&1"
@@ -96,10 +105,12 @@ rule cfl_figures:
     output:
         curves=dag.CFL_CURVES,
         metrics=dag.CFL_METRICS,
-        validation=CFL_FIGURES["validation"],
-        test=CFL_FIGURES["test-by-length"],
+        validation=[report(path, caption="../report/cfl-validation.rst", category=HIERARCHY) for path in CFL_FIGURES["validation"]],
+        test=[report(path, caption="../report/cfl-test-by-length.rst", category=HIERARCHY) for path in CFL_FIGURES["test-by-length"]],
     log:
         "logs/cfl/figures.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm cfl figures --curves {input.curves} --metrics {input.metrics} --out-curves {output.curves}"
         " --out-metrics {output.metrics} --validation-figures {output.validation} --test-figures {output.test} > {log} 2>&1"

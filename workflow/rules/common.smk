@@ -1,5 +1,6 @@
 # Validation and lookups only: every decision lives in `stacklm.workflow`, where tests reach it.
 import json
+import os
 
 from snakemake.utils import validate
 
@@ -9,6 +10,8 @@ validate(config, "../schemas/config.schema.yaml")
 # The preset is applied here, after the schema ran; `resolve` re-checks what it changed and
 # what no schema can (architecture names), naming the key, before any job runs.
 SETTINGS = dag.resolve(config)
+# One conda env for every job, all of which run stacklm (the path is relative to this folder).
+CONDA_ENV = "../../envs/stacklm.yaml"
 
 
 wildcard_constraints:

@@ -12,6 +12,8 @@ rule data_fetch:
         split="validation|generalization",
     log:
         "logs/data/fetch/{task}/{split}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm data fetch --task {wildcards.task} --split {wildcards.split} {params.options} --out {output} > {log} 2>&1"
 
@@ -25,6 +27,8 @@ rule data_repair:
         split="validation|generalization",
     log:
         "logs/data/repair/{task}/{split}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm data repair --task {wildcards.task} --input {input} --out {output} > {log} 2>&1"
 
@@ -40,6 +44,8 @@ rule data_generate:
         folder=data_stage.DATA_DIR,
     log:
         "logs/data/generate/{task}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm data generate --task {wildcards.task} {params.options} --out {params.folder} > {log} 2>&1"
 
@@ -51,9 +57,11 @@ rule data_summarize:
     output:
         data_stage.SUMMARY,
     params:
-        folder=data_stage.DATA_DIR,
+        folder=lambda wildcards, input: os.path.dirname(input.splits[0]),
     log:
         "logs/data/summarize/{task}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm data summarize --task {wildcards.task} --data {params.folder} --out {output} > {log} 2>&1"
 
@@ -62,8 +70,10 @@ rule data_report:
     input:
         expand(data_stage.SUMMARY, task=SETTINGS["tasks"]),
     output:
-        data_stage.REPORT,
+        report(data_stage.REPORT, caption="../report/data.rst", category="Data"),
     log:
         "logs/data/report.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm data report {input} --out {output} 2> {log}"

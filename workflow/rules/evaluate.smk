@@ -11,14 +11,16 @@ rule evaluate:
     output:
         dag.RUN_METRICS,
     params:
-        data_dir=dag.DATA_DIR,
-        run_dir=dag.RUN_DIR,
+        data_dir=lambda wildcards, input: os.path.dirname(input.data[0]),
+        run_dir=lambda wildcards, input: os.path.dirname(input.model),
         device=lambda wildcards, resources: dag.device(resources.gpu),
     log:
         "logs/evaluate/{task}/{architecture}/{phase}/{index}.log",
     threads: 1
     resources:
         gpu=0,
+    conda:
+        CONDA_ENV
     shell:
         "stacklm evaluate --task {wildcards.task} --run {params.run_dir} --data-dir {params.data_dir}"
         " --settings {input.settings} --out {output} --device {params.device} --threads {threads} > {log} 2>&1"

@@ -3,11 +3,14 @@
 # report reads Parquet only: MLflow is a mirror for browsing.
 
 REPORT = dag.report_outputs(SETTINGS)
+# `snakemake --report`: each table (as an HTML page) and Figure 3, grouped by paper and task.
+FRUIT = "Bearing Syntactic Fruit (DuSell & Cotterell, 2025)"
 
 
 localrules:
     aggregate,
     report,
+    html,
 
 
 rule aggregate:
@@ -17,6 +20,8 @@ rule aggregate:
         dag.METRICS,
     log:
         "logs/aggregate.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm aggregate --out {output} {input} > {log} 2>&1"
 
@@ -29,9 +34,27 @@ rule report:
         tables=REPORT["tables"],
         markdown=REPORT["markdown"],
         document=REPORT["document"],
-        figures=REPORT["figures"],
+        figures=[
+            report(path, caption="../report/figure3.rst", category=FRUIT, subcategory="Figure 3")
+            for path in REPORT["figures"]
+        ],
     log:
         "logs/report.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm report --metrics {input.metrics} --settings {input.settings} --tables {output.tables}"
         " --markdown {output.markdown} --document {output.document} --figures {output.figures} > {log} 2>&1"
+
+
+rule html:
+    input:
+        dag.REPORT_MARKDOWN,
+    output:
+        report(dag.REPORT_HTML, caption="../report/table.rst", category=FRUIT, subcategory="{task}"),
+    log:
+        "logs/html/{task}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm html --markdown {input} --title {wildcards.task} --out {output} > {log} 2>&1"

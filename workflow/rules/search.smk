@@ -22,6 +22,8 @@ rule hparams:
         architecture=lambda wildcards: dag.architecture_name(wildcards.architecture),
     log:
         "logs/hparams/{task}/{architecture}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm hparams --task {wildcards.task} --architecture {params.architecture:q}"
         " --settings {input.settings} --out {output} > {log} 2>&1"
@@ -36,6 +38,8 @@ rule select:
         dag.BEST_HPARAMS,
     log:
         "logs/select/{task}/{architecture}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm select --settings {input.settings} --hparams {input.hparams} --curves {input.curves}"
         " --out {output} > {log} 2>&1"

@@ -13,5 +13,7 @@ rule settings:
         settings=json.dumps(SETTINGS, sort_keys=True),
     log:
         "logs/settings.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm settings --json {params.settings:q} --out {output} > {log} 2>&1"

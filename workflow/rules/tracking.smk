@@ -23,6 +23,8 @@ rule tracking:
         touch(dag.TRACKING_MARKER),
     log:
         "logs/tracking.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm tracking init --settings {input.settings} > {log} 2>&1"
 
@@ -36,6 +38,8 @@ rule tracking_sync:
         dag.TRACKING_MANIFEST,
     log:
         "logs/tracking/{experiment}.log",
+    conda:
+        CONDA_ENV
     shell:
         "stacklm tracking sync --settings {input.settings} --experiment {wildcards.experiment}"
         " --curves {input.curves} --metrics {input.metrics} --out {output} > {log} 2>&1"

@@ -28,6 +28,8 @@ rule train:
         gpu=0,
         runtime=lambda wildcards, attempt: dag.train_resources(SETTINGS, wildcards.architecture, attempt).runtime_min,
         mem_mb=lambda wildcards, attempt: dag.train_resources(SETTINGS, wildcards.architecture, attempt).mem_mb,
+    conda:
+        CONDA_ENV
     shell:
         "stacklm train --task {wildcards.task} --architecture {params.architecture:q}"
         " --data-dir {params.data_dir} --hparams {input.hparams} --phase {wildcards.phase}{params.trial} --seed {wildcards.index}"
