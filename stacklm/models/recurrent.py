@@ -14,7 +14,8 @@ come from the top layer's h^(L)_t (not dropped out), and r_t is the reading afte
 ``reading_to_output`` (+R, seed 000 §4.1) y_t = Ẽ Dropout([h^(L)_t ; r_t]) and the embedding
 width is d + |r|; r_0 is the reading of the empty stack. Without +R the actions of h_t are
 only needed at step t + 1, so the stack is updated lazily there: n − 1 updates for n tokens
-(n with +R), as in the reference.
+(n with +R), as in the reference. The whole-sequence forward drives the stack through its
+``sequence_state`` (the dVPDA: one compiled kernel call per step, forward and backward).
 
 Two variants share this module:
 
@@ -160,7 +161,9 @@ class RecurrentLanguageModel(LanguageModel):
             return self.output_layer(output)
         return self.embedding.logits(self.dropout(output), self.vocabulary_size)
 
-    def _initial(self, batch_size: int, max_steps: int | None) -> RecurrentState:
+    def _initial(self, batch_size: int, max_steps: int | None, sequence: bool = False) -> RecurrentState:
+        """The state before any token; ``sequence``: for one whole-sequence forward of
+        ``max_steps`` stack updates (the stack's ``sequence_state``, advanced once per step)."""
         like = self.layers[0].input_weight
         hidden_units = self.config.hidden_units
         if self.initial_hidden is None:
@@ -168,7 +171,11 @@ class RecurrentLanguageModel(LanguageModel):
         else:
             hidden = tuple(torch.tanh(w).expand(batch_size, hidden_units) for w in self.initial_hidden)
         cells = tuple(like.new_zeros(batch_size, hidden_units) for _ in self.layers) if self.config.cell == "lstm" else ()
-        stack = None if self.interface is None else self.interface.initial_state(batch_size, like, max_steps)
+        stack = None
+        if self.interface is not None and sequence and max_steps:
+            stack = self.interface.sequence_state(batch_size, like, max_steps)
+        elif self.interface is not None:
+            stack = self.interface.initial_state(batch_size, like, max_steps)
         return RecurrentState(self, hidden, cells, stack, pending=False)
 
     def initial_state(self, batch_size: int) -> RecurrentState:
@@ -179,7 +186,7 @@ class RecurrentLanguageModel(LanguageModel):
         if self.interface is None:
             return self._forward_layerwise(tokens)
         updates = length if self.config.reading_to_output else max(length - 1, 0)
-        state = self._initial(batch_size, updates or None)
+        state = self._initial(batch_size, updates or None, sequence=True)
         projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
         outputs = [state.pre_output()]
         for t in range(length):

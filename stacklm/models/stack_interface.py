@@ -113,6 +113,10 @@ class StackInterface(nn.Module, ABC):
     def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> StackState[Any]:
         return self.stack.initial_state(batch_size, like, max_steps)
 
+    def sequence_state(self, batch_size: int, like: Tensor, max_steps: int) -> StackState[Any]:
+        """The stack's ``sequence_state``: for one whole-sequence forward driven step by step."""
+        return self.stack.sequence_state(batch_size, like, max_steps)
+
     def readings(self, hidden: Tensor) -> Tensor:
         """r_1 … r_n of a stack driven by the actions of h (B, n, d): (B, n, reading_size)."""
         return self.stack.readings(self.actions(hidden))

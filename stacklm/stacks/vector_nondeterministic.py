@@ -21,8 +21,10 @@ Kernels. ``readings`` of a whole sequence from the empty stack, without a window
 the fast products, on the CPU, can run as one compiled kernel (``kernels/compiled.py``: the
 same DP and numerics, forward and backward, built at first use). ``kernel="compiled"``
 requires it (and raises if it cannot build), ``"torch"`` never uses it, ``"auto"`` (default)
-uses it where it applies and builds, and warns once if the build fails. Step-by-step states,
-chunks (``run``, an initial state), windows, other semirings and CUDA use the PyTorch DP.
+uses it where it applies and builds, and warns once if the build fails. The same kernel, one
+step per call, runs ``sequence_state``'s states (a stack RNN's forward), under the same
+conditions. Incremental states (``initial_state``), chunks (``run``, an initial state),
+windows, other semirings and CUDA use the PyTorch DP.
 """
 
 from __future__ import annotations
@@ -102,6 +104,44 @@ class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
         return replace(self, tables=self.tables.transform_tensors(function))
 
 
+@dataclass(frozen=True)
+class CompiledSequenceState(StackState[VectorNondeterministicActions]):
+    """A state of one run on the compiled kernel, one step per ``next`` (``sequence_state``).
+
+    Every state of the run shares the run's tables (``kernels/compiled.py``), so a state can be
+    advanced once, by ``next``, and never copied or sliced: incremental use (sampling, copies
+    of a prefix) takes ``initial_state``'s states instead.
+    """
+
+    tables: compiled.StepTables
+    sizes: PDASizes
+    step: int  # t, the steps taken
+    order: Tensor  # log v₀ (B, m) at t = 0, then the (B, 0) tensor of step t (``compiled_step``)
+    current: Tensor  # r_t (B, Q·S·m)
+
+    def next(self, actions: VectorNondeterministicActions) -> Self:
+        if self.tables.steps != self.step:
+            raise ValueError("a sequence state is advanced once: this one was advanced already")
+        batch = self.current.size(0)
+        configurations, num_states = self.sizes.num_configurations, self.sizes.num_states
+        reading, order = compiled.compiled_step(
+            self.tables,
+            actions.push.reshape(batch, configurations, configurations),
+            actions.replace.reshape(batch, configurations, configurations),
+            actions.pop.reshape(batch, configurations, num_states),
+            actions.pushed,
+            self.order,
+        )
+        return replace(self, step=self.step + 1, order=order, current=reading)
+
+    def reading(self) -> Tensor:
+        """(B, Q·S·m) in the order (r, y, m)."""
+        return self.current
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
+        raise TypeError("a sequence state cannot be copied or sliced; use initial_state for incremental use")
+
+
 class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions]):
     """dVPDA with |Q| states, |Γ| symbols, vectors of size m; ``window`` = D bounds memory.
 
@@ -152,6 +192,20 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         bottom = from_log(semiring, self.log_bottom(like)).unsqueeze(0).expand(batch_size, -1)
         tables = initial_tables(self.sizes, batch_size, bottom, self.engine, like, max_steps)
         return VectorNondeterministicState(tables, self.sizes, self.engine)
+
+    def sequence_state(
+        self, batch_size: int, like: Tensor, max_steps: int
+    ) -> VectorNondeterministicState | CompiledSequenceState:
+        """On the compiled kernel where ``readings`` would use it (module docstring), else ``initial_state``."""
+        if max_steps < 1 or not self.uses_compiled_kernel(like):
+            return self.initial_state(batch_size, like, max_steps)
+        log_bottom = self.log_bottom(like).unsqueeze(0).expand(batch_size, -1)  # (B, m)
+        sizes = self.sizes
+        tables = compiled.StepTables(log_bottom, max_steps, sizes.num_states, sizes.num_symbols)
+        # r_0: v₀ at (q0, ⊥), the only configuration of the empty stack; 0 elsewhere.
+        empty = log_bottom.new_zeros(batch_size, (sizes.num_configurations - 1) * sizes.vector_size)
+        initial_reading = torch.cat([log_bottom.exp(), empty], dim=1)
+        return CompiledSequenceState(tables, sizes, 0, log_bottom, initial_reading)
 
     def step_actions(self, actions: VectorNondeterministicActions, step: int) -> VectorNondeterministicActions:
         return VectorNondeterministicActions(

@@ -196,3 +196,80 @@ def test_each_checkout_builds_into_a_folder_of_its_own(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert kernel.build_directory().parent == tmp_path / "cache" / "stacklm" / "extensions"
+
+
+def fed_back_readings(
+    stack: VectorNondeterministicStack, actions: VectorNondeterministicActions, sequence: bool
+) -> tuple[Tensor, ...]:
+    """r_0 … r_n of states advanced step by step, each step's actions shifted by the previous
+    reading (as a stack RNN's controller does), and the gradients of a fixed linear function of
+    them (logits, log v_t, w₀). ``sequence``: ``sequence_state``, else ``initial_state``."""
+    states, symbols = actions.pop.shape[2:4]
+    batch, steps = actions.pop.shape[:2]
+    logits = flat_logits(actions).clone().requires_grad_()
+    log_pushed = actions.pushed.clone().requires_grad_()
+    stack.zero_grad()
+    run = actions_of(logits, log_pushed, states, symbols)
+    state = stack.sequence_state(batch, logits, steps) if sequence else stack.initial_state(batch, logits, steps)
+    outputs = [state.reading()]
+    for step in range(steps):
+        current = stack.step_actions(run, step)
+        feedback = outputs[-1].sum(dim=-1)  # (B,)
+        state = state.next(
+            VectorNondeterministicActions(
+                current.push + 0.3 * feedback.view(-1, 1, 1, 1, 1),
+                current.replace,
+                current.pop - 0.2 * feedback.view(-1, 1, 1, 1),
+                current.pushed + 0.1 * feedback.view(-1, 1),
+            )
+        )
+        outputs.append(state.reading())
+    readings = torch.stack(outputs, dim=1)
+    (readings * torch.linspace(-1, 1, readings.numel(), dtype=readings.dtype).view_as(readings)).sum().backward()
+    gradients = [logits.grad, log_pushed.grad]
+    if stack.bottom_logits is not None:
+        gradients.append(stack.bottom_logits.grad)
+    return (readings, *gradients)
+
+
+@pytest.mark.parametrize("states, symbols, vector_size, steps", [(3, 3, 5, 10), (2, 3, 2, 7), (1, 1, 1, 1)])
+@pytest.mark.parametrize("bottom", ["learned", "zero"])
+def test_sequence_state_equals_the_pytorch_steps(
+    states: int, symbols: int, vector_size: int, steps: int, bottom: str
+) -> None:
+    """The compiled step (forward and its backward) against the PyTorch DP's states, with the
+    actions of each step depending on the previous reading, gradients included."""
+    actions = random_actions(3, steps, states, symbols, vector_size, seed=30 + steps, scale=3.0)
+    compiled, reference = stacks(states, symbols, vector_size, bottom=bottom)
+    assert type(compiled.sequence_state(3, actions.pop, steps)).__name__ == "CompiledSequenceState"
+    got = fed_back_readings(compiled, actions, sequence=True)
+    expected = fed_back_readings(reference, actions, sequence=False)
+    for value, reference_value in zip(got, expected):
+        torch.testing.assert_close(
+            value, reference_value, rtol=1e-9, atol=1e-9 * max(1.0, reference_value.abs().max().item())
+        )
+
+
+def test_sequence_state_in_float32_agrees_with_float64() -> None:
+    actions = random_actions(2, 24, 3, 3, 5, seed=41)
+    compiled, _ = stacks(3, 3, 5)
+    exact = fed_back_readings(compiled, actions, sequence=True)
+    approximate = fed_back_readings(
+        compiled.float(), VectorNondeterministicActions(*(tensor.float() for tensor in vars(actions).values())), True
+    )
+    for value, reference in zip(approximate, exact):
+        assert value.dtype == torch.float32
+        assert (value.double() - reference).abs().max() <= 1e-4 * reference.abs().max()
+
+
+def test_sequence_state_is_advanced_once_and_never_copied() -> None:
+    actions = random_actions(1, 3, 2, 2, 2, seed=42)
+    stack, _ = stacks(2, 2, 2)
+    state = stack.sequence_state(1, actions.pop, 3)
+    state.next(stack.step_actions(actions, 0))
+    with pytest.raises(ValueError):
+        state.next(stack.step_actions(actions, 0))
+    with pytest.raises(TypeError):
+        state.detach()
+    torch_stack = VectorNondeterministicStack(2, 2, 2, kernel="torch").double()
+    assert type(torch_stack.sequence_state(1, actions.pop, 3)).__name__ == "VectorNondeterministicState"

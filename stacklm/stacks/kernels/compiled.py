@@ -9,6 +9,13 @@ kernel (each log-sum-exp passes g·exp(term − result), from the same shifted p
 What it keeps for backward is O(B·n²·N²): the columns of γ (log), their shares and each
 step's pop totals, and α.
 
+The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
+at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the
+run's length once (:class:`StepTables`) and each step writes its column into them; each step's
+backward is the same code as the whole-sequence backward's step t, adding into adjoint tables
+shared by the run. A (B, 0) tensor passed from step to step orders them in autograd, so the
+backward of step t runs after those of steps t + 1 … n, which complete the adjoints it reads.
+
 The extension is built with ``torch.utils.cpp_extension.load`` at first use (``-O3
 -fopenmp``, the system C++ compiler; 10–20 s on two cores) into a folder of this checkout's
 own (:func:`build_directory`) under ``$TORCH_EXTENSIONS_DIR`` or, without it,
@@ -115,3 +122,72 @@ def compiled_readings(push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor
     load()
     tensors = [tensor.contiguous() for tensor in (push, replace, pop, pushed, bottom)]
     return _CompiledReadings.apply(*tensors)
+
+
+class StepTables:
+    """The tables of one run of at most ``capacity`` steps, filled one column per :func:`compiled_step`.
+
+    ``log_bottom`` (B, m) is log v₀. ``steps`` counts the columns written after column 0. The
+    adjoint tables are made by the first backward step of the run and dropped after step 1's.
+    """
+
+    def __init__(self, log_bottom: Tensor, capacity: int, num_states: int, num_symbols: int) -> None:
+        load()
+        bottom = log_bottom.detach().contiguous()
+        self.gamma, self.shares, self.pops, self.alpha = torch.ops.stacklm_dvpda.start(
+            bottom, capacity, num_states, num_symbols
+        )
+        self.capacity = capacity
+        self.steps = 0
+        self.grad_gamma: Tensor | None = None
+        self.grad_alpha: Tensor | None = None
+
+
+class _CompiledStep(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, order: Tensor, tables: StepTables
+    ) -> tuple[Tensor, Tensor]:
+        step = tables.steps + 1
+        reading = torch.ops.stacklm_dvpda.step(
+            step, push, replace, pop, pushed, tables.gamma, tables.shares, tables.pops, tables.alpha
+        )
+        tables.steps = step
+        ctx.save_for_backward(push, replace, pop, pushed, reading)
+        ctx.tables = tables
+        ctx.step = step
+        ctx.order_shape = order.shape
+        return reading, reading.new_zeros(reading.size(0), 0)
+
+    @staticmethod
+    def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
+        tables: StepTables = ctx.tables
+        if tables.grad_gamma is None or tables.grad_alpha is None:
+            tables.grad_gamma = torch.zeros_like(tables.gamma)
+            tables.grad_alpha = torch.zeros_like(tables.alpha)
+        push, replace, pop, pushed, reading = ctx.saved_tensors
+        grads = torch.ops.stacklm_dvpda.step_backward(
+            ctx.step, grad_reading.contiguous(), push, replace, pop, pushed, reading,
+            tables.gamma, tables.shares, tables.pops, tables.alpha, tables.grad_gamma, tables.grad_alpha,
+        )  # fmt: skip
+        if ctx.step == 1:
+            # Step 1 received log v₀ as its order tensor: the adjoint of column 0's η rows.
+            grad_order = tables.grad_gamma[:, : ctx.order_shape[1]].clone()
+            tables.grad_gamma = tables.grad_alpha = None
+        else:
+            grad_order = grad_reading.new_zeros(ctx.order_shape)
+        return (*grads, grad_order, None)
+
+
+def compiled_step(
+    tables: StepTables, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, order: Tensor
+) -> tuple[Tensor, Tensor]:
+    """r_t (B, N·m) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
+
+    ``push``, ``replace`` (B, N, N), ``pop`` (B, N, Q), ``pushed`` log v_t (B, m), log weights of
+    the tables' dtype; ``order``: log v₀ (B, m) at step 1, else what step t − 1 returned.
+    """
+    if tables.steps >= tables.capacity:
+        raise ValueError(f"the tables hold {tables.capacity} steps")
+    tensors = [tensor.contiguous() for tensor in (push, replace, pop, pushed)]
+    return _CompiledStep.apply(*tensors, order, tables)

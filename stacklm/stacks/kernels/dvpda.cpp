@@ -217,113 +217,360 @@ void make_shares(const Sizes& z, int64_t t, const T* gamma, const T* alpha, cons
   }
 }
 
+// Column 0: η[0] = log v₀ at (q0, ⊥), row −1 = the fictitious push of ⊥ in q0; α[0] = 𝟙[q0, ⊥].
 template <typename T>
-void forward_element(const Sizes& z, const T* push, const T* replace, const T* pop, const T* pushed,
-                     const T* bottom, T* readings, T* gamma, T* shares, T* pops, T* alpha) {
-  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, n = z.steps;
+void initialize_element(const Sizes& z, const T* bottom, T* gamma, T* shares, T* alpha) {
+  const int64_t N = z.configs, m = z.vector, R = z.rows(0);
   std::vector<T> weights;
   row_weights(z, alpha, 0, weights);
-  {
-    const int64_t R = z.rows(0);
-    std::fill(gamma, gamma + N * R, NEG<T>);
-    for (int64_t j = 0; j < m; ++j) gamma[j] = bottom[j];
-    gamma[m] = 0;  // row −1: the fictitious push of ⊥ in q0
-    for (int64_t a = 0; a < N; ++a) alpha[a] = a == 0 ? T(0) : NEG<T>;
-    make_shares(z, 0, gamma, alpha, weights, shares);
-  }
-  Step<T> s;
-  for (int64_t t = 1; t <= n; ++t) {
-    const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
-    const T* step_push = push + (t - 1) * N * N;
-    const T* step_pushed = pushed + (t - 1) * m;
-    products(z, t, gamma, alpha, step_push, replace + (t - 1) * N * N, pop + (t - 1) * N * Q, s);
-    T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
-    if (t >= 2) {
-      pop_weights(z, t, alpha, s);
-      std::fill(pop_total, pop_total + N * R2, T(0));
-      for (int64_t k = 0; k < t - 1; ++k) {
-        const int64_t Rk = z.rows(k);
-        const T* share = shares + z.offset(k);
-        for (int64_t b = 0; b < N; ++b) {
-          const int64_t y = b % S;
-          const T* left = share + b * Rk;
-          for (int64_t r = 0; r < Q; ++r) {
-            T weight = s.weights[r * (t - 1) * N + k * N + b];
-            if (weight == 0) continue;
-            T* out = pop_total + (r * S + y) * R2;
+  std::fill(gamma, gamma + N * R, NEG<T>);
+  for (int64_t j = 0; j < m; ++j) gamma[j] = bottom[j];
+  gamma[m] = 0;
+  for (int64_t a = 0; a < N; ++a) alpha[a] = a == 0 ? T(0) : NEG<T>;
+  make_shares(z, 0, gamma, alpha, weights, shares);
+}
+
+// Step t ≥ 1 of one element: column t of gamma and shares, the pop totals at offset(t−2),
+// α[t] and the reading r_t (N·m), from columns 0 … t−1 and the actions of step t.
+template <typename T>
+void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_replace, const T* step_pop,
+                  const T* step_pushed, T* reading, T* gamma, T* shares, T* pops, T* alpha, Step<T>& s,
+                  std::vector<T>& weights) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector;
+  const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
+  row_weights(z, alpha, t, weights);  // rows i ≤ t−1 enter with weight α[i]
+  products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
+  T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
+  if (t >= 2) {
+    pop_weights(z, t, alpha, s);
+    std::fill(pop_total, pop_total + N * R2, T(0));
+    for (int64_t k = 0; k < t - 1; ++k) {
+      const int64_t Rk = z.rows(k);
+      const T* share = shares + z.offset(k);
+      for (int64_t b = 0; b < N; ++b) {
+        const int64_t y = b % S;
+        const T* left = share + b * Rk;
+        for (int64_t r = 0; r < Q; ++r) {
+          T weight = s.weights[r * (t - 1) * N + k * N + b];
+          if (weight == 0) continue;
+          T* out = pop_total + (r * S + y) * R2;
 #pragma omp simd
-            for (int64_t row = 0; row < Rk; ++row) out[row] += weight * left[row];
-          }
+          for (int64_t row = 0; row < Rk; ++row) out[row] += weight * left[row];
         }
       }
     }
-    T* column = gamma + z.offset(t);
-    for (int64_t target = 0; target < N; ++target) {
-      const int64_t r = target / S, y = target % S;
-      T* out = column + target * Rt;
-      const T* replaced_total = s.total.data() + target * R;
-      const T* popped_total = pop_total + target * R2;
-      const T* rho = s.rho.data();
-      const T* weight = weights.data();
-      const T replaced_offset = s.right_offset[target];
-      const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
-      // Offsets, ρ and L are finite; log 0 = −∞ marks an empty sum.
+  }
+  T* column = gamma + z.offset(t);
+  for (int64_t target = 0; target < N; ++target) {
+    const int64_t r = target / S, y = target % S;
+    T* out = column + target * Rt;
+    const T* replaced_total = s.total.data() + target * R;
+    const T* popped_total = pop_total + target * R2;
+    const T* rho = s.rho.data();
+    const T* weight = weights.data();
+    const T replaced_offset = s.right_offset[target];
+    const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+    // Offsets, ρ and L are finite; log 0 = −∞ marks an empty sum.
 #pragma omp simd
-      for (int64_t row = 0; row < R2; ++row) {
-        T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
-        T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
-        T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
-        T high = replaced > popped ? replaced : popped;
-        T base = high == NEG<T> ? T(0) : high;
-        T sum = std::exp(replaced - base) + std::exp(popped - base);
-        out[row] = base + std::log(sum);
-      }
-#pragma omp simd
-      for (int64_t row = R2; row < R; ++row) out[row] = std::log(replaced_total[row]) + rho[row] + replaced_offset;
-      for (int64_t row = 0; row < m; ++row) out[row] = log_add(out[row], step_pushed[row] + s.pushed_offset[target]);
-      for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
+    for (int64_t row = 0; row < R2; ++row) {
+      T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+      T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
+      T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
+      T high = replaced > popped ? replaced : popped;
+      T base = high == NEG<T> ? T(0) : high;
+      T sum = std::exp(replaced - base) + std::exp(popped - base);
+      out[row] = base + std::log(sum);
     }
-    // Row t−1 enters with weight α[t−1].
-    for (int64_t a = 0; a < N; ++a) weights[m + t * N + a] = alpha[(t - 1) * N + a];
-    // log α[t], and the shares Ŝ of column t: the terms of log α[t] over their sum.
-    T* current_alpha = alpha + t * N;
-    for (int64_t target = 0; target < N; ++target) {
-      const T* values = column + target * Rt;
-      const T* weight = weights.data();
-      T* share = shares + z.offset(t) + target * Rt;
-      T high = NEG<T>;
+#pragma omp simd
+    for (int64_t row = R2; row < R; ++row) out[row] = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+    for (int64_t row = 0; row < m; ++row) out[row] = log_add(out[row], step_pushed[row] + s.pushed_offset[target]);
+    for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
+  }
+  // log α[t], and the shares Ŝ of column t: the terms of log α[t] over their sum.
+  T* current_alpha = alpha + t * N;
+  for (int64_t target = 0; target < N; ++target) {
+    const T* values = column + target * Rt;
+    const T* weight = weights.data();
+    T* share = shares + z.offset(t) + target * Rt;
+    T high = NEG<T>;
 #pragma omp simd reduction(max : high)
-      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
-      if (high == NEG<T>) {
-        current_alpha[target] = NEG<T>;
-        std::fill(share, share + Rt, T(0));
-        continue;
-      }
-      T sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t row = m; row < Rt; ++row) {
-        T term = std::exp(weight[row] + values[row] - high);
-        share[row] = term;
-        sum += term;
-      }
-      current_alpha[target] = std::log(sum) + high;
-      const T inverse = T(1) / sum;
-#pragma omp simd
-      for (int64_t row = m; row < Rt; ++row) share[row] *= inverse;
-      for (int64_t j = 0; j < m; ++j) share[j] = std::exp(values[j] - current_alpha[target]);
+    for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
+    if (high == NEG<T>) {
+      current_alpha[target] = NEG<T>;
+      std::fill(share, share + Rt, T(0));
+      continue;
     }
+    T sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t row = m; row < Rt; ++row) {
+      T term = std::exp(weight[row] + values[row] - high);
+      share[row] = term;
+      sum += term;
+    }
+    current_alpha[target] = std::log(sum) + high;
+    const T inverse = T(1) / sum;
+#pragma omp simd
+    for (int64_t row = m; row < Rt; ++row) share[row] *= inverse;
+    for (int64_t j = 0; j < m; ++j) share[j] = std::exp(values[j] - current_alpha[target]);
+  }
+  T high = NEG<T>;
+  for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
+  T normalizer = NEG<T>;
+  if (high != NEG<T>) {
+    T sum = 0;
+    for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
+    normalizer = std::log(sum) + high;
+  }
+  for (int64_t c = 0; c < N; ++c)
+    for (int64_t j = 0; j < m; ++j)
+      reading[c * m + j] = normalizer == NEG<T> ? T(0) : std::exp(column[c * Rt + j] - normalizer);
+}
+
+template <typename T>
+void forward_element(const Sizes& z, const T* push, const T* replace, const T* pop, const T* pushed,
+                     const T* bottom, T* readings, T* gamma, T* shares, T* pops, T* alpha) {
+  const int64_t N = z.configs, Q = z.states, m = z.vector;
+  initialize_element(z, bottom, gamma, shares, alpha);
+  Step<T> s;
+  std::vector<T> weights;
+  for (int64_t t = 1; t <= z.steps; ++t)
+    forward_step(z, t, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q,
+                 pushed + (t - 1) * m, readings + (t - 1) * N * m, gamma, shares, pops, alpha, s, weights);
+}
+
+// Σ a ⊙ b in 8 running sums. GCC 12 runs `omp simd reduction` loops here one lane at a time
+// (scalar code over an array of lane sums); explicit lanes vectorize.
+template <typename T>
+inline T dot(int64_t size, const T* __restrict a, const T* __restrict b) {
+  constexpr int64_t lanes = 8;
+  T sums[lanes] = {};
+  int64_t row = 0;
+  for (; row + lanes <= size; row += lanes)
+#pragma omp simd
+    for (int64_t lane = 0; lane < lanes; ++lane) sums[lane] += a[row + lane] * b[row + lane];
+  T total = 0;
+  for (; row < size; ++row) total += a[row] * b[row];
+  for (int64_t lane = 0; lane < lanes; ++lane) total += sums[lane];
+  return total;
+}
+
+// accumulated += weight · values, and Σ left ⊙ values: the two halves of a product's backward.
+template <typename T>
+inline T accumulate_and_dot(int64_t size, T weight, const T* __restrict values, const T* __restrict left,
+                            T* __restrict accumulated) {
+#pragma omp simd
+  for (int64_t row = 0; row < size; ++row) accumulated[row] += weight * values[row];
+  return dot(size, left, values);
+}
+
+// Scratch of the backward steps of one element.
+template <typename T>
+struct BackwardScratch {
+  Step<T> step;
+  std::vector<T> weights, grad_products, scaled_pop, grad_pushed_offset, partial;
+};
+
+// Step t ≥ 1 of one element in reverse: given ∂r_t and the adjoints of column t and α[t]
+// (complete once steps t+1 … n have run), the gradients of step t's actions (added to
+// step_grad_*), and the adjoints it passes to columns 0 … t−1 and α[0 … t−1].
+template <typename T>
+void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* step_push, const T* step_replace,
+                   const T* step_pop, const T* step_pushed, const T* reading, const T* gamma, const T* shares,
+                   const T* pops, const T* alpha, T* grad_gamma, T* grad_alpha, T* step_grad_push,
+                   T* step_grad_replace, T* step_grad_pop, T* step_grad_pushed, BackwardScratch<T>& scratch) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, J = N + Q;
+  Step<T>& s = scratch.step;
+  std::vector<T>& weights = scratch.weights;
+  std::vector<T>& grad_products = scratch.grad_products;
+  std::vector<T>& scaled_pop = scratch.scaled_pop;
+  std::vector<T>& grad_pushed_offset = scratch.grad_pushed_offset;
+  std::vector<T>& partial = scratch.partial;
+  row_weights(z, alpha, t, weights);
+  grad_pushed_offset.resize(N);
+  partial.resize(z.rows(t));
+  const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
+  const T* column = gamma + z.offset(t);
+  T* grad_column = grad_gamma + z.offset(t);
+  const T* current_alpha = alpha + t * N;
+  T* grad_current_alpha = grad_alpha + t * N;
+  // Readings: r = exp(log η − log Z).
+  {
     T high = NEG<T>;
     for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
-    T normalizer = NEG<T>;
     if (high != NEG<T>) {
       T sum = 0;
       for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
-      normalizer = std::log(sum) + high;
+      T grad_normalizer = 0;
+      for (int64_t c = 0; c < N; ++c)
+        for (int64_t j = 0; j < m; ++j) {
+          T g = grad_reading[c * m + j] * reading[c * m + j];
+          grad_column[c * Rt + j] += g;
+          grad_normalizer -= g;
+        }
+      for (int64_t c = 0; c < N; ++c)
+        grad_current_alpha[c] += grad_normalizer * (std::exp(current_alpha[c] - high) / sum);
     }
-    T* reading = readings + (t - 1) * N * m;
-    for (int64_t c = 0; c < N; ++c)
-      for (int64_t j = 0; j < m; ++j)
-        reading[c * m + j] = normalizer == NEG<T> ? T(0) : std::exp(column[c * Rt + j] - normalizer);
+  }
+  // log α[t] = log-sum over γ rows of log α(row) + γ. Each term's weight is taken relative
+  // to the largest term (as autograd through a shifted log-sum-exp does), never as
+  // exp(term − log α[t]): log α[t] is rounded at its magnitude, which reaches thousands.
+  for (int64_t target = 0; target < N; ++target) {
+    T g = grad_current_alpha[target];
+    if (g == 0) continue;
+    const T* values = column + target * Rt;
+    T* out = grad_column + target * Rt;
+    const T* weight = weights.data();
+    T high = NEG<T>;
+#pragma omp simd reduction(max : high)
+    for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
+    if (high == NEG<T>) continue;
+    T sum = 0;
+    T* terms = partial.data();
+#pragma omp simd reduction(+ : sum)
+    for (int64_t row = m; row < Rt; ++row) {
+      T term = std::exp(weight[row] + values[row] - high);
+      terms[row] = term;
+      sum += term;
+    }
+    const T scale = g / sum;
+    T* grad_rows = grad_alpha - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
+#pragma omp simd
+    for (int64_t row = m + N; row < Rt; ++row) {
+      T value = scale * terms[row];
+      out[row] += value;
+      grad_rows[row - m] += value;
+    }
+    for (int64_t row = m; row < m + N; ++row) out[row] += scale * terms[row];
+  }
+  products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
+  if (t >= 2) pop_weights(z, t, alpha, s);
+  const T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
+  grad_products.assign(J * R, T(0));
+  scaled_pop.assign(N * R2, T(0));
+  std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
+  for (int64_t target = 0; target < N; ++target) {
+    const int64_t r = target / S, y = target % S;
+    const T* values = column + target * Rt;
+    const T* grads = grad_column + target * Rt;
+    for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
+    const T* replaced_total = s.total.data() + target * R;
+    const T* popped_total = pop_total + target * R2;
+    const T* rho = s.rho.data();
+    const T* weight = weights.data();
+    const T replaced_offset = s.right_offset[target];
+    const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+    T* grad_replaced = grad_products.data() + target * R;
+    T* scaled = scaled_pop.data() + target * R2;
+    // The terms' weights relative to the largest term (not to the rounded log-sum), as in the forward.
+#pragma omp simd
+    for (int64_t row = 0; row < R2; ++row) {
+      T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+      T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
+      T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
+      T high = std::max(replaced, popped);
+      T base = high == NEG<T> ? T(0) : high;
+      T replaced_share = std::exp(replaced - base), popped_share = std::exp(popped - base);
+      T sum = replaced_share + popped_share;
+      T scale_or_nan = grads[row] / sum;
+      T scale = sum > 0 ? scale_or_nan : T(0);
+      grad_replaced[row] = scale * replaced_share;
+      T scaled_or_nan = scale * popped_share / popped_total[row];
+      scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
+    }
+#pragma omp simd
+    for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
+    // η rows also hold the push of v_t: the same with a third term.
+    for (int64_t row = 0; row < m; ++row) {
+      T g = grads[row];
+      if (g == 0 || values[row] == NEG<T>) continue;
+      T replaced = product_log(s, R, target, row), popped = NEG<T>, term = NEG<T>, total = 0;
+      if (row < R2) {
+        total = pop_total[target * R2 + row];
+        if (total > 0 && weights[row] != NEG<T>)
+          popped = std::log(total) + s.pop_offset[y * Q + r] - weights[row];
+      }
+      if (row < m) term = step_pushed[row] + s.pushed_offset[target];
+      T high = std::max(replaced, std::max(popped, term));
+      if (high == NEG<T>) continue;
+      T replaced_share = std::exp(replaced - high), popped_share = std::exp(popped - high);
+      T term_share = std::exp(term - high);
+      T scale = g / (replaced_share + popped_share + term_share);
+      grad_products[target * R + row] = scale * replaced_share;
+      if (popped != NEG<T>) scaled_pop[target * R2 + row] = scale * popped_share / total;
+      if (term != NEG<T>) {
+        T grad_term = scale * term_share;
+        step_grad_pushed[row] += grad_term;
+        grad_pushed_offset[target] += grad_term;
+      }
+    }
+  }
+  // log(α[t−1] Δ⁺_t)
+  const T* previous_alpha = alpha + (t - 1) * N;
+  for (int64_t target = 0; target < N; ++target) {
+    T g = grad_pushed_offset[target];
+    if (g == 0 || s.pushed_offset[target] == NEG<T>) continue;
+    T high = NEG<T>, sum = 0;
+    for (int64_t c = 0; c < N; ++c) high = std::max(high, previous_alpha[c] + step_push[c * N + target]);
+    for (int64_t c = 0; c < N; ++c) sum += std::exp(previous_alpha[c] + step_push[c * N + target] - high);
+    for (int64_t c = 0; c < N; ++c) {
+      T value = g * std::exp(previous_alpha[c] + step_push[c * N + target] - high) / sum;
+      grad_alpha[(t - 1) * N + c] += value;
+      step_grad_push[c * N + target] += value;
+    }
+  }
+  // The pop: Σ_{k,u} Ŝ_k ŵ; the shares' gradient goes straight to log γ of column k.
+  if (t >= 2) {
+    for (int64_t k = 0; k < t - 1; ++k) {
+      const int64_t Rk = z.rows(k);
+      const T* share_k = shares + z.offset(k);
+      T* grad_k = grad_gamma + z.offset(k);
+      for (int64_t b = 0; b < N; ++b) {
+        const int64_t y = b % S;
+        const T* left = share_k + b * Rk;
+        std::fill(partial.begin(), partial.begin() + Rk, T(0));
+        for (int64_t r = 0; r < Q; ++r) {
+          T weight = s.weights[r * (t - 1) * N + k * N + b];
+          if (weight == 0) continue;
+          const T* scaled = scaled_pop.data() + (r * S + y) * R2;
+          T dot = accumulate_and_dot(Rk, weight, scaled, left, partial.data());
+          // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
+          grad_products[(N + r) * R + m + (k + 1) * N + b] += weight * dot;
+        }
+        T* out = grad_k + b * Rk;
+        const T* accumulated = partial.data();
+#pragma omp simd
+        for (int64_t row = 0; row < Rk; ++row) out[row] += left[row] * accumulated[row];
+      }
+    }
+  }
+  // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total).
+  T* grad_previous = grad_gamma + z.offset(t - 1);
+  for (int64_t j = 0; j < J; ++j) {
+    T* g = grad_products.data() + j * R;
+    const T* total = s.total.data() + j * R;
+#pragma omp simd
+    for (int64_t row = 0; row < R; ++row) {
+      T quotient = g[row] / total[row];
+      g[row] = total[row] > 0 ? quotient : T(0);
+    }
+  }
+      for (int64_t c = 0; c < N; ++c) {
+    const T* left = s.ghat.data() + c * R;
+    std::fill(partial.begin(), partial.begin() + R, T(0));
+    for (int64_t j = 0; j < J; ++j) {
+      T weight = s.rhat[c * J + j];
+      if (weight == 0) continue;
+      const T* g = grad_products.data() + j * R;
+      T dot = accumulate_and_dot(R, weight, g, left, partial.data());
+      if (j < N)
+        step_grad_replace[c * N + j] += weight * dot;
+      else
+        step_grad_pop[c * Q + j - N] += weight * dot;
+    }
+    T* out = grad_previous + c * R;
+    const T* accumulated = partial.data();
+#pragma omp simd
+    for (int64_t row = 0; row < R; ++row) out[row] += left[row] * accumulated[row];
   }
 }
 
@@ -331,216 +578,14 @@ template <typename T>
 void backward_element(const Sizes& z, const T* grad_readings, const T* push, const T* replace, const T* pop,
                       const T* pushed, const T* readings, const T* gamma, const T* shares, const T* pops,
                       const T* alpha, T* grad_push, T* grad_replace, T* grad_pop, T* grad_pushed, T* grad_bottom) {
-  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, n = z.steps, J = N + Q;
-  std::vector<T> grad_gamma(z.table(), T(0)), grad_alpha((n + 1) * N, T(0)), weights;
-  row_weights(z, alpha, n, weights);
-  Step<T> s;
-  std::vector<T> grad_products, scaled_pop, grad_pushed_offset(N), partial(z.rows(n));
+  const int64_t N = z.configs, Q = z.states, m = z.vector, n = z.steps;
+  std::vector<T> grad_gamma(z.table(), T(0)), grad_alpha((n + 1) * N, T(0));
+  BackwardScratch<T> scratch;
   for (int64_t t = n; t >= 1; --t) {
-    const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
-    const T* column = gamma + z.offset(t);
-    T* grad_column = grad_gamma.data() + z.offset(t);
-    const T* current_alpha = alpha + t * N;
-    T* grad_current_alpha = grad_alpha.data() + t * N;
-    // Readings: r = exp(log η − log Z).
-    {
-      T high = NEG<T>;
-      for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
-      if (high != NEG<T>) {
-        T sum = 0;
-        for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
-        T grad_normalizer = 0;
-        const T* reading = readings + (t - 1) * N * m;
-        const T* grad_reading = grad_readings + (t - 1) * N * m;
-        for (int64_t c = 0; c < N; ++c)
-          for (int64_t j = 0; j < m; ++j) {
-            T g = grad_reading[c * m + j] * reading[c * m + j];
-            grad_column[c * Rt + j] += g;
-            grad_normalizer -= g;
-          }
-        for (int64_t c = 0; c < N; ++c)
-          grad_current_alpha[c] += grad_normalizer * (std::exp(current_alpha[c] - high) / sum);
-      }
-    }
-    // log α[t] = log-sum over γ rows of log α(row) + γ. Each term's weight is taken relative
-    // to the largest term (as autograd through a shifted log-sum-exp does), never as
-    // exp(term − log α[t]): log α[t] is rounded at its magnitude, which reaches thousands.
-    for (int64_t target = 0; target < N; ++target) {
-      T g = grad_current_alpha[target];
-      if (g == 0) continue;
-      const T* values = column + target * Rt;
-      T* out = grad_column + target * Rt;
-      const T* weight = weights.data();
-      T high = NEG<T>;
-#pragma omp simd reduction(max : high)
-      for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
-      if (high == NEG<T>) continue;
-      T sum = 0;
-      T* terms = partial.data();
-#pragma omp simd reduction(+ : sum)
-      for (int64_t row = m; row < Rt; ++row) {
-        T term = std::exp(weight[row] + values[row] - high);
-        terms[row] = term;
-        sum += term;
-      }
-      const T scale = g / sum;
-      T* grad_rows = grad_alpha.data() - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
-#pragma omp simd
-      for (int64_t row = m + N; row < Rt; ++row) {
-        T value = scale * terms[row];
-        out[row] += value;
-        grad_rows[row - m] += value;
-      }
-      for (int64_t row = m; row < m + N; ++row) out[row] += scale * terms[row];
-    }
-    products(z, t, gamma, alpha, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q, s);
-    if (t >= 2) pop_weights(z, t, alpha, s);
-    const T* step_push = push + (t - 1) * N * N;
-    const T* step_pushed = pushed + (t - 1) * m;
-    T* step_grad_push = grad_push + (t - 1) * N * N;
-    T* step_grad_pushed = grad_pushed + (t - 1) * m;
-    const T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
-    grad_products.assign(J * R, T(0));
-    scaled_pop.assign(N * R2, T(0));
-    std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
-    for (int64_t target = 0; target < N; ++target) {
-      const int64_t r = target / S, y = target % S;
-      const T* values = column + target * Rt;
-      const T* grads = grad_column + target * Rt;
-      for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
-      const T* replaced_total = s.total.data() + target * R;
-      const T* popped_total = pop_total + target * R2;
-      const T* rho = s.rho.data();
-      const T* weight = weights.data();
-      const T replaced_offset = s.right_offset[target];
-      const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
-      T* grad_replaced = grad_products.data() + target * R;
-      T* scaled = scaled_pop.data() + target * R2;
-      // The terms' weights relative to the largest term (not to the rounded log-sum), as in the forward.
-#pragma omp simd
-      for (int64_t row = 0; row < R2; ++row) {
-        T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
-        T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
-        T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
-        T high = std::max(replaced, popped);
-        T base = high == NEG<T> ? T(0) : high;
-        T replaced_share = std::exp(replaced - base), popped_share = std::exp(popped - base);
-        T sum = replaced_share + popped_share;
-        T scale_or_nan = grads[row] / sum;
-        T scale = sum > 0 ? scale_or_nan : T(0);
-        grad_replaced[row] = scale * replaced_share;
-        T scaled_or_nan = scale * popped_share / popped_total[row];
-        scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
-      }
-#pragma omp simd
-      for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
-      // η rows also hold the push of v_t: the same with a third term.
-      for (int64_t row = 0; row < m; ++row) {
-        T g = grads[row];
-        if (g == 0 || values[row] == NEG<T>) continue;
-        T replaced = product_log(s, R, target, row), popped = NEG<T>, term = NEG<T>, total = 0;
-        if (row < R2) {
-          total = pop_total[target * R2 + row];
-          if (total > 0 && weights[row] != NEG<T>)
-            popped = std::log(total) + s.pop_offset[y * Q + r] - weights[row];
-        }
-        if (row < m) term = step_pushed[row] + s.pushed_offset[target];
-        T high = std::max(replaced, std::max(popped, term));
-        if (high == NEG<T>) continue;
-        T replaced_share = std::exp(replaced - high), popped_share = std::exp(popped - high);
-        T term_share = std::exp(term - high);
-        T scale = g / (replaced_share + popped_share + term_share);
-        grad_products[target * R + row] = scale * replaced_share;
-        if (popped != NEG<T>) scaled_pop[target * R2 + row] = scale * popped_share / total;
-        if (term != NEG<T>) {
-          T grad_term = scale * term_share;
-          step_grad_pushed[row] += grad_term;
-          grad_pushed_offset[target] += grad_term;
-        }
-      }
-    }
-    // log(α[t−1] Δ⁺_t)
-    const T* previous_alpha = alpha + (t - 1) * N;
-    for (int64_t target = 0; target < N; ++target) {
-      T g = grad_pushed_offset[target];
-      if (g == 0 || s.pushed_offset[target] == NEG<T>) continue;
-      T high = NEG<T>, sum = 0;
-      for (int64_t c = 0; c < N; ++c) high = std::max(high, previous_alpha[c] + step_push[c * N + target]);
-      for (int64_t c = 0; c < N; ++c) sum += std::exp(previous_alpha[c] + step_push[c * N + target] - high);
-      for (int64_t c = 0; c < N; ++c) {
-        T value = g * std::exp(previous_alpha[c] + step_push[c * N + target] - high) / sum;
-        grad_alpha[(t - 1) * N + c] += value;
-        step_grad_push[c * N + target] += value;
-      }
-    }
-    // The pop: Σ_{k,u} Ŝ_k ŵ; the shares' gradient goes straight to log γ of column k.
-    if (t >= 2) {
-      for (int64_t k = 0; k < t - 1; ++k) {
-        const int64_t Rk = z.rows(k);
-        const T* share_k = shares + z.offset(k);
-        T* grad_k = grad_gamma.data() + z.offset(k);
-        for (int64_t b = 0; b < N; ++b) {
-          const int64_t y = b % S;
-          const T* left = share_k + b * Rk;
-          std::fill(partial.begin(), partial.begin() + Rk, T(0));
-          for (int64_t r = 0; r < Q; ++r) {
-            T weight = s.weights[r * (t - 1) * N + k * N + b];
-            if (weight == 0) continue;
-            const T* scaled = scaled_pop.data() + (r * S + y) * R2;
-            T dot = 0;
-            T* accumulated = partial.data();
-#pragma omp simd reduction(+ : dot)
-            for (int64_t row = 0; row < Rk; ++row) {
-              accumulated[row] += weight * scaled[row];
-              dot += left[row] * scaled[row];
-            }
-            // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
-            grad_products[(N + r) * R + m + (k + 1) * N + b] += weight * dot;
-          }
-          T* out = grad_k + b * Rk;
-          const T* accumulated = partial.data();
-#pragma omp simd
-          for (int64_t row = 0; row < Rk; ++row) out[row] += left[row] * accumulated[row];
-        }
-      }
-    }
-    // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total).
-    T* grad_previous = grad_gamma.data() + z.offset(t - 1);
-    for (int64_t j = 0; j < J; ++j) {
-      T* g = grad_products.data() + j * R;
-      const T* total = s.total.data() + j * R;
-#pragma omp simd
-      for (int64_t row = 0; row < R; ++row) {
-        T quotient = g[row] / total[row];
-        g[row] = total[row] > 0 ? quotient : T(0);
-      }
-    }
-    T* step_grad_replace = grad_replace + (t - 1) * N * N;
-    T* step_grad_pop = grad_pop + (t - 1) * N * Q;
-    for (int64_t c = 0; c < N; ++c) {
-      const T* left = s.ghat.data() + c * R;
-      std::fill(partial.begin(), partial.begin() + R, T(0));
-      for (int64_t j = 0; j < J; ++j) {
-        T weight = s.rhat[c * J + j];
-        if (weight == 0) continue;
-        const T* g = grad_products.data() + j * R;
-        T dot = 0;
-        T* accumulated = partial.data();
-#pragma omp simd reduction(+ : dot)
-        for (int64_t row = 0; row < R; ++row) {
-          accumulated[row] += weight * g[row];
-          dot += left[row] * g[row];
-        }
-        if (j < N)
-          step_grad_replace[c * N + j] += weight * dot;
-        else
-          step_grad_pop[c * Q + j - N] += weight * dot;
-      }
-      T* out = grad_previous + c * R;
-      const T* accumulated = partial.data();
-#pragma omp simd
-      for (int64_t row = 0; row < R; ++row) out[row] += left[row] * accumulated[row];
-    }
+    const int64_t NN = (t - 1) * N * N, NQ = (t - 1) * N * Q, Nm = (t - 1) * N * m;
+    backward_step(z, t, grad_readings + Nm, push + NN, replace + NN, pop + NQ, pushed + (t - 1) * m, readings + Nm,
+                  gamma, shares, pops, alpha, grad_gamma.data(), grad_alpha.data(), grad_push + NN,
+                  grad_replace + NN, grad_pop + NQ, grad_pushed + (t - 1) * m, scratch);
   }
   // Column 0: only the η rows at (q0, ⊥) depend on an input, log v₀.
   for (int64_t j = 0; j < m; ++j) grad_bottom[j] = grad_gamma[j];
@@ -631,9 +676,128 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
   return {grad_push, grad_replace, grad_pop, grad_pushed, grad_bottom};
 }
 
+// The same DP one step per call, for a controller that computes the actions of step t from
+// the reading of step t − 1 (a stack RNN). The tables of capacity n (gamma, shares, pops:
+// (B, table), alpha: (B, n + 1, N)) are filled one column per call; the backward of step t
+// adds into the adjoint tables grad_gamma (B, table) and grad_alpha (B, n + 1, N) and must
+// run after those of steps t + 1 … n.
+Sizes step_sizes(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed, const at::Tensor& alpha,
+                 int64_t t) {
+  Sizes z;
+  z.batch = push.size(0);
+  z.configs = push.size(1);
+  z.states = pop.size(2);
+  TORCH_CHECK(z.states > 0 && z.configs % z.states == 0, "pop must be (B, N, Q) with Q dividing N");
+  z.symbols = z.configs / z.states;
+  z.vector = pushed.size(1);
+  z.steps = alpha.size(1) - 1;
+  TORCH_CHECK(t >= 1 && t <= z.steps, "step ", t, " is outside the tables' capacity of ", z.steps, " steps");
+  return z;
+}
+
+// Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops, alpha.
+std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, int64_t states, int64_t symbols) {
+  check(bottom, 2, "bottom");
+  Sizes z;
+  z.batch = bottom.size(0);
+  z.states = states;
+  z.symbols = symbols;
+  z.configs = states * symbols;
+  z.vector = bottom.size(1);
+  z.steps = capacity;
+  auto options = bottom.options();
+  auto gamma = at::empty({z.batch, z.table()}, options);
+  auto shares = at::empty({z.batch, z.table()}, options);
+  auto pops = at::zeros({z.batch, z.table()}, options);
+  auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
+  AT_DISPATCH_FLOATING_TYPES(bottom.scalar_type(), "dvpda_start", [&] {
+    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b)
+        initialize_element<scalar_t>(z, bottom.data_ptr<scalar_t>() + b * z.vector,
+                                     gamma.data_ptr<scalar_t>() + b * z.table(),
+                                     shares.data_ptr<scalar_t>() + b * z.table(),
+                                     alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
+    });
+  });
+  return {gamma, shares, pops, alpha};
+}
+
+// Step t: push, replace (B, N, N), pop (B, N, Q), pushed (B, m) log weights; writes column t
+// into the tables and returns r_t (B, N·m).
+at::Tensor dvpda_step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
+                      const at::Tensor& pushed, at::Tensor gamma, at::Tensor shares, at::Tensor pops,
+                      at::Tensor alpha) {
+  check(push, 3, "push");
+  check(replace, 3, "replace");
+  check(pop, 3, "pop");
+  check(pushed, 2, "pushed");
+  for (const at::Tensor& tensor : {replace, pop, pushed, gamma, alpha})
+    TORCH_CHECK(tensor.scalar_type() == push.scalar_type(), "the dVPDA kernel needs one dtype for every input");
+  const Sizes z = step_sizes(push, pop, pushed, alpha, t);
+  auto reading = at::empty({z.batch, z.configs * z.vector}, push.options());
+  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_step", [&] {
+    const int64_t NN = z.configs * z.configs, NQ = z.configs * z.states;
+    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
+      Step<scalar_t> s;
+      std::vector<scalar_t> weights;
+      for (int64_t b = begin; b < end; ++b)
+        forward_step<scalar_t>(z, t, push.data_ptr<scalar_t>() + b * NN, replace.data_ptr<scalar_t>() + b * NN,
+                               pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.vector,
+                               reading.data_ptr<scalar_t>() + b * z.configs * z.vector,
+                               gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
+                               pops.data_ptr<scalar_t>() + b * z.table(),
+                               alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs, s, weights);
+    });
+  });
+  return reading;
+}
+
+// The backward of step t: the gradients of its push, replace, pop and pushed given ∂r_t
+// (B, N·m); adds what it passes to earlier columns into grad_gamma and grad_alpha.
+std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_reading, const at::Tensor& push,
+                                            const at::Tensor& replace, const at::Tensor& pop,
+                                            const at::Tensor& pushed, const at::Tensor& reading,
+                                            const at::Tensor& gamma, const at::Tensor& shares, const at::Tensor& pops,
+                                            const at::Tensor& alpha, at::Tensor grad_gamma, at::Tensor grad_alpha) {
+  check(grad_reading, 2, "grad_reading");
+  const Sizes z = step_sizes(push, pop, pushed, alpha, t);
+  auto grad_push = at::zeros_like(push);
+  auto grad_replace = at::zeros_like(replace);
+  auto grad_pop = at::zeros_like(pop);
+  auto grad_pushed = at::zeros_like(pushed);
+  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_step_backward", [&] {
+    const int64_t NN = z.configs * z.configs, NQ = z.configs * z.states, Nm = z.configs * z.vector;
+    const int64_t A = (z.steps + 1) * z.configs;
+    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
+      BackwardScratch<scalar_t> scratch;
+      for (int64_t b = begin; b < end; ++b)
+        backward_step<scalar_t>(
+            z, t, grad_reading.data_ptr<scalar_t>() + b * Nm, push.data_ptr<scalar_t>() + b * NN,
+            replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
+            pushed.data_ptr<scalar_t>() + b * z.vector, reading.data_ptr<scalar_t>() + b * Nm,
+            gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
+            pops.data_ptr<scalar_t>() + b * z.table(), alpha.data_ptr<scalar_t>() + b * A,
+            grad_gamma.data_ptr<scalar_t>() + b * z.table(), grad_alpha.data_ptr<scalar_t>() + b * A,
+            grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
+            grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.vector, scratch);
+    });
+  });
+  return {grad_push, grad_replace, grad_pop, grad_pushed};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(stacklm_dvpda, library) {
   library.def("forward", &dvpda_forward);
   library.def("backward", &dvpda_backward);
+  library.def("start", &dvpda_start);
+  library.def(
+      "step(int t, Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, "
+      "Tensor(c!) pops, Tensor(d!) alpha) -> Tensor",
+      &dvpda_step);
+  library.def(
+      "step_backward(int t, Tensor grad_reading, Tensor push, Tensor replace, Tensor pop, Tensor pushed, "
+      "Tensor reading, Tensor gamma, Tensor shares, Tensor pops, Tensor alpha, Tensor(a!) grad_gamma, "
+      "Tensor(b!) grad_alpha) -> Tensor[]",
+      &dvpda_step_backward);
 }
