@@ -2,20 +2,28 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: test pipeline chromium
+.PHONY: test pipeline chromium tex
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-test: $(VENV)/.installed chromium
+test: $(VENV)/.installed chromium tex
 	$(BIN)/pytest -n 2 --dist loadfile
 
 # The rules call `stacklm`, so the venv's bin/ goes first on PATH; profiles/cpu sets 2 cores.
-pipeline: $(VENV)/.installed
+# Then pdflatex typesets results/report/report.tex into report.pdf beside it.
+pipeline: $(VENV)/.installed tex
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --profile profiles/cpu --config preset=small
+	cd results/report && pdflatex -interaction=nonstopmode -halt-on-error report.tex > /dev/null
 
 # The MLflow UI test loads the page in headless Chromium: Debian's package, installed once.
 chromium:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
+# The report compiles with pdflatex (tested; `make pipeline` typesets it): Debian's TeX, installed once.
+# The preamble needs geometry and graphicx (latex-base), booktabs (latex-recommended).
+TEX_PACKAGES := texlive-latex-base texlive-latex-recommended texlive-fonts-recommended
+tex:
+	dpkg -s $(TEX_PACKAGES) > /dev/null 2>&1 || (apt-get update && apt-get install -y --no-install-recommends $(TEX_PACKAGES))

@@ -11,15 +11,9 @@ import pandas as pd
 from stacklm.atomic import write_bytes_atomically, write_text_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.aggregate import aggregate, summarize
-from stacklm.report.paper import PAPER_TABLES, paper_cells
+from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
 from stacklm.report.tables import ColumnSet, render_document, render_table
 from stacklm.workflow import read_settings
-
-FIGURE3_CAPTION = (
-    "Full and partial accuracy on the hierarchical and linear generalization sets of the models whose mean "
-    "test full accuracy reaches {threshold:.0%}. Bars: mean over seeds; error bars: one standard deviation."
-)
-
 
 def aggregate_command(args: argparse.Namespace) -> int:
     combined = aggregate(args.runs)
@@ -46,16 +40,16 @@ def report_command(args: argparse.Namespace) -> int:
         number = PAPER_TABLES[task][0]
         column_sets = [
             ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells),
-            ColumnSet(f"Seed 000, Table {number} (5 runs)", paper_cells(task)),
+            ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task)),
         ]
         write_text_atomically(path, render_table(task, architectures, column_sets, source=Path(args.metrics).name))
         write_text_atomically(markdown, render_table(task, architectures, column_sets, source=Path(args.metrics).name, markdown=True))
     threshold = settings["report"]["min_test_accuracy"]
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
-    from stacklm.report.figures import plot_figure3
+    from stacklm.report.figures import figure3_caption, plot_figure3
 
     plot_figure3(panels, architectures, threshold, args.figures)
-    document = render_document(args.document, args.tables, args.figures, FIGURE3_CAPTION.format(threshold=threshold))
+    document = render_document(args.document, args.tables, args.figures, figure3_caption(threshold, seeds))
     write_text_atomically(args.document, document)
     print(f"{len(tasks)} tables, {len(args.figures)} figure files, {args.document}")
     return 0

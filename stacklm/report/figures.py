@@ -3,7 +3,8 @@ generalization sets, for the models whose mean test full accuracy reaches a thre
 
 One panel per task; in each, four groups of bars (FA Hier., FA Linear, PA Hier., PA Linear),
 one bar per qualifying architecture: the mean over seeds, with an error bar of one standard
-deviation.
+deviation when there are two seeds or more (with one, there is no deviation to show, and the
+caption says so).
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ BAR_GROUPS: tuple[tuple[str, str], ...] = (
     ("partial_hierarchical", "PA Hier."),
     ("partial_linear", "PA Linear"),
 )
+
+
+def figure3_caption(threshold: float, seeds: int) -> str:
+    """The caption of Figure 3 as plain text (the report escapes it for LaTeX)."""
+    bars = "Bars: mean over seeds; error bars: one standard deviation." if seeds > 1 else "Bars: the single seed's values (no error bars)."
+    return (
+        "Full and partial accuracy on the hierarchical and linear generalization sets of the models whose mean "
+        f"test full accuracy reaches {threshold:.0%}. {bars}"
+    )
 
 
 def qualifying_architectures(cells: Mapping[tuple[str, str], Cell], architectures: Sequence[str], threshold: float) -> list[str]:
@@ -70,7 +80,7 @@ def plot_figure3(
                 offsets,
                 np.nan_to_num(means),
                 width,
-                yerr=np.nan_to_num(stds),
+                yerr=np.nan_to_num(stds) if np.isfinite(stds).any() else None,  # one seed: no deviation
                 capsize=2,
                 label=name,
                 color=colours(architectures.index(name) % colours.N),

@@ -1,4 +1,5 @@
-"""The numbers of seed 000 (DuSell & Chiang, *Bearing Syntactic Fruit*), Tables 1–7.
+"""The numbers of *Bearing Syntactic Fruit with Stack-Augmented Neural Networks* (DuSell &
+Cotterell, 2025), Tables 1–7.
 
 ``paper_results.csv`` is our transcription of the paper's text: one row per (table, task,
 architecture, column) with the mean over 5 runs and the standard deviation as printed
@@ -13,7 +14,10 @@ from importlib import resources
 
 import pandas as pd
 
-# Table number of each task in seed 000, and its caption there.
+# How the report cites the paper (never by the file name it has in this project's sources).
+PAPER_CITATION = "DuSell & Cotterell (2025)"
+
+# Table number of each task in the paper, and its caption there.
 PAPER_TABLES: dict[str, tuple[int, str]] = {
     "question-formation": (1, "Results on question formation."),
     "german-question-formation": (2, "Results on German question formation."),

@@ -3,10 +3,13 @@
 Each table has a row per architecture and the paper's columns: full accuracy (Test ↑, Hier. ↑,
 Linear ↓, Log Ratio ↑) and partial accuracy (Hier. ↑, Linear ↓, Log Ratio ↑). A cell is the
 mean over seeds with the standard deviation in small text; the best mean of each column is
-bold (the highest, or the lowest for Linear). The paper's numbers for the same architectures
+bold (the highest, or the lowest for Linear), judged on the printed values: every row that
+prints the best value is bold, as in the paper. The paper's numbers for the same architectures
 follow as a second column set, bold by the same rule among those rows.
 
-The templates use ``<< >>`` and ``<% %>`` delimiters, so LaTeX braces need no escaping.
+The templates use ``<< >>`` and ``<% %>`` delimiters, so LaTeX braces need no escaping; every
+generated text (titles, captions, row labels) passes through the ``tex`` filter, which escapes
+LaTeX's special characters.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ from typing import Callable, Mapping, Protocol, Sequence
 import jinja2
 
 from stacklm.report.aggregate import COLUMNS, Column
-from stacklm.report.paper import PAPER_TABLES
+from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES
 
 MISSING = "--"
+LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+    "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
+}
 
 
 class Summary(Protocol):
@@ -30,8 +37,13 @@ class Summary(Protocol):
     std: float
 
 
+def escape_latex(text: str) -> str:
+    """``text`` typeset as written: every LaTeX special character escaped."""
+    return "".join(LATEX_SPECIALS.get(character, character) for character in str(text))
+
+
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    templates = jinja2.Environment(
         loader=jinja2.PackageLoader("stacklm.report", "templates"),
         block_start_string="<%",
         block_end_string="%>",
@@ -45,15 +57,19 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         autoescape=False,
     )
+    templates.filters["tex"] = escape_latex
+    return templates
 
 
 def format_mean(value: float) -> str:
-    """Three decimals, as in the paper ("-4.926"); "inf" for an infinite log ratio; -- if NaN."""
+    """Three decimals, as in the paper ("-4.926"), and "0.000" for what rounds to zero from
+    below; "inf" for an infinite log ratio; -- if NaN."""
     if math.isnan(value):
         return MISSING
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return f"{value:.3f}"
+    text = f"{value:.3f}"
+    return "0.000" if float(text) == 0 else text
 
 
 def format_std(value: float) -> str:
@@ -65,13 +81,18 @@ def format_std(value: float) -> str:
 
 
 def best_architectures(cells: Mapping[tuple[str, str], Summary], architectures: Sequence[str], column: Column) -> set[str]:
-    """The rows whose mean is the column's best (every row on a tie); none if no finite mean."""
+    """The rows whose printed mean is the column's best (every row on a tie); none if no mean."""
     means = {name: cells[(name, column.key)].mean for name in architectures if (name, column.key) in cells}
-    finite = {name: mean for name, mean in means.items() if not math.isnan(mean)}
+    finite = {name: _printed(mean) for name, mean in means.items() if not math.isnan(mean)}
     if not finite:
         return set()
     best = max(finite.values()) if column.higher_is_better else min(finite.values())
     return {name for name, mean in finite.items() if mean == best}
+
+
+def _printed(value: float) -> float:
+    """``value`` as the table prints it (three decimals), so that ties are judged on what a reader sees."""
+    return value if math.isinf(value) else float(format_mean(value))
 
 
 def render_cell(summary: Summary | None, bold: bool) -> str:
@@ -126,6 +147,7 @@ def render_table(
         task=task,
         number=number,
         caption=caption,
+        paper=PAPER_CITATION,
         columns=COLUMNS,
         column_sets=column_sets,
         rows=rows,

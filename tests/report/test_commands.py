@@ -4,10 +4,14 @@ Parquet gives byte-identical tables."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Callable
 
+import pytest
+
 from stacklm.cli import main
+from stacklm.report.paper import PAPER_TABLES
 
 TASKS = ["question-formation", "passivization"]
 ARCHITECTURES = ["Tf", "Tf+Nd", "LSTM"]
@@ -37,10 +41,42 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     first = {path: Path(path).read_bytes() for path in tables}
     latex = first[tables[0]].decode()
     assert r"Tf+Nd & $\mathbf{0.990}$ {\scriptsize $\pm$.01}" in latex  # mean of 0.98, 0.99, 1.00
-    assert "This reproduction (3 seeds)" in latex and "Seed 000, Table 1 (5 runs)" in latex
-    assert "Seed 000, Table 4 (5 runs)" in Path(tables[1]).read_text()
+    assert "This reproduction (3 seeds)" in latex and r"DuSell \& Cotterell (2025), Table 1 (5 runs)" in latex
+    assert r"DuSell \& Cotterell (2025), Table 4 (5 runs)" in Path(tables[1]).read_text()
     assert "| Tf+Nd | **0.990** ±.01 |" in Path(markdown[0]).read_text()
     assert all(Path(path).stat().st_size > 1000 for path in figures)
     assert r"\input{tables/passivization.tex}" in (out / "report.tex").read_text()
     assert main(arguments) == 0
     assert {path: Path(path).read_bytes() for path in tables} == first
+
+
+PDFLATEX = Path("/usr/bin/pdflatex")
+ALL_TASKS = list(PAPER_TABLES)
+
+
+def test_the_report_of_every_task_compiles_with_pdflatex_and_every_float_fits(tmp_path: Path, write_run: Callable[..., Path]) -> None:
+    """The full report (seven tables, the seven-panel Figure 3, a caption with "90%" and
+    column titles with "&") through pdflatex: no error, no float too large, nothing overfull."""
+    if not PDFLATEX.exists():
+        pytest.skip(f"{PDFLATEX} is absent: `make test` installs Debian's TeX packages")
+    runs = [
+        write_run(task, name, 1, lambda metric, split, rule, name=name: TEST_ACCURACY[name] - (0.5 if rule == "linear" else 0.0))
+        for task in ALL_TASKS
+        for name in ARCHITECTURES
+    ]
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"tasks": ALL_TASKS, "architectures": ARCHITECTURES, "final": {"seeds": [1]}, "report": {"min_test_accuracy": 0.9}}))
+    metrics = tmp_path / "metrics.parquet"
+    assert main(["aggregate", "--out", str(metrics), *map(str, runs)]) == 0
+    out = tmp_path / "report"
+    arguments = ["report", "--metrics", str(metrics), "--settings", str(settings)]
+    arguments += ["--tables", *(str(out / "tables" / f"{task}.tex") for task in ALL_TASKS)]
+    arguments += ["--markdown", *(str(out / "tables" / f"{task}.md") for task in ALL_TASKS)]
+    arguments += ["--document", str(out / "report.tex"), "--figures", str(out / "figures" / "figure3.png"), str(out / "figures" / "figure3.pdf")]
+    assert main(arguments) == 0
+    compiled = subprocess.run([str(PDFLATEX), "-interaction=nonstopmode", "-halt-on-error", "report.tex"], cwd=out,
+                              capture_output=True, text=True, timeout=300)
+    log = (out / "report.log").read_text(errors="replace")
+    assert compiled.returncode == 0, log[-3000:]
+    assert "Float too large" not in log and "Overfull" not in log, log[-3000:]
+    assert "Float(s) lost" not in log and "Output written on report.pdf" in log

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stacklm.report.aggregate import COLUMNS, Cell
-from stacklm.report.figures import plot_figure3, qualifying_architectures
+from stacklm.report.figures import figure3_caption, plot_figure3, qualifying_architectures
 
 NAN = float("nan")
 
@@ -30,3 +30,18 @@ def test_figure3_is_written_as_png_and_reproducible_pdf(tmp_path: Path) -> None:
     first = paths[1].read_bytes()
     plot_figure3(panels, ["Tf", "RNN"], 0.9, paths)
     assert paths[1].read_bytes() == first
+
+
+def test_error_bars_are_drawn_and_promised_only_with_two_seeds_or_more(tmp_path: Path) -> None:
+    """With one seed every standard deviation is NaN: the SVG has no error-bar lines, and the
+    caption promises none."""
+    names = ["Tf", "RNN"]
+    several = cells({"Tf": 0.99, "RNN": 0.95})
+    single = {key: Cell(cell.mean, NAN, 1) for key, cell in several.items()}
+    for label, table in (("several", several), ("single", single)):
+        plot_figure3([("question-formation", table)], names, 0.9, [tmp_path / f"{label}.svg"])
+    assert (tmp_path / "several.svg").read_text().count('id="LineCollection_') == 2  # one per architecture's bars
+    assert 'id="LineCollection_' not in (tmp_path / "single.svg").read_text()
+    assert "error bars: one standard deviation" in figure3_caption(0.9, 3)
+    caption = figure3_caption(0.9, 1)
+    assert "standard deviation" not in caption and "no error bars" in caption and "90%" in caption

@@ -1,4 +1,5 @@
-"""stacklm.report.tables: number formats, bold, and the layout of seed 000 Tables 1-7."""
+"""stacklm.report.tables: number formats, bold, LaTeX escaping, and the layout of DuSell &
+Cotterell (2025), Tables 1-7."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from stacklm.report.paper import paper_cells
 from stacklm.report.tables import (
     ColumnSet,
     best_architectures,
+    escape_latex,
     format_mean,
     format_std,
     render_cell,
@@ -65,7 +67,7 @@ def test_table_has_both_column_sets_in_the_papers_layout() -> None:
     latex = render_table(
         "question-formation",
         ["Tf", "Tf+Nd", "Tf+Syn"],
-        [ColumnSet("This reproduction (5 seeds)", ours), ColumnSet("Seed 000, Table 1 (5 runs)", paper_cells("question-formation"))],
+        [ColumnSet("This reproduction (5 seeds)", ours), ColumnSet("DuSell & Cotterell (2025), Table 1 (5 runs)", paper_cells("question-formation"))],
         source="metrics.parquet",
     )
     rows = table_rows(latex)
@@ -81,7 +83,7 @@ def test_table_has_both_column_sets_in_the_papers_layout() -> None:
     header = latex.split("\\toprule\n")[1].split("\\midrule")[0]
     assert header.count(r"Test $\uparrow$") == 2 and header.count(r"Linear $\downarrow$") == 4
     assert header.count(r"Log Ratio $\uparrow$") == 4 and header.count(r"Hier. $\uparrow$") == 4
-    assert "This reproduction (5 seeds)" in header and "Seed 000, Table 1 (5 runs)" in header
+    assert "This reproduction (5 seeds)" in header and r"DuSell \& Cotterell (2025), Table 1 (5 runs)" in header
     assert r"\label{tab:question-formation}" in latex and "Results on question formation." in latex
 
 
@@ -93,7 +95,7 @@ def test_document_includes_every_table_and_figure3(tmp_path: Path) -> None:
         caption="Figure 3.",
     )
     assert r"\input{tables/question-formation.tex}" in document and r"\input{tables/passivization.tex}" in document
-    assert r"\includegraphics[width=\textwidth]{figures/figure3.pdf}" in document
+    assert r"\includegraphics[width=\textwidth,height=0.8\textheight,keepaspectratio]{figures/figure3.pdf}" in document
     assert document.index(r"\begin{document}") < document.index(r"\input") < document.index(r"\end{document}")
 
 
@@ -102,14 +104,41 @@ def test_caption_mentions_the_paper_only_beside_its_numbers(with_paper: bool) ->
     ours = {("Tf", column.key): Cell(0.5, 0.05, 5) for column in COLUMNS}
     sets = [ColumnSet("ours", ours)] + ([ColumnSet("paper", paper_cells("passivization"))] if with_paper else [])
     latex = render_table("passivization", ["Tf"], sets, source="m.parquet")
-    assert ("seed 000, Table 4" in latex) == with_paper
+    assert (r"DuSell \& Cotterell (2025), Table 4" in latex) == with_paper
 
 
 def test_markdown_table_stacks_the_two_column_sets() -> None:
     ours = {(name, column.key): Cell(0.25, 0.1, 2) for name in ("Tf", "Tf+Nd") for column in COLUMNS}
-    sets = [ColumnSet("This reproduction (2 seeds)", ours), ColumnSet("Seed 000, Table 1 (5 runs)", paper_cells("question-formation"))]
+    sets = [ColumnSet("This reproduction (2 seeds)", ours), ColumnSet("DuSell & Cotterell (2025), Table 1 (5 runs)", paper_cells("question-formation"))]
     markdown = render_table("question-formation", ["Tf", "Tf+Nd"], sets, source="m.parquet", markdown=True)
     rows = [line for line in markdown.splitlines() if line.startswith("| Tf")]
     assert rows[0] == "| Tf | **0.250** ±.10 |" + " **0.250** ±.10 |" * 6
     assert rows[3] == "| Tf+Nd | **0.999** ±.00 | **0.318** ±.19 | **0.018** ±.02 | **8.563** ±8.11 | **0.732** ±.15 | **0.268** ±.15 | **2.461** ±3.52 |"
     assert markdown.count("| Architecture | FA Test ↑ | FA Hier. ↑ | FA Linear ↓ | FA Log Ratio ↑ | PA Hier. ↑ | PA Linear ↓ | PA Log Ratio ↑ |") == 2
+
+
+def test_what_rounds_to_zero_prints_as_zero_never_negative_zero() -> None:
+    assert format_mean(-0.0004) == format_mean(-1e-12) == format_mean(0.0) == "0.000"
+    assert render_cell(Cell(-0.0004, NAN, 1), bold=False) == "$0.000$"
+    assert render_markdown_cell(Cell(-0.0001, NAN, 1), bold=False) == "0.000"
+    assert format_mean(-0.0006) == "-0.001"
+
+
+def test_ties_are_judged_on_the_printed_values() -> None:
+    by_key = {column.key: column for column in COLUMNS}
+    printed_zero = {("A", "full_log_ratio"): Cell(0.0004, NAN, 1), ("B", "full_log_ratio"): Cell(0.0001, NAN, 1), ("C", "full_log_ratio"): Cell(-0.0002, NAN, 1)}
+    assert {format_mean(cell.mean) for cell in printed_zero.values()} == {"0.000"}
+    assert best_architectures(printed_zero, ["A", "B", "C"], by_key["full_log_ratio"]) == {"A", "B", "C"}
+    lowest = {("A", "full_linear"): Cell(0.0012, NAN, 1), ("B", "full_linear"): Cell(0.0008, NAN, 1), ("C", "full_linear"): Cell(0.0016, NAN, 1)}
+    assert best_architectures(lowest, ["A", "B", "C"], by_key["full_linear"]) == {"A", "B"}  # both print 0.001
+
+
+def test_latex_specials_in_generated_text_are_escaped() -> None:
+    assert escape_latex("90% & $x_1$ #{~^}\\<>") == (
+        r"90\% \& \$x\_1\$ \#\{\textasciitilde{}\textasciicircum{}\}\textbackslash{}\textless{}\textgreater{}"
+    )
+    ours = {("Tf", column.key): Cell(0.5, 0.05, 5) for column in COLUMNS}
+    latex = render_table("passivization", ["Tf"], [ColumnSet("50% of A & B_c", ours)], source="m.parquet")
+    assert r"{50\% of A \& B\_c}" in latex
+    document = render_document(Path("r/report.tex"), [Path("r/t.tex")], [Path("r/f.pdf")], caption="reaches 90%. #1")
+    assert r"\caption{reaches 90\%. \#1}" in document
