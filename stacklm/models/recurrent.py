@@ -92,16 +92,14 @@ class RecurrentLayer(nn.Module):
 
     def project(self, x: Tensor, columns: slice = slice(None)) -> Tensor:
         """W^(ℓ) x + biases over the input columns ``columns``: (…, gates · d)."""
-        projected = F.linear(x, self.input_weight[:, columns], self.bias)
+        # A slice of the weight costs its backward a zero-filled copy of the whole weight.
+        weight = self.input_weight if columns == slice(None) else self.input_weight[:, columns]
+        projected = F.linear(x, weight, self.bias)
         return projected if self.recurrent_bias is None else projected + self.recurrent_bias
-
-    def project_extra(self, x: Tensor, columns: slice) -> Tensor:
-        """W^(ℓ) x over more input columns, without bias: (…, gates · d)."""
-        return F.linear(x, self.input_weight[:, columns])
 
     def step(self, projected: Tensor, hidden: Tensor, cell: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """h_t (and c_t) from the projected input (B, gates · d) and h_{t−1}, c_{t−1} (B, d)."""
-        gates = projected + F.linear(hidden, self.recurrent_weight)
+        gates = torch.addmm(projected, hidden, self.recurrent_weight.t())  # projected + W h_{t−1}
         if self.cell == "rnn":
             return torch.tanh(gates), None
         assert cell is not None
@@ -188,9 +186,10 @@ class RecurrentLanguageModel(LanguageModel):
         updates = length if self.config.reading_to_output else max(length - 1, 0)
         state = self._initial(batch_size, updates or None, sequence=True)
         projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
+        reading_weight = self._reading_weight()  # sliced once, not at every step
         outputs = [state.pre_output()]
-        for t in range(length):
-            state = state.advance(projected[:, t])
+        for projected_token in projected.unbind(1):  # one backward for all steps, not one per index
+            state = state.advance(projected_token, reading_weight)
             outputs.append(state.pre_output())
         return self._logits(torch.stack(outputs, dim=1))  # (B, n + 1, V)
 
@@ -205,11 +204,15 @@ class RecurrentLanguageModel(LanguageModel):
             projected = layer.project(x)  # (B, n, gates · d), one matmul for all steps
             hidden, cell = initial.hidden[index], initial.cells[index] if initial.cells else None
             outputs = []
-            for t in range(tokens.size(1)):
-                hidden, cell = layer.step(projected[:, t], hidden, cell)
+            for projected_token in projected.unbind(1):  # one backward for all steps, not one per index
+                hidden, cell = layer.step(projected_token, hidden, cell)
                 outputs.append(hidden)
             x = torch.stack(outputs, dim=1) if outputs else projected.new_zeros(tokens.size(0), 0, self.config.hidden_units)
         return self._logits(torch.cat([top_initial.unsqueeze(1), x], dim=1))  # (B, n + 1, V)
+
+    def _reading_weight(self) -> Tensor:
+        """W^(1) over the columns of r_{t−1}: (gates · d, |r|)."""
+        return self.layers[0].input_weight[:, self.token_width :]
 
     def initialize(self, generator: torch.Generator) -> None:
         if self.embedding is not None:
@@ -232,15 +235,17 @@ class RecurrentState(ModelState):
     stack: StackState[Any] | None  # +R: after the actions of h_t; else: before them
     pending: bool  # without +R: the actions of h_t are still to be applied
 
-    def advance(self, projected: Tensor) -> RecurrentState:
-        """The state after a token whose layer-1 input projection is ``projected`` (B, gates · d)."""
+    def advance(self, projected: Tensor, reading_weight: Tensor | None = None) -> RecurrentState:
+        """The state after a token whose layer-1 input projection is ``projected`` (B, gates · d);
+        ``reading_weight``: the model's ``_reading_weight()``, when the caller has it already."""
         model = self.model
         stack = self.stack
         if stack is not None and self.pending:
             stack = stack.next(model.interface.actions(self.hidden[-1]))  # type: ignore[union-attr]
         if stack is not None:
             reading = stack.reading()  # r_{t−1}
-            projected = projected + model.layers[0].project_extra(reading, slice(model.token_width, None))
+            weight = model._reading_weight() if reading_weight is None else reading_weight
+            projected = torch.addmm(projected, reading, weight.t())  # + W^(1) r_{t−1}
         hidden: list[Tensor] = []
         cells: list[Tensor] = []
         for index, layer in enumerate(model.layers):

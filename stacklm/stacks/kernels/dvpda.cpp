@@ -626,7 +626,7 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
   auto readings = at::empty({z.batch, z.steps, z.configs * z.vector}, options);
   auto gamma = at::empty({z.batch, z.table()}, options);
   auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::zeros({z.batch, z.table()}, options);
+  auto pops = at::empty({z.batch, z.table()}, options);
   auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
   AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
     const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
@@ -708,7 +708,7 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   auto options = bottom.options();
   auto gamma = at::empty({z.batch, z.table()}, options);
   auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::zeros({z.batch, z.table()}, options);
+  auto pops = at::empty({z.batch, z.table()}, options);
   auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
   AT_DISPATCH_FLOATING_TYPES(bottom.scalar_type(), "dvpda_start", [&] {
     at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
