@@ -51,6 +51,7 @@ COMMANDS: dict[str, Command] = {
     "select": Command("stacklm.workflow", "choose the search trial with the lowest validation cross-entropy"),
     "aggregate": Command("stacklm.report.commands", "concatenate the final runs' metrics.parquet files"),
     "report": Command("stacklm.report.commands", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
+    "curves": Command("stacklm.report.curves", "the generalization curves of a task's final runs (Parquet and a figure)"),
     "html": Command("stacklm.report.pages", "a Markdown table of the report as an HTML page (for snakemake --report)"),
     "tracking": Command("stacklm.tracking.command", "the MLflow mirror of the runs"),
 }
@@ -91,6 +92,8 @@ EXAMPLES: dict[str, str] = {
     "aggregate": "stacklm aggregate --out results/metrics.parquet results/runs/*/*/final/*/metrics.parquet",
     "report": "stacklm report --metrics results/metrics.parquet --settings results/settings.json --tables qf.tex"
     " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf",
+    "curves": "stacklm curves --out results/curves/question-formation.parquet --figures curves.png curves.pdf"
+    " -- results/runs/question-formation/tf/final/*/train.parquet",
     "html": "stacklm html --markdown results/report/tables/question-formation.md --title 'Question formation'"
     " --out question-formation.html",
     "tracking": "stacklm tracking init --settings results/settings.json",

@@ -72,6 +72,8 @@ REPORT_MARKDOWN = "results/report/tables/{task}.md"
 REPORT_HTML = "results/report/tables/{task}.html"  # the Markdown table as a page of `snakemake --report`
 REPORT_DOCUMENT = "results/report/report.tex"
 REPORT_FIGURE = "results/report/figures/figure3.{extension}"
+CURVES = "results/curves/{task}.parquet"  # the generalization curves of a task's final runs
+CURVE_FIGURE = "results/report/figures/curves-{task}.{extension}"
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")
 
 # The CFL experiments of seed 002 (stacklm.cfl.experiment): {language}, {model} (the registry's
@@ -320,6 +322,14 @@ def final_metrics(settings: dict[str, Any]) -> list[str]:
     return [RUN_METRICS.format(**run) for run in final_runs(settings)]
 
 
+def final_curves(settings: dict[str, Any], task: str) -> list[str]:
+    return [RUN_CURVE.format(**run) for run in final_runs(settings) if run["task"] == task]
+
+
+def curve_figures(task: str) -> list[str]:
+    return [CURVE_FIGURE.format(task=task, extension=extension) for extension in FIGURE_EXTENSIONS]
+
+
 def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
     return {
         "tables": [REPORT_TABLE.format(task=task) for task in settings["tasks"]],
@@ -336,6 +346,7 @@ def all_targets(settings: dict[str, Any]) -> list[str]:
         METRICS,
         *(path for paths in outputs.values() for path in paths),
         *(REPORT_HTML.format(task=task) for task in settings["tasks"]),
+        *(path for task in settings["tasks"] for path in [CURVES.format(task=task), *curve_figures(task)]),
         *cfl_targets(settings),
         *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
     ]

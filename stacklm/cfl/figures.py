@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Sequence
@@ -21,9 +20,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from stacklm.atomic import write_bytes_atomically  # noqa: E402
 from stacklm.cfl.experiment import CFL_MODELS, DELTA, PDA_SIZES  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
+from stacklm.report.figure_files import save_figure  # noqa: E402
 
 
 def _ordered(values: Sequence[str], order: Sequence[str]) -> list[str]:
@@ -41,11 +40,7 @@ def _panels(languages: list[str]) -> tuple[Figure, list[plt.Axes]]:
 
 def _save(figure: Figure, paths: Sequence[str | Path]) -> None:
     figure.tight_layout()
-    for path in paths:
-        buffer = io.BytesIO()
-        # No creation date in the PDF, so that the same records give the same file.
-        figure.savefig(buffer, format=Path(path).suffix[1:], dpi=150, metadata={"CreationDate": None} if str(path).endswith(".pdf") else None)
-        write_bytes_atomically(path, buffer.getvalue())
+    save_figure(figure, paths)
     plt.close(figure)
 
 

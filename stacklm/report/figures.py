@@ -9,7 +9,6 @@ caption says so).
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -20,8 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 
-from stacklm.atomic import write_bytes_atomically  # noqa: E402
 from stacklm.report.aggregate import Cell  # noqa: E402
+from stacklm.report.figure_files import save_figure  # noqa: E402
 
 BAR_GROUPS: tuple[tuple[str, str], ...] = (
     ("full_hierarchical", "FA Hier."),
@@ -89,9 +88,5 @@ def plot_figure3(
     for axis in list(axes.flat)[len(panels) :]:
         axis.set_visible(False)
     figure.tight_layout()
-    for path in paths:
-        buffer = io.BytesIO()
-        # No creation date in the PDF, so that the same metrics give the same file.
-        figure.savefig(buffer, format=Path(path).suffix[1:], dpi=150, metadata={"CreationDate": None} if str(path).endswith(".pdf") else None)
-        write_bytes_atomically(path, buffer.getvalue())
+    save_figure(figure, paths)
     plt.close(figure)

@@ -11,6 +11,7 @@ localrules:
     aggregate,
     report,
     html,
+    curves,
 
 
 rule aggregate:
@@ -58,3 +59,20 @@ rule html:
         CONDA_ENV
     shell:
         "stacklm html --markdown {input} --title {wildcards.task} --out {output} > {log} 2>&1"
+
+
+rule curves:
+    input:
+        lambda wildcards: dag.final_curves(SETTINGS, wildcards.task),
+    output:
+        curves=dag.CURVES,
+        figures=[
+            report(path, caption="../report/curves.rst", category=FRUIT, subcategory="{task}")
+            for path in dag.curve_figures("{task}")
+        ],
+    log:
+        "logs/curves/{task}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm curves --out {output.curves} --figures {output.figures} -- {input} > {log} 2>&1"

@@ -1,0 +1,109 @@
+"""``stacklm curves``: the generalization curves of one task's final runs (the rule ``curves``).
+
+    stacklm curves --out results/curves/T.parquet --figures results/report/figures/curves-T.png
+        results/report/figures/curves-T.pdf -- RUN/train.parquet ...
+
+At every checkpoint a run of a syntactic-transformation task scores a fixed sample of the test
+set and of the generalization set under both rules (``TaskEvaluator.checkpoint_scores``): full
+accuracy FA and the task's partial accuracy PA (DuSell & Cotterell, 2025, §5). This command
+concatenates those curves into one Parquet file (one row per run and checkpoint) and draws them:
+one row of panels per architecture — test, hierarchical generalization, linear generalization —
+FA (solid) and PA (dashed) against the training examples seen, one colour per seed, a dot on the
+checkpoint whose parameters the run keeps (its lowest validation cross-entropy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from stacklm.atomic import write_bytes_atomically
+from stacklm.errors import StacklmError
+from stacklm.report.figure_files import save_figure
+
+IDENTITY = ["task", "architecture", "phase", "seed", "learning_rate", "tokens_per_batch", "parameters", "code_version"]
+CHECKPOINT = ["checkpoint", "epoch", "examples_seen", "learning_rate_used", "train_loss", "validation_cross_entropy", "is_best"]
+PANELS: tuple[tuple[str, str], ...] = (("test", "test"), ("hierarchical", "generalization, hierarchical rule"), ("linear", "generalization, linear rule"))
+SCORES = [f"{name}_{kind}_accuracy" for name, _ in PANELS for kind in ("full", "partial")]
+
+
+def read_curves(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The runs' curves, one row per checkpoint, in the order given; an error names a file
+    that is not a curve of one task's runs with generalization scores."""
+    frames = []
+    for path in paths:
+        try:
+            frame = pd.read_parquet(path)
+        except (OSError, ValueError) as error:
+            raise StacklmError(f"{path}: cannot read the run's curve: {error}") from None
+        missing = [column for column in IDENTITY + CHECKPOINT + SCORES if column not in frame.columns]
+        if missing:
+            raise StacklmError(f"{path}: missing curve column(s) {', '.join(missing)}")
+        frames.append(frame[IDENTITY + CHECKPOINT + SCORES])
+    if not frames:
+        raise StacklmError("no run curves given")
+    curves = pd.concat(frames, ignore_index=True)
+    if curves["task"].nunique() != 1:
+        raise StacklmError(f"the curves belong to several tasks ({', '.join(sorted(curves['task'].unique()))}): one task per call")
+    return curves
+
+
+def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path]) -> None:
+    """One row per architecture (in order of appearance), one panel per set; saved to every path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    architectures = list(dict.fromkeys(curves["architecture"]))
+    seeds = sorted(curves["seed"].unique())
+    colours = plt.get_cmap("tab10")
+    figure, axes = plt.subplots(len(architectures), len(PANELS), figsize=(4.2 * len(PANELS), 2.4 * len(architectures) + 0.6), squeeze=False, sharex=True, sharey=True)
+    for row, architecture in enumerate(architectures):
+        for column, (name, title) in enumerate(PANELS):
+            axis = axes[row][column]
+            for seed in seeds:
+                run = curves[(curves["architecture"] == architecture) & (curves["seed"] == seed)].sort_values("examples_seen")
+                if run.empty:
+                    continue
+                colour = colours(seeds.index(seed) % colours.N)
+                axis.plot(run["examples_seen"], run[f"{name}_full_accuracy"], color=colour, label=f"seed {seed} FA")
+                axis.plot(run["examples_seen"], run[f"{name}_partial_accuracy"], color=colour, linestyle="--", label=f"seed {seed} PA")
+                best = run[run["is_best"]].tail(1)
+                axis.plot(best["examples_seen"], best[f"{name}_full_accuracy"], "o", color=colour, markersize=4)
+            axis.set_ylim(-0.02, 1.02)
+            axis.grid(alpha=0.3)
+            if row == 0:
+                axis.set_title(title)
+            if column == 0:
+                axis.set_ylabel(f"{architecture}\naccuracy")
+            if row == len(architectures) - 1:
+                axis.set_xlabel("training examples seen")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize="small")
+    figure.suptitle(f"{curves['task'].iloc[0]}: FA (solid) and PA (dashed) at every checkpoint; dot: the checkpoint kept")
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
+    save_figure(figure, paths, dpi=120)
+    plt.close(figure)
+
+
+def curves_command(args: argparse.Namespace) -> int:
+    curves = read_curves(args.runs)
+    buffer = io.BytesIO()
+    curves.to_parquet(buffer, index=False)
+    write_bytes_atomically(args.out, buffer.getvalue())
+    plot_curves(curves, args.figures)
+    print(f"{len(args.runs)} runs, {len(curves)} checkpoints -> {args.out}, {', '.join(map(str, args.figures))}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("curves")
+    parser.add_argument("--out", required=True, type=Path, help="the task's curves: results/curves/T.parquet")
+    parser.add_argument("--figures", required=True, nargs="+", type=Path, help="the figure's files (.png, .pdf)")
+    parser.add_argument("runs", nargs="+", type=Path, help="the task's final runs' train.parquet")
+    parser.set_defaults(func=curves_command)

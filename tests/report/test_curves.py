@@ -1,0 +1,58 @@
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stacklm.cli import main
+from stacklm.tracking.records import RunMetadata, curve_table, write_table
+from stacklm.training.loop import CheckpointRecord
+
+
+def write_run(path: Path, architecture: str, seed: int, task: str = "question-formation") -> list[dict[str, float]]:
+    metadata = RunMetadata(
+        task=task, architecture=architecture, phase="final", trial=None, seed=seed, learning_rate=1e-4, tokens_per_batch=900,
+        parameters=200_000, data_version="ab" * 32, code_version="0.1.0", wall_time_s=1.0, tokens_per_s=1.0, config=json.dumps({}),
+    )
+    scores = [
+        {name: round(0.1 * checkpoint + 0.01 * seed, 6) for name in ("test_full_accuracy", "hierarchical_partial_accuracy")}
+        | {"test_partial_accuracy": 0.5, "hierarchical_full_accuracy": 0.0, "linear_full_accuracy": 0.25, "linear_partial_accuracy": 0.75}
+        for checkpoint in (1, 2, 3)
+    ]
+    curve = [CheckpointRecord(index, 1, 10 * index, 80_000 * index, 1e-4, 3.0, 2.0 - index / 10, index < 3, scores[index - 1]) for index in (1, 2, 3)]
+    write_table(curve_table(curve, metadata), path)
+    return scores
+
+
+def test_curves_concatenate_the_runs_scores_and_draw_a_reproducible_figure(tmp_path: Path) -> None:
+    runs = {(architecture, seed): tmp_path / f"{architecture}-{seed}.parquet" for architecture in ("Tf", "Tf+Nd") for seed in (1, 2)}
+    expected = {key: write_run(path, *key) for key, path in runs.items()}
+    figures = [tmp_path / "curves.png", tmp_path / "curves.pdf"]
+    assert main(["curves", "--out", str(tmp_path / "curves.parquet"), "--figures", *map(str, figures), "--", *map(str, runs.values())]) == 0
+    curves = pd.read_parquet(tmp_path / "curves.parquet")
+    assert len(curves) == 4 * 3
+    assert list(dict.fromkeys(curves["architecture"])) == ["Tf", "Tf+Nd"]
+    for (architecture, seed), scores in expected.items():
+        run = curves[(curves["architecture"] == architecture) & (curves["seed"] == seed)].sort_values("checkpoint")
+        assert run["examples_seen"].tolist() == [80_000, 160_000, 240_000]
+        for name in scores[0]:
+            assert run[name].tolist() == [score[name] for score in scores]
+    first = figures[1].read_bytes()
+    assert figures[0].stat().st_size > 0 and first.startswith(b"%PDF")
+    assert main(["curves", "--out", str(tmp_path / "again.parquet"), "--figures", str(figures[1]), "--", *map(str, runs.values())]) == 0
+    assert figures[1].read_bytes() == first
+
+
+def test_curves_name_the_file_without_generalization_scores_and_refuse_two_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.parquet"
+    write_run(good, "Tf", 1)
+    stripped = tmp_path / "old.parquet"
+    pd.read_parquet(good).drop(columns=["linear_full_accuracy"]).to_parquet(stripped)
+    other = tmp_path / "other.parquet"
+    write_run(other, "Tf", 2, task="passivization")
+    figure = str(tmp_path / "f.png")
+    assert main(["curves", "--out", str(tmp_path / "c.parquet"), "--figures", figure, "--", str(good), str(stripped)]) == 1
+    assert f"{stripped}: missing curve column(s) linear_full_accuracy" in capsys.readouterr().err
+    assert main(["curves", "--out", str(tmp_path / "c.parquet"), "--figures", figure, "--", str(good), str(other)]) == 1
+    assert "several tasks" in capsys.readouterr().err
+    assert not (tmp_path / "c.parquet").exists()
