@@ -50,8 +50,26 @@ def parse_line(line: str, path: str | Path, number: int) -> Example:
 
 
 def read_examples(path: str | Path) -> list[Example]:
-    with open(path, encoding="utf-8", newline="\n") as file:
-        return [parse_line(line.rstrip("\n"), path, number) for number, line in enumerate(file, start=1)]
+    """Every line of a TSV file as an Example; a line that is not UTF-8, ends with CR (a CRLF
+    file) or lacks its final newline (a file cut short) is an error naming ``path:line``."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise located(path, None, f"cannot read: {error.strerror}") from None
+    lines = data.split(b"\n")
+    if lines[-1]:
+        raise located(path, len(lines), "the last line has no newline: the file is cut short (or not written by stacklm)")
+    return [_example(raw, path, number) for number, raw in enumerate(lines[:-1], start=1)]
+
+
+def _example(raw: bytes, path: str | Path, number: int) -> Example:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise located(path, number, f"not UTF-8: byte {raw[error.start]:#04x} at column {error.start + 1}") from None
+    if line.endswith("\r"):
+        raise located(path, number, "ends with CR: lines end with LF only (convert the file from CRLF)")
+    return parse_line(line, path, number)
 
 
 def format_example(example: Example) -> str:

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise StacklmError(f"the data in {args.data_dir} differs from the data {args.run} was trained on (sha256 {version[:12]} ≠ {metadata.data_version[:12]})")
     task = get_task(args.task)
     model = rebuild_model(saved, task).to(device)
-    splits = read_splits(args.data_dir)
+    splits = read_splits(args.data_dir, task)
     evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by), evaluation, device)
     rows = evaluator.evaluate(splits["validation"], splits["test"], splits["generalization"])
     write_table(metrics_table(rows, metadata), args.out)

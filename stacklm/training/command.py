@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     task = get_task(args.task)
     vocabulary = Vocabulary(task.vocabulary())
-    splits = read_splits(args.data_dir)
+    splits = read_splits(args.data_dir, task)
     version = data_version(split_paths(args.data_dir))
     run_settings: dict[str, Any] = {
         "task": args.task,

@@ -17,6 +17,7 @@ from typing import Any, get_args
 import torch
 
 from stacklm.data.examples import Example, read_examples
+from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError, located
 from stacklm.models.base import LanguageModel
 from stacklm.models.config import from_dict
@@ -53,8 +54,16 @@ def split_paths(data_dir: str | Path) -> list[Path]:
     return paths
 
 
-def read_splits(data_dir: str | Path) -> dict[str, list[Example]]:
-    return {split: read_examples(path) for split, path in zip(SPLITS, split_paths(data_dir))}
+def read_splits(data_dir: str | Path, task: Task) -> dict[str, list[Example]]:
+    """The four splits of ``data_dir``, checked as the data stage checks what it writes
+    (``stacklm.data.validate``): every error names ``file:line``."""
+    paths = dict(zip(SPLITS, split_paths(data_dir)))
+    splits = {split: read_examples(path) for split, path in paths.items()}
+    for split, examples in splits.items():
+        if not examples:
+            raise located(paths[split], None, "no examples: the file is empty")
+    validate_splits(task, splits, {split: str(path) for split, path in paths.items()})
+    return splits
 
 
 def choose_device(requested: str | None) -> torch.device:
