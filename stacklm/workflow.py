@@ -66,6 +66,8 @@ RUN_MODEL = RUN_DIR + "/model.pt"
 RUN_CURVE = RUN_DIR + "/train.parquet"
 RUN_METRICS = RUN_DIR + "/metrics.parquet"
 CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
+TRAIN_LOG = "logs/train/{task}/{architecture}/{phase}/{index}.log"  # among a run's artifacts in MLflow
+EVALUATE_LOG = "logs/evaluate/{task}/{architecture}/{phase}/{index}.log"
 METRICS = "results/metrics.parquet"
 REPORT_TABLE = "results/report/tables/{task}.tex"
 REPORT_MARKDOWN = "results/report/tables/{task}.md"
@@ -84,6 +86,8 @@ CFL_RUN_DIR = CFL_RUNS + "/{setting}"
 CFL_RUN_MODEL = CFL_RUN_DIR + "/model.pt"
 CFL_RUN_CURVE = CFL_RUN_DIR + "/train.parquet"
 CFL_CHECKPOINT = "results/cfl/checkpoints/{language}/{model}/{setting}.pt"
+CFL_TRAIN_LOG = "logs/cfl/train/{language}/{model}/{setting}.log"
+CFL_EVALUATE_LOG = "logs/cfl/evaluate/{language}/{model}.log"
 CFL_SELECTED = "results/cfl/selected/{language}/{model}.parquet"
 CFL_EVALUATION = "results/cfl/evaluation/{language}/{model}.parquet"
 CFL_CURVES = "results/cfl/curves.parquet"
@@ -362,14 +366,17 @@ def tracking_experiments(settings: dict[str, Any]) -> list[str]:
 
 
 def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
-    """The Parquet files ``stacklm tracking sync`` mirrors for ``experiment``: ``curves``, every
-    run's ``train.parquet``; ``metrics``, the final runs' ``metrics.parquet`` of a task, the
-    evaluation of each model of a CFL language."""
+    """The files ``stacklm tracking sync`` mirrors for ``experiment``: ``curves``, every run's
+    ``train.parquet``; ``metrics``, the final runs' ``metrics.parquet`` of a task, the
+    evaluation of each model of a CFL language; ``curve_logs`` and ``metrics_logs``, the logs
+    of the jobs that wrote them, in the same order."""
     if experiment in cfl_settings(settings).languages:
         pairs = [pair for pair in cfl_pairs(settings) if pair["language"] == experiment]
         return {
             "curves": [path for pair in pairs for path in cfl_run_files(settings, experiment, pair["model"], CFL_RUN_CURVE)],
             "metrics": [CFL_EVALUATION.format(**pair) for pair in pairs],
+            "curve_logs": [path for pair in pairs for path in cfl_run_files(settings, experiment, pair["model"], CFL_TRAIN_LOG)],
+            "metrics_logs": [CFL_EVALUATE_LOG.format(**pair) for pair in pairs],
         }
     if experiment not in settings["tasks"]:
         raise StacklmError(f"no task or CFL language is named {experiment!r}")
@@ -382,7 +389,21 @@ def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, lis
     return {
         "curves": [RUN_CURVE.format(**run) for run in searched + final],
         "metrics": [RUN_METRICS.format(**run) for run in final],
+        "curve_logs": [TRAIN_LOG.format(**run) for run in searched + final],
+        "metrics_logs": [EVALUATE_LOG.format(**run) for run in final],
     }
+
+
+def tracking_inputs(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
+    """The Parquet files of ``tracking_records``: the rule's inputs (a log is no rule's output)."""
+    records = tracking_records(settings, experiment)
+    return {"curves": records["curves"], "metrics": records["metrics"]}
+
+
+def tracking_log_options(settings: dict[str, Any], experiment: str) -> str:
+    """``--curve-logs … --metrics-logs …`` of ``stacklm tracking sync``: the jobs' logs, artifacts of their runs."""
+    records = tracking_records(settings, experiment)
+    return shlex.join(["--curve-logs", *records["curve_logs"], "--metrics-logs", *records["metrics_logs"]])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,14 +2,16 @@
 
     stacklm tracking init --settings results/settings.json
     stacklm tracking sync --settings results/settings.json --experiment E
-        --curves RUN_DIR/train.parquet ... [--metrics METRICS.parquet ...] --out results/tracking/E.json
+        --curves RUN_DIR/train.parquet ... [--metrics METRICS.parquet ...]
+        [--curve-logs LOG ... --metrics-logs LOG ...] --out results/tracking/E.json
 
 ``init`` creates the MLflow store and one experiment per task and per CFL language, once and
 serially, before the workflow fans out (a fresh SQLite store written by parallel jobs breaks in
 its schema migration, ``ecosystem.md`` §3). ``sync`` mirrors one experiment's runs from their
 Parquet files alone (``stacklm.tracking.runs``): for a task, every run's ``train.parquet`` and
 the final runs' ``metrics.parquet``; for a CFL language, every grid run's ``train.parquet`` and
-each model's evaluation Parquet. It writes the manifest, run key → MLflow run id, as JSON; with
+each model's evaluation Parquet, with the logs of the jobs that wrote them (one per file, in the
+same order) among the run's artifacts. It writes the manifest, run key → MLflow run id, as JSON; with
 ``tracking.enabled: false`` an empty one, touching no store. Neither imports torch.
 """
 
@@ -43,9 +45,9 @@ def sync_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
     tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
     if args.experiment in cfl_settings(settings).languages:
-        runs = cfl_runs(args.experiment, args.curves, args.metrics)
+        runs = cfl_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
     elif args.experiment in settings.get("tasks", []):
-        runs = task_runs(args.experiment, args.curves, args.metrics)
+        runs = task_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
     else:
         raise StacklmError(f"--experiment {args.experiment!r} is neither a task nor a CFL language of {args.settings}")
     if tracking.enabled:
@@ -69,5 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mirror.add_argument("--experiment", required=True, help="a task or a CFL language")
     mirror.add_argument("--curves", required=True, nargs="+", type=Path, help="every run's train.parquet")
     mirror.add_argument("--metrics", default=[], nargs="*", type=Path, help="final runs' metrics.parquet; a CFL language's evaluation files")
+    mirror.add_argument("--curve-logs", default=[], nargs="*", type=Path, help="the log of the job that wrote each --curves file")
+    mirror.add_argument("--metrics-logs", default=[], nargs="*", type=Path, help="the log of the job that wrote each --metrics file")
     mirror.add_argument("--out", required=True, type=Path, help="the manifest to write: run key → MLflow run id (JSON)")
     mirror.set_defaults(func=sync_command)

@@ -1,8 +1,12 @@
 """A mirror of the runs' Parquet records in MLflow, for browsing; never the source of truth.
 
-One MLflow experiment per task and per CFL language; one MLflow run per stacklm run, named and
-tagged ``stacklm.run`` with its key (``task/architecture/phase/trial-or-seed``) and tagged
-``stacklm.digest`` with the sha256 of the Parquet files it was built from. Training and
+One MLflow experiment per task and per CFL language; one MLflow run per stacklm run, tagged
+``stacklm.run`` with its key (``task/architecture/phase/trial-or-seed``), ``stacklm.folder``
+with its folder, ``stacklm.digest`` with the sha256 of the Parquet files it was built from,
+and named short (``Tf+Nd final seed-1``: the experiment already says the task). Its artifacts
+are the run's files (model, Parquet records, job logs), copied into the store; with
+``tracking.artifacts: false`` (a remote store, large files) the folder tag alone leads to
+them. Its start and end are the training's, not the mirror's. Training and
 evaluation jobs never touch MLflow (``ecosystem.md`` §4): ``stacklm tracking sync`` mirrors an
 experiment's finished runs in one serial job, skipping each run whose key and digest are already
 there and replacing one whose Parquet changed, so that a rerun costs one search of the store.
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,7 @@ from stacklm.models.config import from_dict
 
 KEY_TAG = "stacklm.run"
 DIGEST_TAG = "stacklm.digest"
+FOLDER_TAG = "stacklm.folder"
 SQLITE_PREFIX = "sqlite:///"
 SEARCH_PAGE_RUNS = 1000  # runs per page of the one search of an experiment's existing runs
 
@@ -42,6 +46,7 @@ class TrackingSettings:
     uri: str = "sqlite:///results/mlflow/mlflow.db"  # a relative SQLite path is taken from the working directory
     request_timeout_s: int = 30  # per HTTP request to a tracking server
     request_retries: int = 2  # HTTP retries before giving up (MLflow's default of 7 waits minutes)
+    artifacts: bool = True  # copy each run's files into the store; False: only the tag with the run's folder
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: str = "tracking") -> TrackingSettings:
@@ -58,23 +63,35 @@ class TrackingSettings:
         uri = self.resolved_uri()
         return Path(uri[len(SQLITE_PREFIX) :]) if uri.startswith(SQLITE_PREFIX) else None
 
+    def artifact_root(self) -> Path | None:
+        """Where a SQLite store keeps the experiments' artifacts (beside the database, not in the
+        working directory's ./mlruns); None for a tracking server, which has its own."""
+        path = self.sqlite_path()
+        return path.parent / "artifacts" if path is not None else None
+
 
 @dataclass(frozen=True)
 class MirroredRun:
     """What MLflow shows of one stacklm run, built from its Parquet files (``stacklm.tracking.runs``)."""
 
-    key: str  # the run name and its stacklm.run tag
+    key: str  # its stacklm.run tag: task/architecture/phase/trial-or-seed, language/model/setting
+    name: str  # the short name the UI shows
     digest: str  # sha256 of the Parquet files it was built from
     params: Mapping[str, str]
     metrics: Mapping[str, float]  # logged at step 0
     curves: Mapping[str, Sequence[tuple[int, float]]]  # name → (step, value) points
+    tags: Mapping[str, str]  # task, architecture … and mlflow.source.git.commit
+    folder: Path  # the run's folder (tag stacklm.folder)
+    files: Sequence[tuple[Path, str]]  # (file, artifact folder: "" for the top, logs/train …) copied as artifacts
+    start_ms: int  # when training started and ended, ms since the epoch
+    end_ms: int
 
 
 def initialize_store(settings: TrackingSettings, experiments: Sequence[str]) -> list[str]:
     """Create the store (its schema) and the experiments; the experiment ids, in order."""
     if (path := settings.sqlite_path()) is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    return _on_store(settings, lambda client: [_experiment_id(client, name) for name in experiments])
+    return _on_store(settings, lambda client: [_experiment_id(client, name, settings.artifact_root()) for name in experiments])
 
 
 def sync(settings: TrackingSettings, experiment: str, runs: Sequence[MirroredRun]) -> dict[str, str]:
@@ -89,7 +106,7 @@ def sync(settings: TrackingSettings, experiment: str, runs: Sequence[MirroredRun
             f"the MLflow store {path} does not exist: `stacklm tracking init` (the rule `tracking`) creates it first; "
             "the Parquet records are complete, and rerunning the rule mirrors them"
         )
-    return _on_store(settings, lambda client: _sync(client, experiment, runs))
+    return _on_store(settings, lambda client: _sync(client, settings, experiment, runs))
 
 
 def _on_store(settings: TrackingSettings, action: Callable[[Any], Result]) -> Result:
@@ -113,28 +130,30 @@ def _on_store(settings: TrackingSettings, action: Callable[[Any], Result]) -> Re
         ) from error
 
 
-def _experiment_id(client: Any, name: str) -> str:
+def _experiment_id(client: Any, name: str, artifact_root: Path | None) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
-    return client.create_experiment(name)
+    location = (artifact_root / name).resolve().as_uri() if artifact_root is not None else None
+    return client.create_experiment(name, artifact_location=location)
 
 
-def _sync(client: Any, experiment: str, runs: Sequence[MirroredRun]) -> dict[str, str]:
+def _sync(client: Any, settings: TrackingSettings, experiment: str, runs: Sequence[MirroredRun]) -> dict[str, str]:
     from tqdm import tqdm
 
-    experiment_id = _experiment_id(client, experiment)
+    experiment_id = _experiment_id(client, experiment, settings.artifact_root())
     existing = _runs_by_key(client, experiment_id)
     manifest: dict[str, str] = {}
     created = 0
     for run in tqdm(runs, desc=experiment, unit="run", file=sys.stderr, mininterval=10):
+        digest = f"{run.digest}+artifacts" if settings.artifacts else run.digest  # a changed choice replaces the run
         found = existing.get(run.key, [])
-        kept = next((old for old in found if old.data.tags.get(DIGEST_TAG) == run.digest), None)
+        kept = next((old for old in found if old.data.tags.get(DIGEST_TAG) == digest), None)
         for old in found:
             if old is not kept:
                 client.delete_run(old.info.run_id)
         if kept is None:
-            manifest[run.key] = _create(client, experiment_id, run)
+            manifest[run.key] = _create(client, experiment_id, run, digest, settings.artifacts)
             created += 1
         else:
             manifest[run.key] = kept.info.run_id
@@ -156,18 +175,20 @@ def _runs_by_key(client: Any, experiment_id: str) -> dict[str, list[Any]]:
             return found
 
 
-def _create(client: Any, experiment_id: str, run: MirroredRun) -> str:
+def _create(client: Any, experiment_id: str, run: MirroredRun, digest: str, artifacts: bool) -> str:
     from mlflow.entities import Metric, Param
 
-    run_id = client.create_run(experiment_id, run_name=run.key, tags={KEY_TAG: run.key}).info.run_id
-    now = int(time.time() * 1000)
-    metrics = [Metric(name, float(value), now, 0) for name, value in run.metrics.items()]
-    metrics += [Metric(name, float(value), now, step) for name, points in run.curves.items() for step, value in points]
+    tags = {KEY_TAG: run.key, FOLDER_TAG: str(run.folder.resolve()), **run.tags}
+    run_id = client.create_run(experiment_id, start_time=run.start_ms, tags=tags, run_name=run.name).info.run_id
+    metrics = [Metric(name, float(value), run.end_ms, 0) for name, value in run.metrics.items()]
+    metrics += [Metric(name, float(value), run.end_ms, step) for name, points in run.curves.items() for step, value in points]
     params = [Param(name, value) for name, value in run.params.items()]
     for start in range(0, len(params), 100):  # MLflow's limits per batch: 100 params, 1000 metrics
         client.log_batch(run_id, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000])
-    client.set_tag(run_id, DIGEST_TAG, run.digest)  # last: a run cut short has no digest, and the next sync replaces it
-    client.set_terminated(run_id)
+    for path, folder in run.files if artifacts else ():
+        client.log_artifact(run_id, str(path), folder or None)
+    client.set_tag(run_id, DIGEST_TAG, digest)  # last: a run cut short has no digest, and the next sync replaces it
+    client.set_terminated(run_id, end_time=run.end_ms)
     return run_id

@@ -3,8 +3,9 @@
 ``metrics.parquet`` is the source of truth for the tables (long format, one row per metric):
 task, architecture, phase ("search"|"final"), trial (null for final), seed, split, rule,
 metric, value, then the run's metadata — learning_rate, tokens_per_batch, parameters,
-data_version (sha256 of the data files), code_version (stacklm version + git commit),
-wall_time_s and tokens_per_s of training, config (JSON of the resolved settings).
+data_version (sha256 of the data files), code_version (stacklm version + the git commit),
+wall_time_s and tokens_per_s of training, config (JSON of the resolved settings, and the
+built model's config as ``built_model``).
 ``train.parquet`` has one row per checkpoint (with the generalization curves' accuracies where
 the run scored them) and the same metadata columns.
 Both are written atomically.
@@ -93,16 +94,23 @@ def data_version(paths: Sequence[str | Path]) -> str:
     return digest.hexdigest()
 
 
+COMMIT_MARK = "+g"
+BUILT_MODEL = "built_model"  # the key of the built model's config in a run's config JSON
+
+
 def code_version() -> str:
-    """``stacklm`` version, plus ``+g<commit>`` when the package lies in a git checkout."""
+    """``stacklm`` version, plus ``+g<commit>`` (the whole hash) when the package lies in a git checkout."""
     release = version("stacklm")
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10
-        )
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return release
-    return f"{release}+g{commit.stdout.strip()}" if commit.returncode == 0 else release
+    return f"{release}{COMMIT_MARK}{head.stdout.strip()}" if head.returncode == 0 else release
+
+
+def commit(code_version: str) -> str | None:
+    """The git commit a :func:`code_version` names; None for a package outside a checkout."""
+    return code_version.split(COMMIT_MARK, 1)[1] if COMMIT_MARK in code_version else None
 
 
 def metrics_table(rows: Sequence[MetricValue], metadata: RunMetadata) -> pa.Table:

@@ -1,32 +1,40 @@
-"""What MLflow shows of each run, built from the run's Parquet files alone.
+"""What MLflow shows of each run, built from the run's files alone.
 
 A task run (``stacklm train``, ``stacklm evaluate``) is mirrored from its ``train.parquet`` and,
 for a final run, its ``metrics.parquet``:
 
-- params: the metadata columns but the timings and ``config``, and the run's settings (the
-  ``config`` JSON) flattened as ``settings.training.max_epochs`` …;
+- params: the metadata columns but the timings and ``config``; the built model's config
+  (``model.width`` …, from ``config``'s ``built_model``); the run's other settings flattened as
+  ``settings.training.max_epochs`` … (``settings.model.*`` are the options it was built under);
 - metrics: ``best_validation_cross_entropy``, ``steps`` and ``epochs`` (of the last checkpoint),
   ``wall_time_s``, ``tokens_per_s``; every metric of ``metrics.parquet`` by its
   :func:`metric_name` (``test/full_accuracy``);
-- curves by examples seen: ``validation_cross_entropy``, ``train_loss``, ``learning_rate``.
+- curves by examples seen: every number ``train.parquet`` holds per checkpoint
+  (``validation_cross_entropy``, ``train_loss``, ``learning_rate``, the generalization curves'
+  accuracies where scored);
+- tags: task, architecture, phase, trial or seed, and ``mlflow.source.git.commit``.
 
 A CFL run (``stacklm cfl train``) is mirrored from its ``train.parquet`` and, for the selected
 run of a (language, model) pair, the pair's evaluation Parquet (``stacklm cfl evaluate``):
 
-- params: its settings (the ``config`` JSON) flattened;
+- params: as a task run's (``model.*`` built, ``settings.*`` the rest);
 - metrics: ``best_validation_cross_entropy_above_truth`` (Δ), ``epochs``, ``wall_time_s``,
   ``test_cross_entropy_above_truth``;
-- curves: validation Δ by epoch, test Δ by length.
+- curves: validation Δ by epoch, test Δ by length;
+- tags: language, model, setting and the commit.
 
-Each run is named by its key (:func:`task_run_key`, :func:`cfl_run_key`) and carries the sha256
-of the bytes of the files it was built from, so that ``stacklm tracking sync`` skips runs whose
-files did not change.
+Each run carries its key (:func:`task_run_key`, :func:`cfl_run_key`), a short name without the
+experiment's, the sha256 of the bytes of the Parquet files it was built from (so that
+``stacklm tracking sync`` skips runs whose files did not change), and its files as artifacts:
+``model.pt`` and the Parquet files, and the jobs' logs where given. Training ended when
+``train.parquet`` was written (its modification time) and started ``wall_time_s`` before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -37,19 +45,25 @@ import pyarrow.parquet as pq
 from stacklm.cfl.experiment import DELTA
 from stacklm.errors import StacklmError
 from stacklm.tracking.mlflow_mirror import MirroredRun
-from stacklm.tracking.records import METADATA_SCHEMA
+from stacklm.tracking.records import BUILT_MODEL, METADATA_SCHEMA, commit
 
 Row = dict[str, Any]
 TIMINGS = ("wall_time_s", "tokens_per_s")
+# Columns of train.parquet that place a checkpoint rather than measure it; every other number is a curve.
+CHECKPOINT_PLACE = ("checkpoint", "epoch", "step", "examples_seen", "is_best")
+CURVE_NAMES = {"learning_rate_used": "learning_rate"}  # the MLflow names of before
+MODEL_FILE = "model.pt"
+Build = Callable[[str, "Records", "Records | None", Sequence[tuple[Path, str]]], MirroredRun]
 
 
 @dataclass(frozen=True)
 class Records:
-    """One Parquet file of a run: its rows and its bytes' digest."""
+    """One Parquet file of a run: its rows, its bytes' digest, when it was written."""
 
     path: Path
     rows: list[Row]
     digest: str
+    written_s: float  # modification time, s since the epoch
 
 
 def read_records(path: str | Path) -> Records:
@@ -57,20 +71,21 @@ def read_records(path: str | Path) -> Records:
     try:
         data = Path(path).read_bytes()
         rows = pq.read_table(pa.BufferReader(data)).to_pylist()
+        written_s = os.stat(path).st_mtime
     except (OSError, pa.ArrowException) as error:
         raise StacklmError(f"{path}: cannot read the run's records: {error}") from None
     if not rows:
         raise StacklmError(f"{path}: the run's records have no row")
-    return Records(Path(path), rows, hashlib.sha256(data).hexdigest())
+    return Records(Path(path), rows, hashlib.sha256(data).hexdigest(), written_s)
 
 
 def task_run_key(task: str, architecture: str, phase: str, trial: int | None, seed: int) -> str:
-    """The name of a task run in MLflow (tag ``stacklm.run``)."""
+    """The key of a task run in MLflow (tag ``stacklm.run``)."""
     return f"{task}/{architecture}/{phase}/" + (f"trial-{trial}" if phase == "search" else f"seed-{seed}")
 
 
 def cfl_run_key(language: str, model: str, setting: str) -> str:
-    """The name of a CFL grid run in MLflow (tag ``stacklm.run``)."""
+    """The key of a CFL grid run in MLflow (tag ``stacklm.run``)."""
     return f"{language}/{model}/{setting}"
 
 
@@ -90,14 +105,28 @@ def metric_name(row: Row) -> str:
     return "/".join(part for part in (row["split"], row["rule"], row["metric"]) if part is not None)
 
 
-def task_runs(experiment: str, curves: Sequence[str | Path], metrics: Sequence[str | Path]) -> list[MirroredRun]:
-    """The task ``experiment``'s runs from their ``train.parquet`` and final ``metrics.parquet`` files."""
-    return _runs(experiment, curves, metrics, _task_key, _task_run)
+def task_runs(
+    experiment: str,
+    curves: Sequence[str | Path],
+    metrics: Sequence[str | Path],
+    curve_logs: Sequence[str | Path] = (),
+    metric_logs: Sequence[str | Path] = (),
+) -> list[MirroredRun]:
+    """The task ``experiment``'s runs from their ``train.parquet`` and final ``metrics.parquet``
+    files, with the logs of the jobs that wrote them (``curve_logs[i]`` wrote ``curves[i]``)."""
+    return _runs(experiment, curves, metrics, curve_logs, metric_logs, _task_key, _task_run)
 
 
-def cfl_runs(language: str, curves: Sequence[str | Path], evaluations: Sequence[str | Path]) -> list[MirroredRun]:
-    """The CFL ``language``'s grid runs from their ``train.parquet`` files and the pairs' evaluation Parquet files."""
-    return _runs(language, curves, evaluations, _cfl_key, _cfl_run)
+def cfl_runs(
+    language: str,
+    curves: Sequence[str | Path],
+    evaluations: Sequence[str | Path],
+    curve_logs: Sequence[str | Path] = (),
+    evaluation_logs: Sequence[str | Path] = (),
+) -> list[MirroredRun]:
+    """The CFL ``language``'s grid runs from their ``train.parquet`` files and the pairs'
+    evaluation Parquet files, with the logs of the jobs that wrote them."""
+    return _runs(language, curves, evaluations, curve_logs, evaluation_logs, _cfl_key, _cfl_run)
 
 
 def _task_key(row: Row) -> str:
@@ -112,21 +141,33 @@ def _runs(
     experiment: str,
     curves: Sequence[str | Path],
     metrics: Sequence[str | Path],
+    curve_logs: Sequence[str | Path],
+    metric_logs: Sequence[str | Path],
     key: Callable[[Row], str],
-    build: Callable[[str, Records, Records | None], MirroredRun],
+    build: Build,
 ) -> list[MirroredRun]:
     """One run per curve file, with the metrics file of the same key; in the order of ``curves``."""
-    curve_records = _by_key(experiment, curves, key)
-    metric_records = _by_key(experiment, metrics, key)
+    curve_records, logs = _by_key(experiment, curves, curve_logs, "curve", "logs/train", key)
+    metric_records, more_logs = _by_key(experiment, metrics, metric_logs, "metric", "logs/evaluate", key)
     for name, records in metric_records.items():
         if name not in curve_records:
             raise StacklmError(f"{records.path}: the metrics of run {name}, whose train.parquet is not among the curves")
-    return [build(name, records, metric_records.get(name)) for name, records in curve_records.items()]
+    return [
+        build(name, records, metric_records.get(name), [*logs.get(name, []), *more_logs.get(name, [])])
+        for name, records in curve_records.items()
+    ]
 
 
-def _by_key(experiment: str, paths: Sequence[str | Path], key: Callable[[Row], str]) -> dict[str, Records]:
+def _by_key(
+    experiment: str, paths: Sequence[str | Path], logs: Sequence[str | Path], kind: str, folder: str, key: Callable[[Row], str]
+) -> tuple[dict[str, Records], dict[str, list[tuple[Path, str]]]]:
+    """Each file's records by run key, and the logs given beside them that exist (a log deleted
+    since is no reason to fail a mirror), each with its artifact folder."""
+    if logs and len(logs) != len(paths):
+        raise StacklmError(f"{len(logs)} {kind} logs given for {len(paths)} {kind} files: one log per file, in the same order")
     found: dict[str, Records] = {}
-    for path in paths:
+    found_logs: dict[str, list[tuple[Path, str]]] = {}
+    for position, path in enumerate(paths):
         records = read_records(path)
         names = {key(row) for row in records.rows}
         if len(names) != 1:
@@ -137,21 +178,53 @@ def _by_key(experiment: str, paths: Sequence[str | Path], key: Callable[[Row], s
         if name in found:
             raise StacklmError(f"{path} and {found[name].path} both hold run {name}")
         found[name] = records
-    return found
+        found_logs[name] = [(Path(logs[position]), folder)] if logs and Path(logs[position]).is_file() else []
+    return found, found_logs
 
 
 def _digest(curve: Records, metrics: Records | None) -> str:
     return hashlib.sha256(curve.digest.encode() + (metrics.digest.encode() if metrics is not None else b"")).hexdigest()
 
 
-def _task_run(name: str, curve: Records, metrics: Records | None) -> MirroredRun:
-    first, last = curve.rows[0], curve.rows[-1]
+def _mirrored(
+    name: str, short_name: str, tags: dict[str, str], curve: Records, results: Records | None, logs: Sequence[tuple[Path, str]], **shown: Any
+) -> MirroredRun:
+    """What task and CFL runs share: params from the config, the commit, times and files;
+    ``results`` are the run's metrics (a task's final run) or evaluation (a selected CFL run)."""
+    first = curve.rows[0]
+    config = json.loads(first["config"])
     details = {column: first[column] for column in METADATA_SCHEMA.names if column not in (*TIMINGS, "config")}
-    final = {metric_name(row): row["value"] for row in metrics.rows} if metrics is not None else {}
+    built = config.pop(BUILT_MODEL, {})
+    source = commit(first["code_version"])
+    files = [curve.path.parent / MODEL_FILE, curve.path, *([results.path] if results is not None else [])]
+    end_ms = round(curve.written_s * 1000)
     return MirroredRun(
         key=name,
-        digest=_digest(curve, metrics),
-        params=flat_params(details) | flat_params(json.loads(first["config"]), "settings."),
+        name=short_name,
+        digest=_digest(curve, results),
+        params=flat_params(details) | flat_params(built, "model.") | flat_params(config, "settings."),
+        tags=tags | ({"mlflow.source.git.commit": source} if source is not None else {}),
+        folder=curve.path.parent,
+        files=[(path, "") for path in files if path.is_file()] + list(logs),
+        start_ms=end_ms - round(first["wall_time_s"] * 1000),
+        end_ms=end_ms,
+        **shown,
+    )
+
+
+def _task_run(name: str, curve: Records, metrics: Records | None, logs: Sequence[tuple[Path, str]]) -> MirroredRun:
+    first, last = curve.rows[0], curve.rows[-1]
+    index = ("trial", first["trial"]) if first["phase"] == "search" else ("seed", first["seed"])
+    tags = {"task": first["task"], "architecture": first["architecture"], "phase": first["phase"], index[0]: str(index[1])}
+    measured = [column for column in first if column not in METADATA_SCHEMA.names and column not in CHECKPOINT_PLACE]
+    final = {metric_name(row): row["value"] for row in metrics.rows} if metrics is not None else {}
+    return _mirrored(
+        name,
+        f"{first['architecture']} {first['phase']} {index[0]}-{index[1]}",
+        tags,
+        curve,
+        metrics,
+        logs,
         metrics={
             "best_validation_cross_entropy": min(row["validation_cross_entropy"] for row in curve.rows),
             "steps": last["step"],
@@ -160,21 +233,25 @@ def _task_run(name: str, curve: Records, metrics: Records | None) -> MirroredRun
             **final,
         },
         curves={
-            "validation_cross_entropy": [(row["examples_seen"], row["validation_cross_entropy"]) for row in curve.rows],
-            "train_loss": [(row["examples_seen"], row["train_loss"]) for row in curve.rows],
-            "learning_rate": [(row["examples_seen"], row["learning_rate_used"]) for row in curve.rows],
+            CURVE_NAMES.get(column, column): [(row["examples_seen"], row[column]) for row in curve.rows if row[column] is not None]
+            for column in measured
+            if any(row[column] is not None for row in curve.rows)
         },
     )
 
 
-def _cfl_run(name: str, curve: Records, evaluation: Records | None) -> MirroredRun:
+def _cfl_run(name: str, curve: Records, evaluation: Records | None, logs: Sequence[tuple[Path, str]]) -> MirroredRun:
     first, last = curve.rows[0], curve.rows[-1]
     test = [row for row in evaluation.rows if row["split"] == "test"] if evaluation is not None else []
     overall = {"test_" + DELTA: row["value"] for row in test if row["length"] is None}
-    return MirroredRun(
-        key=name,
-        digest=_digest(curve, evaluation),
-        params=flat_params(json.loads(first["config"])),
+    tags = {"language": first["task"], "model": first["architecture"], "setting": first["setting"]}
+    return _mirrored(
+        name,
+        f"{first['architecture'].removeprefix('cfl/')} {first['setting']}",
+        tags,
+        curve,
+        evaluation,
+        logs,
         metrics={
             "best_validation_" + DELTA: min(row[DELTA] for row in curve.rows),
             "epochs": last["epoch"],

@@ -35,7 +35,7 @@ from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.tasks import get_task
-from stacklm.tracking.records import RunMetadata, code_version, curve_table, data_version, write_table
+from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version, curve_table, data_version, write_table
 from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
 from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
@@ -201,14 +201,16 @@ def resumable_training(
 
 def run_metadata(model: torch.nn.Module, result: TrainResult, run_settings: dict[str, Any], **identity: Any) -> RunMetadata:
     """The metadata columns of a finished run: ``identity`` (task, architecture, phase, trial,
-    seed, learning rate, tokens per batch, data version) and what the run itself measured."""
+    seed, learning rate, tokens per batch, data version) and what the run itself measured; its
+    config, the run's settings and the built model's config (``built_model``: the options as
+    the model applied them, e.g. no dropout where a CFL model has none)."""
     return RunMetadata(
         **identity,
         parameters=sum(parameter.numel() for parameter in model.parameters()),
         code_version=code_version(),
         wall_time_s=result.wall_time_s,
         tokens_per_s=result.tokens_per_s,
-        config=json.dumps(run_settings, sort_keys=True),
+        config=json.dumps(run_settings | {BUILT_MODEL: asdict(model.config)}, sort_keys=True),
     )
 
 

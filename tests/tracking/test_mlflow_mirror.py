@@ -1,6 +1,6 @@
 """``stacklm tracking init`` and ``sync``: runs written as Parquet, mirrored into a real MLflow
-store, read back through a real ``mlflow server``; reruns, changed runs, an unreachable store and
-disabled tracking."""
+store (their files as artifacts, or their folder as a tag), read back through a real ``mlflow
+server``; reruns, changed runs, an unreachable store and disabled tracking."""
 
 import argparse
 import json
@@ -30,7 +30,10 @@ SEARCH = RunMetadata(
     parameters=1234, data_version="cd" * 32, code_version="0.1.0", wall_time_s=2.0, tokens_per_s=500.0,
     config=json.dumps({"training": {"max_epochs": 5}}),
 )
-FINAL = replace(SEARCH, phase="final", trial=None, seed=1, wall_time_s=3.0)
+COMMIT = "0123456789abcdef" * 2 + "01234567"
+FINAL = replace(SEARCH, phase="final", trial=None, seed=1, wall_time_s=3.0, code_version=f"0.1.0+g{COMMIT}",
+                config=json.dumps({"model": {"dropout": 0.1}, "built_model": {"width": 8, "dropout": 0.0}}))
+FINISHED_S = 1_790_000_000.25  # when the final run's train.parquet was written
 CURVE = [CheckpointRecord(index, index, 5 * index, 100 * index, 1e-4, 4.0 / index, 3.0 / index, True) for index in (1, 2, 3)]
 FINAL_METRICS = [MetricValue("test", None, "full_accuracy", 0.875), MetricValue("generalization", None, "log_ratio", -1.5)]
 SEARCH_KEY = "question-formation/Tf/search/trial-4"
@@ -63,13 +66,22 @@ def runs(tmp_path: Path) -> tuple[list[Path], list[Path]]:
     search, final = tmp_path / "runs" / "search", tmp_path / "runs" / "final"
     write_table(curve_table(CURVE, SEARCH), search / "train.parquet")
     write_table(curve_table(CURVE[:2], FINAL), final / "train.parquet")
+    os.utime(final / "train.parquet", (FINISHED_S, FINISHED_S))
     write_table(metrics_table(FINAL_METRICS, FINAL), final / "metrics.parquet")
+    (final / "model.pt").write_bytes(b"the final model")
+    (tmp_path / "logs").mkdir()
+    for name in ("search-train", "final-train", "final-evaluate"):
+        (tmp_path / "logs" / f"{name}.log").write_text(f"log of {name}\n")
     return [search / "train.parquet", final / "train.parquet"], [final / "metrics.parquet"]
 
 
 def sync(settings: Path, runs: tuple[list[Path], list[Path]], out: Path) -> dict[str, str]:
     curves, metrics = runs
-    assert tracking("sync", "--settings", settings, "--experiment", "question-formation", "--curves", *curves, "--metrics", *metrics, "--out", out) == 0
+    logs = curves[0].parents[2] / "logs"
+    assert tracking(
+        "sync", "--settings", settings, "--experiment", "question-formation", "--curves", *curves, "--metrics", *metrics,
+        "--curve-logs", logs / "search-train.log", logs / "final-train.log", "--metrics-logs", logs / "final-evaluate.log", "--out", out,
+    ) == 0
     return json.loads(out.read_text())
 
 
@@ -91,15 +103,21 @@ def get(port: int, endpoint: str) -> dict:
         return json.load(response)
 
 
+def tags(run: dict) -> dict[str, str]:
+    return {tag["key"]: tag["value"] for tag in run["data"]["tags"]}
+
+
 def port_is_open(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def run_names(database: Path) -> list[tuple[str, str]]:
-    """Every run in the store, deleted ones included: (name, lifecycle stage)."""
+    """Every run in the store, deleted ones included: (its stacklm.run key, lifecycle stage)."""
     with sqlite3.connect(database) as store:
-        return sorted(store.execute("SELECT name, lifecycle_stage FROM runs"))
+        return sorted(store.execute(
+            "SELECT tags.value, runs.lifecycle_stage FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid AND tags.key = 'stacklm.run'"
+        ))
 
 
 def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
@@ -129,9 +147,15 @@ def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_pat
         experiments = post(port, "experiments/search", {"max_results": 10})["experiments"]
         identifier = next(experiment["experiment_id"] for experiment in experiments if experiment["name"] == "question-formation")
         assert "passivization" in {experiment["name"] for experiment in experiments}
-        found = {run["info"]["run_name"]: run for run in post(port, "runs/search", {"experiment_ids": [identifier]})["runs"]}
-        assert set(found) == {SEARCH_KEY, FINAL_KEY}  # one run per key
+        listed = post(port, "runs/search", {"experiment_ids": [identifier]})["runs"]
+        found = {tags(run)["stacklm.run"]: run for run in listed}
+        assert len(listed) == 2 and set(found) == {SEARCH_KEY, FINAL_KEY}  # one run per key
         assert {name: run["info"]["run_id"] for name, run in found.items()} == manifest
+        # short names (the experiment names the task), task and architecture as tags
+        assert {run["info"]["run_name"] for run in listed} == {"Tf search trial-4", "Tf final seed-1"}
+        assert {key: tags(found[FINAL_KEY])[key] for key in ("task", "architecture", "phase", "seed")} == {
+            "task": "question-formation", "architecture": "Tf", "phase": "final", "seed": "1"}
+        assert tags(found[SEARCH_KEY])["trial"] == "4" and "seed" not in tags(found[SEARCH_KEY])
 
         search = found[SEARCH_KEY]
         params = {param["key"]: param["value"] for param in search["data"]["params"]}
@@ -148,7 +172,23 @@ def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_pat
         final = {metric["key"]: metric["value"] for metric in found[FINAL_KEY]["data"]["metrics"]}
         assert final["test/full_accuracy"] == 0.875 and final["generalization/log_ratio"] == -1.5
         assert final["best_validation_cross_entropy"] == 1.5 and final["wall_time_s"] == 3.0
-        assert {tag["key"]: tag["value"] for tag in found[FINAL_KEY]["data"]["tags"]}["stacklm.run"] == FINAL_KEY
+        final_tags = tags(found[FINAL_KEY])
+        assert final_tags["mlflow.source.git.commit"] == COMMIT and "mlflow.source.git.commit" not in tags(search)
+        assert final_tags["stacklm.folder"] == str(tmp_path / "runs" / "final")
+        # training's own times: ended when train.parquet was written, wall_time_s before
+        assert found[FINAL_KEY]["info"]["end_time"] == 1_790_000_000_250 and found[FINAL_KEY]["info"]["start_time"] == 1_790_000_000_250 - 3000
+        # the built model's config, not the options it was built under, is model.*
+        final_params = {param["key"]: param["value"] for param in found[FINAL_KEY]["data"]["params"]}
+        assert final_params["model.dropout"] == "0.0" and final_params["settings.model.dropout"] == "0.1" and final_params["model.width"] == "8"
+
+        # the run's files as artifacts, the same bytes
+        listing = get(port, f"artifacts/list?run_id={manifest[FINAL_KEY]}")["files"]
+        assert sorted(item["path"] for item in listing) == ["logs", "metrics.parquet", "model.pt", "train.parquet"]
+        logs = [get(port, f"artifacts/list?run_id={manifest[FINAL_KEY]}&path=logs/{job}")["files"] for job in ("train", "evaluate")]
+        assert [[item["path"] for item in files] for files in logs] == [["logs/train/final-train.log"], ["logs/evaluate/final-evaluate.log"]]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/get-artifact?run_id={manifest[FINAL_KEY]}&path=model.pt", timeout=10) as response:
+            assert response.read() == b"the final model"
+        assert sorted(item["path"] for item in get(port, f"artifacts/list?run_id={manifest[SEARCH_KEY]}")["files"]) == ["logs", "train.parquet"]
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
@@ -183,6 +223,29 @@ def test_a_rerun_keeps_unchanged_runs_and_replaces_exactly_a_changed_one(
     assert run_names(database) == [(FINAL_KEY, "active"), (FINAL_KEY, "deleted"), (SEARCH_KEY, "active")]
     metrics = MlflowClient(tracking_uri=f"sqlite:///{database}").get_run(changed[FINAL_KEY]).data.metrics
     assert metrics["test/full_accuracy"] == 0.5 and "generalization/log_ratio" not in metrics
+
+
+def test_without_artifacts_a_run_leads_to_its_folder_and_turning_them_on_replaces_it(
+    tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # nothing may land in the working directory's ./mlruns
+    database = tmp_path / "mlflow" / "mlflow.db"
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{database}", "artifacts": False})
+    assert tracking("init", "--settings", settings) == 0
+    folders_only = sync(settings, runs, tmp_path / "folders.json")
+    assert client.get_run(folders_only[FINAL_KEY]).data.tags["stacklm.folder"] == str(tmp_path / "runs" / "final")
+    assert client.list_artifacts(folders_only[FINAL_KEY]) == [] and not (tmp_path / "mlflow" / "artifacts").exists()
+
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{database}", "artifacts": True})
+    with_files = sync(settings, runs, tmp_path / "files.json")
+    assert set(with_files.values()).isdisjoint(folders_only.values())  # the choice changed: every run replaced
+    assert {item.path for item in client.list_artifacts(with_files[FINAL_KEY])} == {"logs", "metrics.parquet", "model.pt", "train.parquet"}
+    stored = list((tmp_path / "mlflow" / "artifacts" / "question-formation").glob("*/artifacts/model.pt"))
+    assert [path.read_bytes() for path in stored] == [b"the final model"] and list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_an_unreachable_store_is_an_error_naming_it_quickly(tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch) -> None:

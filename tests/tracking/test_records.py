@@ -1,12 +1,13 @@
 import importlib.metadata
 import json
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from stacklm.evaluation.metrics import MetricValue
-from stacklm.tracking.records import METRICS_SCHEMA, RunMetadata, code_version, curve_table, data_version, metrics_table, write_table
+from stacklm.tracking.records import METRICS_SCHEMA, RunMetadata, code_version, commit, curve_table, data_version, metrics_table, write_table
 from stacklm.training.loop import CheckpointRecord
 
 METADATA = RunMetadata(
@@ -62,4 +63,6 @@ def test_code_version_names_the_commit() -> None:
     version = code_version()
     assert version.split("+")[0] == importlib.metadata.version("stacklm")
     if (Path(__file__).resolve().parents[2] / ".git").exists():
-        assert "+g" in version
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, check=True).stdout.strip()
+        assert commit(version) == head and len(head) == 40
+    assert commit("0.1.0") is None

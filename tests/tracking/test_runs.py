@@ -2,6 +2,7 @@
 and the files that cannot be mirrored, named."""
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,3 +62,20 @@ def test_files_that_cannot_be_mirrored_are_named(tmp_path: Path) -> None:
         task_runs("passivization", [tmp_path / "empty.parquet"], [])
     with pytest.raises(StacklmError, match="missing.parquet: cannot read"):
         task_runs("passivization", [tmp_path / "missing.parquet"], [])
+
+
+def test_every_curve_column_is_mirrored_where_scored_and_logs_pair_with_their_files(tmp_path: Path) -> None:
+    scored = [replace(CURVE[0], scores={"test_full_accuracy": 0.5}), replace(CURVE[1], scores={"test_full_accuracy": 0.75, "linear_partial_accuracy": 0.25})]
+    write_table(curve_table(scored, METADATA), tmp_path / "train.parquet")
+    os.utime(tmp_path / "train.parquet", (1_700_000_000, 1_700_000_000))
+    (tmp_path / "train.log").write_text("trained\n")
+    (run,) = task_runs("passivization", [tmp_path / "train.parquet"], [], [tmp_path / "train.log"])
+    assert run.curves["test_full_accuracy"] == [(40, 0.5), (80, 0.75)] and run.curves["linear_partial_accuracy"] == [(80, 0.25)]
+    assert "hierarchical_full_accuracy" not in run.curves  # never scored: no empty curve
+    assert run.name == "LSTM+Nd final seed-2" and run.tags == {"task": "passivization", "architecture": "LSTM+Nd", "phase": "final", "seed": "2"}
+    assert run.files == [(tmp_path / "train.parquet", ""), (tmp_path / "train.log", "logs/train")] and run.folder == tmp_path
+    assert (run.start_ms, run.end_ms) == (1_700_000_000_000 - 1000, 1_700_000_000_000)
+    (deleted,) = task_runs("passivization", [tmp_path / "train.parquet"], [], [tmp_path / "deleted.log"])
+    assert deleted.files == [(tmp_path / "train.parquet", "")]  # a log deleted since: the run is still mirrored
+    with pytest.raises(StacklmError, match="2 curve logs given for 1 curve files"):
+        task_runs("passivization", [tmp_path / "train.parquet"], [], [tmp_path / "train.log"] * 2)

@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from stacklm.tracking.runs import task_run_key
 from tests.workflow.snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
 
 RUN = ("--profile", "profiles/cpu", "--configfile", "test.yaml")
@@ -128,9 +130,37 @@ def test_ci_run_writes_metrics_tables_figures_and_mlflow_runs(pipelines: Pipelin
 
 
 def mlflow_run_names(directory: Path) -> set[str]:
-    """The names of every run in the SQLite store, deleted ones included."""
+    """The stacklm.run key of every run in the SQLite store, deleted ones included."""
     with sqlite3.connect(directory / "results" / "mlflow" / "mlflow.db") as store:
-        return {name for (name,) in store.execute("SELECT name FROM runs")}
+        return {key for (key,) in store.execute("SELECT value FROM tags WHERE key = 'stacklm.run'")}
+
+
+def test_every_mlflow_run_holds_its_files_the_commit_and_its_training_times(pipelines: Pipelines) -> None:
+    from mlflow.tracking import MlflowClient
+
+    directory = pipelines.straight
+    client = MlflowClient(tracking_uri=f"sqlite:///{directory / 'results' / 'mlflow' / 'mlflow.db'}")
+    manifest = json.loads((directory / "results" / "tracking" / f"{pipelines.settings['tasks'][0]}.json").read_text())
+    for key, run_id in manifest.items():
+        run = client.get_run(run_id)
+        folder = Path(run.data.tags["stacklm.folder"])
+        assert folder.parents[2] == directory.resolve() / "results" / "runs" / key.split("/")[0]
+        curve = pq.read_table(folder / "train.parquet").to_pylist()
+        assert task_run_key(*(curve[0][column] for column in ("task", "architecture", "phase", "trial", "seed"))) == key
+        assert run.data.tags["mlflow.source.git.commit"] == curve[0]["code_version"].split("+g")[1]
+        assert len(run.data.tags["mlflow.source.git.commit"]) == 40
+        assert run.info.end_time - run.info.start_time == round(curve[0]["wall_time_s"] * 1000)
+        files = {item.path for item in client.list_artifacts(run_id)}
+        final = "/final/" in key
+        assert files == {"model.pt", "train.parquet", "logs"} | ({"metrics.parquet"} if final else set())
+        logs = {item.path for item in client.list_artifacts(run_id, "logs")}
+        assert logs == {"logs/train"} | ({"logs/evaluate"} if final else set())  # the training job's log, and the evaluation's
+        index = key.rsplit("-", 1)[1]
+        assert [item.path for item in client.list_artifacts(run_id, "logs/train")] == [f"logs/train/{index}.log"]
+        stored = Path(client.download_artifacts(run_id, "model.pt", str(directory / "downloads" / run_id)))
+        assert stored.read_bytes() == (folder / "model.pt").read_bytes()
+        built = json.loads(curve[0]["config"])["built_model"]
+        assert run.data.params["model.dropout"] == json.dumps(built["dropout"])
 
 
 def manifest_runs(directory: Path, settings: dict) -> set[str]:
@@ -230,7 +260,7 @@ def test_mlflow_ui_shows_the_runs_in_headless_chromium(pipelines: Pipelines, mlf
     dom = page.stdout
     for name in pipelines.settings["architectures"]:
         for seed in pipelines.settings["final"]["seeds"]:
-            assert f"{task}/{name}/final/seed-{seed}" in dom, f"run {task}/{name}/final/seed-{seed} not on the page"
+            assert f"{name} final seed-{seed}" in dom, f"run {name} final seed-{seed} of {task} not on the page"
 
 
 def report_scripts(page: str) -> dict[str, dict]:
@@ -261,7 +291,7 @@ def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines:
         assert embedded(results[path]) == (directory / path).read_bytes()
     for task in settings["tasks"]:
         path = f"results/report/tables/{task}.html"
-        assert fruit[task] == [path] and f"<strong>{task}</strong>" in results[path]["caption"]
+        assert path in fruit[task] and f"<strong>{task}</strong>" in results[path]["caption"]
         assert results[path]["mime_type"] == "text/html"  # shown in the page, not offered as a download
         page = embedded(results[path]).decode()
         assert page == (directory / path).read_text()

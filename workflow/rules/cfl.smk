@@ -50,7 +50,7 @@ rule cfl_train:
         checkpoint=dag.CFL_CHECKPOINT,
         device=lambda wildcards, resources: dag.device(resources.gpu),
     log:
-        "logs/cfl/train/{language}/{model}/{setting}.log",
+        dag.CFL_TRAIN_LOG,
     threads: 1
     resources:
         gpu=0,
@@ -87,7 +87,7 @@ rule cfl_evaluate:
         runs=dag.CFL_RUNS,
         device=lambda wildcards, resources: dag.device(resources.gpu),
     log:
-        "logs/cfl/evaluate/{language}/{model}.log",
+        dag.CFL_EVALUATE_LOG,
     threads: 1
     resources:
         gpu=0,

@@ -15,7 +15,7 @@ rule evaluate:
         run_dir=lambda wildcards, input: os.path.dirname(input.model),
         device=lambda wildcards, resources: dag.device(resources.gpu),
     log:
-        "logs/evaluate/{task}/{architecture}/{phase}/{index}.log",
+        dag.EVALUATE_LOG,
     threads: 1
     resources:
         gpu=0,

@@ -31,15 +31,17 @@ rule tracking:
 
 rule tracking_sync:
     input:
-        unpack(lambda wildcards: dag.tracking_records(SETTINGS, wildcards.experiment)),
+        unpack(lambda wildcards: dag.tracking_inputs(SETTINGS, wildcards.experiment)),
         settings=dag.SETTINGS_JSON,
         store=dag.TRACKING_MARKER,
     output:
         dag.TRACKING_MANIFEST,
+    params:
+        logs=lambda wildcards: dag.tracking_log_options(SETTINGS, wildcards.experiment),
     log:
         "logs/tracking/{experiment}.log",
     conda:
         CONDA_ENV
     shell:
         "stacklm tracking sync --settings {input.settings} --experiment {wildcards.experiment}"
-        " --curves {input.curves} --metrics {input.metrics} --out {output} > {log} 2>&1"
+        " --curves {input.curves} --metrics {input.metrics} {params.logs} --out {output} > {log} 2>&1"

@@ -22,7 +22,7 @@ rule train:
         device=lambda wildcards, resources: dag.device(resources.gpu),
         trial=lambda wildcards: dag.trial_option(wildcards.phase, wildcards.index),
     log:
-        "logs/train/{task}/{architecture}/{phase}/{index}.log",
+        dag.TRAIN_LOG,
     threads: 1
     resources:
         gpu=0,
