@@ -66,10 +66,107 @@ inline T log_add(T a, T b) {
   return high + std::log1p(std::exp(low - high));
 }
 
+// The products below are sums of a few weighted columns. Bound by stores, they add up to four
+// columns per pass over the output (one store per four multiply-adds); columns of weight 0
+// are left out. GCC 12 runs `omp simd reduction` loops here one lane at a time (scalar code
+// over an array of lane sums), so the dot products keep explicit lanes.
+template <typename T>
+struct WeightedColumns {
+  std::vector<T> weights;
+  std::vector<const T*> columns;
+  std::vector<int64_t> indices;  // the caller's index of each column kept
+
+  void clear() {
+    weights.clear();
+    columns.clear();
+    indices.clear();
+  }
+  void add(T weight, const T* column, int64_t index) {
+    if (weight == 0) return;
+    weights.push_back(weight);
+    columns.push_back(column);
+    indices.push_back(index);
+  }
+  int64_t size() const { return static_cast<int64_t>(weights.size()); }
+};
+
+// out[row] += Σ_i weights[i] · columns[i][row] for row < size.
+template <typename T>
+void add_weighted(int64_t size, const WeightedColumns<T>& terms, T* __restrict out) {
+  const T* w = terms.weights.data();
+  const T* const* c = terms.columns.data();
+  int64_t i = 0, count = terms.size();
+  for (; i + 4 <= count; i += 4) {
+    const T w0 = w[i], w1 = w[i + 1], w2 = w[i + 2], w3 = w[i + 3];
+    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2], *__restrict c3 = c[i + 3];
+#pragma omp simd
+    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row] + w2 * c2[row] + w3 * c3[row];
+  }
+  if (count - i == 3) {
+    const T w0 = w[i], w1 = w[i + 1], w2 = w[i + 2];
+    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2];
+#pragma omp simd
+    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row] + w2 * c2[row];
+  } else if (count - i == 2) {
+    const T w0 = w[i], w1 = w[i + 1];
+    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1];
+#pragma omp simd
+    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row];
+  } else if (count - i == 1) {
+    const T w0 = w[i];
+    const T* __restrict c0 = c[i];
+#pragma omp simd
+    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row];
+  }
+}
+
+constexpr int64_t LANES = 8;
+
+// results[i] = Σ_row left[row] · columns[i][row], two columns per pass over left.
+template <typename T>
+void dots(int64_t size, const T* __restrict left, const WeightedColumns<T>& terms, T* results) {
+  const T* const* c = terms.columns.data();
+  const int64_t count = terms.size(), whole = size - size % LANES;
+  int64_t i = 0;
+  for (; i + 2 <= count; i += 2) {
+    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1];
+    T sums0[LANES] = {}, sums1[LANES] = {};
+    for (int64_t row = 0; row < whole; row += LANES)
+#pragma omp simd
+      for (int64_t lane = 0; lane < LANES; ++lane) {
+        sums0[lane] += left[row + lane] * c0[row + lane];
+        sums1[lane] += left[row + lane] * c1[row + lane];
+      }
+    T total0 = 0, total1 = 0;
+    for (int64_t row = whole; row < size; ++row) {
+      total0 += left[row] * c0[row];
+      total1 += left[row] * c1[row];
+    }
+    for (int64_t lane = 0; lane < LANES; ++lane) {
+      total0 += sums0[lane];
+      total1 += sums1[lane];
+    }
+    results[i] = total0;
+    results[i + 1] = total1;
+  }
+  if (i < count) {
+    const T* __restrict c0 = c[i];
+    T sums0[LANES] = {};
+    for (int64_t row = 0; row < whole; row += LANES)
+#pragma omp simd
+      for (int64_t lane = 0; lane < LANES; ++lane) sums0[lane] += left[row + lane] * c0[row + lane];
+    T total0 = 0;
+    for (int64_t row = whole; row < size; ++row) total0 += left[row] * c0[row];
+    for (int64_t lane = 0; lane < LANES; ++lane) total0 += sums0[lane];
+    results[i] = total0;
+  }
+}
+
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename T>
 struct Step {
-  std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, pop_offset, pushed_offset;
+  std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, pop_offset, pushed_offset, dots;
+  WeightedColumns<T> terms;
 };
 
 // Ĝ_{t−1}, R̂, the products' real totals [j][row], and log(α[t−1] Δ⁺_t).
@@ -81,24 +178,26 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
   const T* shift = alpha + (t - 1) * N;
   s.rho.assign(R, NEG<T>);
   for (int64_t c = 0; c < N; ++c) {
-    if (shift[c] == NEG<T>) continue;
-    const T* column = previous + c * R;
-    T* rho = s.rho.data();
+    const T column_shift = shift[c];  // a local: a pointer could alias rho, which stops vectorization
+    if (column_shift == NEG<T>) continue;
+    const T* __restrict column = previous + c * R;
+    T* __restrict rho = s.rho.data();
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) {
-      T value = column[row] - shift[c];
+      T value = column[row] - column_shift;
       rho[row] = value > rho[row] ? value : rho[row];
     }
   }
   for (int64_t row = 0; row < R; ++row) s.rho[row] = s.rho[row] == NEG<T> ? T(0) : s.rho[row];
   s.ghat.assign(N * R, T(0));
   for (int64_t c = 0; c < N; ++c) {
-    if (shift[c] == NEG<T>) continue;
-    const T* column = previous + c * R;
-    T* out = s.ghat.data() + c * R;
-    const T* rho = s.rho.data();
+    const T column_shift = shift[c];
+    if (column_shift == NEG<T>) continue;
+    const T* __restrict column = previous + c * R;
+    T* __restrict out = s.ghat.data() + c * R;
+    const T* __restrict rho = s.rho.data();
 #pragma omp simd
-    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - shift[c] - rho[row]);
+    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - column_shift - rho[row]);
   }
   s.rhat.assign(N * J, T(0));
   s.right_offset.assign(J, T(0));
@@ -121,14 +220,9 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
   }
   s.total.assign(J * R, T(0));
   for (int64_t j = 0; j < J; ++j) {
-    T* out = s.total.data() + j * R;
-    for (int64_t c = 0; c < N; ++c) {
-      T weight = s.rhat[c * J + j];
-      if (weight == 0) continue;
-      const T* left = s.ghat.data() + c * R;
-#pragma omp simd
-      for (int64_t row = 0; row < R; ++row) out[row] += weight * left[row];
-    }
+    s.terms.clear();
+    for (int64_t c = 0; c < N; ++c) s.terms.add(s.rhat[c * J + j], s.ghat.data() + c * R, c);
+    add_weighted(R, s.terms, s.total.data() + j * R);
   }
   s.pushed_offset.assign(N, NEG<T>);
   for (int64_t target = 0; target < N; ++target) {
@@ -244,20 +338,19 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
     std::fill(pop_total, pop_total + N * R2, T(0));
+    // pop total[(r, y)] += Σ_u ŵ[r][k, (u, y)] Ŝ_k[(u, y)], over the rows of column k.
     for (int64_t k = 0; k < t - 1; ++k) {
       const int64_t Rk = z.rows(k);
       const T* share = shares + z.offset(k);
-      for (int64_t b = 0; b < N; ++b) {
-        const int64_t y = b % S;
-        const T* left = share + b * Rk;
-        for (int64_t r = 0; r < Q; ++r) {
-          T weight = s.weights[r * (t - 1) * N + k * N + b];
-          if (weight == 0) continue;
-          T* out = pop_total + (r * S + y) * R2;
-#pragma omp simd
-          for (int64_t row = 0; row < Rk; ++row) out[row] += weight * left[row];
+      for (int64_t r = 0; r < Q; ++r)
+        for (int64_t y = 0; y < S; ++y) {
+          s.terms.clear();
+          for (int64_t u = 0; u < Q; ++u) {
+            const int64_t b = u * S + y;
+            s.terms.add(s.weights[r * (t - 1) * N + k * N + b], share + b * Rk, u);
+          }
+          add_weighted(Rk, s.terms, pop_total + (r * S + y) * R2);
         }
-      }
     }
   }
   T* column = gamma + z.offset(t);
@@ -336,31 +429,6 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
   for (int64_t t = 1; t <= z.steps; ++t)
     forward_step(z, t, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q,
                  pushed + (t - 1) * m, readings + (t - 1) * N * m, gamma, shares, pops, alpha, s, weights);
-}
-
-// Σ a ⊙ b in 8 running sums. GCC 12 runs `omp simd reduction` loops here one lane at a time
-// (scalar code over an array of lane sums); explicit lanes vectorize.
-template <typename T>
-inline T dot(int64_t size, const T* __restrict a, const T* __restrict b) {
-  constexpr int64_t lanes = 8;
-  T sums[lanes] = {};
-  int64_t row = 0;
-  for (; row + lanes <= size; row += lanes)
-#pragma omp simd
-    for (int64_t lane = 0; lane < lanes; ++lane) sums[lane] += a[row + lane] * b[row + lane];
-  T total = 0;
-  for (; row < size; ++row) total += a[row] * b[row];
-  for (int64_t lane = 0; lane < lanes; ++lane) total += sums[lane];
-  return total;
-}
-
-// accumulated += weight · values, and Σ left ⊙ values: the two halves of a product's backward.
-template <typename T>
-inline T accumulate_and_dot(int64_t size, T weight, const T* __restrict values, const T* __restrict left,
-                            T* __restrict accumulated) {
-#pragma omp simd
-  for (int64_t row = 0; row < size; ++row) accumulated[row] += weight * values[row];
-  return dot(size, left, values);
 }
 
 // Scratch of the backward steps of one element.
@@ -528,13 +596,16 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
         const int64_t y = b % S;
         const T* left = share_k + b * Rk;
         std::fill(partial.begin(), partial.begin() + Rk, T(0));
-        for (int64_t r = 0; r < Q; ++r) {
-          T weight = s.weights[r * (t - 1) * N + k * N + b];
-          if (weight == 0) continue;
-          const T* scaled = scaled_pop.data() + (r * S + y) * R2;
-          T dot = accumulate_and_dot(Rk, weight, scaled, left, partial.data());
+        s.terms.clear();
+        for (int64_t r = 0; r < Q; ++r)
+          s.terms.add(s.weights[r * (t - 1) * N + k * N + b], scaled_pop.data() + (r * S + y) * R2, r);
+        add_weighted(Rk, s.terms, partial.data());
+        s.dots.resize(s.terms.size());
+        dots(Rk, left, s.terms, s.dots.data());
+        for (int64_t i = 0; i < s.terms.size(); ++i) {
           // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
-          grad_products[(N + r) * R + m + (k + 1) * N + b] += weight * dot;
+          const int64_t r = s.terms.indices[i];
+          grad_products[(N + r) * R + m + (k + 1) * N + b] += s.terms.weights[i] * s.dots[i];
         }
         T* out = grad_k + b * Rk;
         const T* accumulated = partial.data();
@@ -557,15 +628,18 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       for (int64_t c = 0; c < N; ++c) {
     const T* left = s.ghat.data() + c * R;
     std::fill(partial.begin(), partial.begin() + R, T(0));
-    for (int64_t j = 0; j < J; ++j) {
-      T weight = s.rhat[c * J + j];
-      if (weight == 0) continue;
-      const T* g = grad_products.data() + j * R;
-      T dot = accumulate_and_dot(R, weight, g, left, partial.data());
+    s.terms.clear();
+    for (int64_t j = 0; j < J; ++j) s.terms.add(s.rhat[c * J + j], grad_products.data() + j * R, j);
+    add_weighted(R, s.terms, partial.data());
+    s.dots.resize(s.terms.size());
+    dots(R, left, s.terms, s.dots.data());
+    for (int64_t i = 0; i < s.terms.size(); ++i) {
+      const int64_t j = s.terms.indices[i];
+      const T value = s.terms.weights[i] * s.dots[i];
       if (j < N)
-        step_grad_replace[c * N + j] += weight * dot;
+        step_grad_replace[c * N + j] += value;
       else
-        step_grad_pop[c * Q + j - N] += weight * dot;
+        step_grad_pop[c * Q + j - N] += value;
     }
     T* out = grad_previous + c * R;
     const T* accumulated = partial.data();
