@@ -3,10 +3,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: test pipeline chromium tex
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' -c constraints.txt  # the versions the tests ran with
 	touch $@
 
 test: $(VENV)/.installed chromium tex

@@ -20,3 +20,7 @@ include: "workflow/rules/cfl.smk"
 rule all:
     input:
         all_targets(),
+
+
+onsuccess:
+    print(dag.finished_message(SETTINGS))

@@ -356,6 +356,30 @@ def all_targets(settings: dict[str, Any]) -> list[str]:
     ]
 
 
+def finished_message(settings: dict[str, Any]) -> str:
+    """What Snakemake prints when a run succeeds: where the results are and how to open them."""
+    from stacklm.tracking.mlflow_mirror import TrackingSettings
+
+    tables = REPORT_TABLE.format(task="<task>").removesuffix(".tex")
+    lines = [
+        "stacklm: the results are in",
+        f"  {tables}.{{tex,md,html}}, {REPORT_DOCUMENT}, {REPORT_FIGURE.format(extension='png')}",
+        f"  {METRICS} (every final run's metrics), {RUN_DIR.split('/{')[0]}/ (models and curves)",
+        *([f"  {CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {CFL_METRICS}"] if cfl_targets(settings) else []),
+        "  logs/ (one log per job)",
+        "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
+    ]
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    if tracking.enabled and tracking.sqlite_path() is not None:
+        lines += [
+            f"The runs in MLflow: mlflow server --backend-store-uri {tracking.resolved_uri()} --host 127.0.0.1 --port 5000 --workers 1",
+            "  then open http://127.0.0.1:5000/#/experiments/1/runs (or switch MLflow's top-left toggle to 'Model training')",
+        ]
+    elif tracking.enabled:
+        lines.append(f"The runs in MLflow: {tracking.uri}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # The MLflow mirror: one experiment per task and per CFL language, synced from its runs' Parquet.
 

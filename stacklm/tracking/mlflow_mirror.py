@@ -115,9 +115,15 @@ def _on_store(settings: TrackingSettings, action: Callable[[Any], Result]) -> Re
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(settings.request_timeout_s))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(settings.request_retries))
     # imported here: MLflow takes seconds to import, and only these commands use it
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-    from sqlalchemy.exc import SQLAlchemyError
+    try:
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:
+        raise StacklmError(
+            "MLflow is not installed: pip install -e '.[tracking]' -c constraints.txt, or set tracking.enabled: false "
+            "(the Parquet records are complete, and rerunning the rule mirrors them)"
+        ) from None
 
     uri = settings.resolved_uri()
     try:

@@ -248,6 +248,17 @@ def test_without_artifacts_a_run_leads_to_its_folder_and_turning_them_on_replace
     assert [path.read_bytes() for path in stored] == [b"the final model"] and list((tmp_path / "elsewhere").iterdir()) == []
 
 
+def test_without_mlflow_installed_the_rules_fail_naming_the_extra(
+    tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [name for name in sys.modules if name == "mlflow" or name.startswith("mlflow.")] + ["mlflow"]:
+        monkeypatch.setitem(sys.modules, name, None)  # every import of MLflow fails, as in a venv without the extra
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    with pytest.raises(StacklmError, match=r"MLflow is not installed: pip install -e '\.\[tracking\]' -c constraints.txt"):
+        tracking("init", "--settings", settings)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_an_unreachable_store_is_an_error_naming_it_quickly(tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch) -> None:
     for variable in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
         monkeypatch.delenv(variable)  # the settings' retries and timeout apply

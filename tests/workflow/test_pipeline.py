@@ -163,6 +163,13 @@ def test_every_mlflow_run_holds_its_files_the_commit_and_its_training_times(pipe
         assert run.data.params["model.dropout"] == json.dumps(built["dropout"])
 
 
+def test_the_end_of_a_run_says_where_the_results_are_and_how_to_open_mlflow(pipelines: Pipelines) -> None:
+    output = (pipelines.straight / "snakemake.out").read_text()
+    assert "stacklm: the results are in\n  results/report/tables/<task>.{tex,md,html}" in output
+    store = pipelines.straight.resolve() / "results" / "mlflow" / "mlflow.db"
+    assert f"mlflow server --backend-store-uri sqlite:///{store} --host 127.0.0.1" in output
+
+
 def manifest_runs(directory: Path, settings: dict) -> set[str]:
     """The run keys of every task's tracking_sync manifest."""
     return {key for task in settings["tasks"] for key in json.loads((directory / "results" / "tracking" / f"{task}.json").read_text())}
