@@ -33,17 +33,19 @@ def report_command(args: argparse.Namespace) -> int:
             raise StacklmError(f"--{option}: {len(getattr(args, option))} files given for {len(tasks)} tasks")
     metrics = pd.read_parquet(args.metrics)
     seeds = len(settings["final"]["seeds"])
+    log_ratio = settings["report"]["log_ratio"]
     panels = []
     for task, path, markdown in zip(tasks, args.tables, args.markdown):
-        cells = summarize(metrics, task, architectures)
+        cells = summarize(metrics, task, architectures, log_ratio)
         panels.append((task, cells))
         number = PAPER_TABLES[task][0]
-        column_sets = [
-            ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells),
-            ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task)),
-        ]
-        write_text_atomically(path, render_table(task, architectures, column_sets, source=Path(args.metrics).name))
-        write_text_atomically(markdown, render_table(task, architectures, column_sets, source=Path(args.metrics).name, markdown=True))
+        reproduction = ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells)
+        paper = ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task))
+        # the Markdown table also shows every seed's own values, between the mean and the paper's
+        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in settings["final"]["seeds"]]
+        write_text_atomically(path, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name))
+        markdown_sets = [reproduction, *(per_seed if seeds > 1 else []), paper]
+        write_text_atomically(markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True))
     threshold = settings["report"]["min_test_accuracy"]
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
     from stacklm.report.figures import figure3_caption, plot_figure3

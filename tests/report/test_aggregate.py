@@ -44,17 +44,28 @@ def test_aggregate_rejects_a_run_reported_twice(write_run: Callable[..., Path], 
         aggregate([path, copy])
 
 
-def test_summary_is_mean_and_sample_std_over_seeds(write_run: Callable[..., Path]) -> None:
+def test_summary_is_mean_and_population_std_over_seeds(write_run: Callable[..., Path]) -> None:
     paths = [write_run("question-formation", "Tf", seed, by_seed(seed)) for seed in (1, 2, 3)]
     cells = summarize(aggregate(paths), "question-formation", ["Tf", "LSTM"])
     test = cells[("Tf", "full_test")]
-    assert test.runs == 3 and test.mean == pytest.approx(0.2) and test.std == pytest.approx(0.1)
+    # 0.1, 0.2, 0.3: population std sqrt(((0.1)^2 + 0 + (0.1)^2) / 3), as the authors' print_mean_table.py
+    assert test.runs == 3 and test.mean == pytest.approx(0.2) and test.std == pytest.approx((0.02 / 3) ** 0.5)
     assert cells[("Tf", "full_linear")].mean == pytest.approx(0.4)
     assert cells[("Tf", "partial_hierarchical")].mean == pytest.approx(0.31)
     assert cells[("Tf", "partial_log_ratio")].mean == pytest.approx(0.21)
     assert cells[("Tf", "full_log_ratio")].mean == pytest.approx(0.2)
     assert cells[("LSTM", "full_test")].runs == 0 and math.isnan(cells[("LSTM", "full_test")].mean)
     assert {key for _, key in cells} == {column.key for column in COLUMNS}
+
+
+def test_the_full_log_ratio_is_the_codes_mean_of_example_log_ratios_or_the_texts_log_of_means(write_run: Callable[..., Path]) -> None:
+    def values(seed: int) -> Callable[[str, str, str | None], float]:
+        return lambda metric, split, rule: {"log_ratio": 1.0 * seed, "mean_log_ratio": 10.0 * seed}.get(metric, 0.5)
+
+    metrics = aggregate([write_run("question-formation", "Tf", seed, values(seed)) for seed in (1, 3)])
+    assert summarize(metrics, "question-formation", ["Tf"])[("Tf", "full_log_ratio")].mean == pytest.approx(20.0)
+    assert summarize(metrics, "question-formation", ["Tf"], log_ratio="of_means")[("Tf", "full_log_ratio")].mean == pytest.approx(2.0)
+    assert summarize(metrics, "question-formation", ["Tf"], log_ratio="of_means")[("Tf", "partial_log_ratio")].mean == pytest.approx(0.5)
 
 
 def test_one_seed_has_no_std() -> None:

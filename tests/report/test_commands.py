@@ -27,7 +27,7 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     ]
     settings = tmp_path / "settings.json"
     settings.write_text(
-        json.dumps({"tasks": TASKS, "architectures": ARCHITECTURES, "final": {"seeds": [1, 2, 3]}, "report": {"min_test_accuracy": 0.9}})
+        json.dumps({"tasks": TASKS, "architectures": ARCHITECTURES, "final": {"seeds": [1, 2, 3]}, "report": {"min_test_accuracy": 0.9, "log_ratio": "per_example"}})
     )
     metrics = tmp_path / "metrics.parquet"
     assert main(["aggregate", "--out", str(metrics), *map(str, runs)]) == 0
@@ -44,6 +44,8 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     assert "This reproduction (3 seeds)" in latex and r"DuSell \& Cotterell (2025), Table 1 (5 runs)" in latex
     assert r"DuSell \& Cotterell (2025), Table 4 (5 runs)" in Path(tables[1]).read_text()
     assert "| Tf+Nd | **0.990** ±.01 |" in Path(markdown[0]).read_text()
+    assert "**Seed 2**" in Path(markdown[0]).read_text() and "| Tf+Nd | **0.990** |" in Path(markdown[0]).read_text()  # 0.97 + 0.02
+    assert "Seed 2" not in latex
     assert all(Path(path).stat().st_size > 1000 for path in figures)
     assert r"\input{tables/passivization.tex}" in (out / "report.tex").read_text()
     assert main(arguments) == 0
@@ -65,7 +67,7 @@ def test_the_report_of_every_task_compiles_with_pdflatex_and_every_float_fits(tm
         for name in ARCHITECTURES
     ]
     settings = tmp_path / "settings.json"
-    settings.write_text(json.dumps({"tasks": ALL_TASKS, "architectures": ARCHITECTURES, "final": {"seeds": [1]}, "report": {"min_test_accuracy": 0.9}}))
+    settings.write_text(json.dumps({"tasks": ALL_TASKS, "architectures": ARCHITECTURES, "final": {"seeds": [1]}, "report": {"min_test_accuracy": 0.9, "log_ratio": "per_example"}}))
     metrics = tmp_path / "metrics.parquet"
     assert main(["aggregate", "--out", str(metrics), *map(str, runs)]) == 0
     out = tmp_path / "report"
