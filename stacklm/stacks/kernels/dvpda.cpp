@@ -75,19 +75,25 @@ struct WeightedColumns {
   std::vector<T> weights;
   std::vector<const T*> columns;
   std::vector<int64_t> indices;  // the caller's index of each column kept
+  int64_t count = 0;
 
-  void clear() {
-    weights.clear();
-    columns.clear();
-    indices.clear();
+  // Room for `capacity` columns (allocated once per size), none kept.
+  void reset(int64_t capacity) {
+    if (static_cast<int64_t>(weights.size()) < capacity) {
+      weights.resize(capacity);
+      columns.resize(capacity);
+      indices.resize(capacity);
+    }
+    count = 0;
   }
   void add(T weight, const T* column, int64_t index) {
     if (weight == 0) return;
-    weights.push_back(weight);
-    columns.push_back(column);
-    indices.push_back(index);
+    weights[count] = weight;
+    columns[count] = column;
+    indices[count] = index;
+    ++count;
   }
-  int64_t size() const { return static_cast<int64_t>(weights.size()); }
+  int64_t size() const { return count; }
 };
 
 // out[row] += Σ_i weights[i] · columns[i][row] for row < size.
@@ -220,7 +226,7 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
   }
   s.total.assign(J * R, T(0));
   for (int64_t j = 0; j < J; ++j) {
-    s.terms.clear();
+    s.terms.reset(N);
     for (int64_t c = 0; c < N; ++c) s.terms.add(s.rhat[c * J + j], s.ghat.data() + c * R, c);
     add_weighted(R, s.terms, s.total.data() + j * R);
   }
@@ -344,7 +350,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       const T* share = shares + z.offset(k);
       for (int64_t r = 0; r < Q; ++r)
         for (int64_t y = 0; y < S; ++y) {
-          s.terms.clear();
+          s.terms.reset(Q);
           for (int64_t u = 0; u < Q; ++u) {
             const int64_t b = u * S + y;
             s.terms.add(s.weights[r * (t - 1) * N + k * N + b], share + b * Rk, u);
@@ -596,7 +602,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
         const int64_t y = b % S;
         const T* left = share_k + b * Rk;
         std::fill(partial.begin(), partial.begin() + Rk, T(0));
-        s.terms.clear();
+        s.terms.reset(Q);
         for (int64_t r = 0; r < Q; ++r)
           s.terms.add(s.weights[r * (t - 1) * N + k * N + b], scaled_pop.data() + (r * S + y) * R2, r);
         add_weighted(Rk, s.terms, partial.data());
@@ -628,7 +634,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       for (int64_t c = 0; c < N; ++c) {
     const T* left = s.ghat.data() + c * R;
     std::fill(partial.begin(), partial.begin() + R, T(0));
-    s.terms.clear();
+    s.terms.reset(J);
     for (int64_t j = 0; j < J; ++j) s.terms.add(s.rhat[c * J + j], grad_products.data() + j * R, j);
     add_weighted(R, s.terms, partial.data());
     s.dots.resize(s.terms.size());
