@@ -91,15 +91,31 @@ class CausalSelfAttention(nn.Module):
         return x.view(batch_size, length, self.num_heads, width // self.num_heads).transpose(1, 2)  # (B, heads, n, d/heads)
 
     def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, causal: bool) -> Tensor:
-        attended = F.scaled_dot_product_attention(
-            queries, keys, values, is_causal=causal, dropout_p=self.dropout if self.training else 0.0
-        )  # (B, heads, n, d/heads)
+        """softmax(q kᵀ / √(d/heads) + causal mask) v, dropout on the probabilities; (B, heads, ·, d/heads) in.
+
+        Written out rather than ``F.scaled_dot_product_attention``: with dropout, PyTorch's CPU
+        path is its reference implementation, whose safe softmax adds a comparison, a reduction
+        and a select per layer; this draws the same dropout mask (one ``F.dropout`` of the
+        probabilities) in fewer operations.
+        """
+        scores = queries @ keys.transpose(-1, -2) * (queries.size(-1) ** -0.5)  # (B, heads, n_q, n_k)
+        if causal:
+            length = scores.size(-1)
+            scores = scores + torch.full((length, length), -math.inf, dtype=scores.dtype, device=scores.device).triu(1)
+        probabilities = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+        attended = probabilities @ values  # (B, heads, n, d/heads)
         batch_size, _, length, _ = attended.shape
         return self.out(attended.transpose(1, 2).reshape(batch_size, length, -1))  # (B, n, d)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, n, d) → (B, n, d)."""
-        return self._attend(self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x)), causal=True)
+        batch_size, length, width = x.shape
+        # q, k and v from one product: the three layers' weights side by side.
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3d, d)
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # (3d,)
+        projected = F.linear(x, weight, bias).view(batch_size, length, 3, self.num_heads, width // self.num_heads)
+        queries, keys, values = projected.permute(2, 0, 3, 1, 4).unbind(0)  # (B, heads, n, d/heads) each
+        return self._attend(queries, keys, values, causal=True)
 
     def step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, AttentionCache]:
         """One new position x (B, 1, d), attending to the cached ones and itself."""

@@ -1,12 +1,13 @@
-"""Transformer details: sinusoidal encodings, BOS, scaled embeddings."""
+"""Transformer details: sinusoidal encodings, BOS, scaled embeddings, attention against PyTorch's."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
-from stacklm.models.transformer import Transformer, TransformerConfig, sinusoidal_encoding
+from stacklm.models.transformer import CausalSelfAttention, Transformer, TransformerConfig, sinusoidal_encoding
 
 
 def test_sinusoidal_encoding_values() -> None:
@@ -26,3 +27,26 @@ def test_first_logits_come_from_bos_alone() -> None:
         x = block(x)
     expected = model.final_norm(x) @ model.embedding.matrix()[:5].t()
     torch.testing.assert_close(model(torch.tensor([[1, 2]]))[:, 0], expected[:, 0])
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_attention_equals_pytorch_scaled_dot_product_attention(training: bool) -> None:
+    """The written-out attention against PyTorch's (same dropout mask from the same seed), gradients included."""
+    attention = CausalSelfAttention(8, 4, dropout=0.3).double().train(training)
+    x = torch.randn(3, 6, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    results = []
+    for written_out in (True, False):
+        inputs = x.clone().requires_grad_()
+        torch.manual_seed(2)
+        if written_out:
+            output = attention(inputs)
+        else:
+            heads = [attention._heads(layer(inputs)) for layer in (attention.query, attention.key, attention.value)]
+            attended = torch.nn.functional.scaled_dot_product_attention(
+                *heads, is_causal=True, dropout_p=0.3 if training else 0.0
+            )
+            output = attention.out(attended.transpose(1, 2).reshape(3, 6, 8))
+        output.square().sum().backward()
+        results.append((output, inputs.grad))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
