@@ -1,49 +1,166 @@
 """Forward + backward throughput of every architecture at the paper's size (seed 000 §5).
 
 For each architecture and length n, a batch of 1024 tokens (1024 / n sequences of n random
-tokens from the task's vocabulary) runs forward and backward (summed cross-entropy); the time
-is the median over repeats after one warm-up, measured as this process's CPU time (torch on
-one thread by default), so that other jobs on a shared machine inflate it less than wall
-time would. The table gives tokens per CPU second and the slowdown relative to Tf at the same
-n (Tf tokens/s ÷ its tokens/s).
+tokens from the task's vocabulary) runs forward and backward (summed cross-entropy) in
+training mode (dropout on). Every architecture of a length is timed once per round, in turn,
+and each keeps the median over its rounds after one warm-up round: other jobs on a shared
+machine then slow all of them alike. Time is this process's CPU time (torch on one thread by
+default), which other jobs inflate less than wall time.
+
+Reported per architecture and n: tokens per CPU second and ``cost_ratio``, its cost per token
+over its base's (Tf for the transformers, RNN or LSTM for the stack RNNs). ``Tf`` also gets
+``speedup_vs_eager``: its time over that of a plain eager PyTorch transformer of the same size
+(``nn.TransformerEncoder``, pre-norm, the same width, heads, feed-forward size, dropout and
+tied embeddings), timed in the same rounds. ``--bf16`` times each architecture again under
+``torch.autocast`` to bfloat16 (oneDNN) and reports the speedup and the loss's relative error
+against float32 on the same batch; the nondeterministic stacks' dynamic program needs
+float32 (``stack-performance.md`` §2), so their architectures are left out of it.
 
     .venv/bin/python bench/models.py [--task question-formation] [--lengths 16 32 64] [--threads 1]
+    .venv/bin/python bench/models.py --json --lengths 32      # one JSON object per architecture
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import math
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
 
+from stacklm.models.base import LanguageModel
 from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
+from stacklm.models.transformer import Transformer
 
 DEFAULT_ARCHITECTURES = [name for name, a in ARCHITECTURES.items() if a.family == "bearing-syntactic-fruit" and not a.syntax]
 DEFAULT_ARCHITECTURES += ["Tf+Syn", "Tf+Nd+Syn"]
+BASES = {"transformer": "Tf", "rnn": "RNN", "lstm": "LSTM"}
+EAGER = "eager transformer"
 
 
-def seconds_per_batch(name: str, vocabulary_size: int, length: int, tokens: int, repeats: int, task: str) -> float:
+class EagerTransformer(nn.Module):
+    """The plain PyTorch transformer language model of a ``Transformer``'s size: the baseline."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        config = model.config
+        width = config.width
+        self.vocabulary_size = config.vocabulary_size
+        self.embedding = nn.Embedding(config.vocabulary_size + 1, width)
+        layer = nn.TransformerEncoderLayer(
+            width, config.num_heads, config.feedforward_factor * width, config.dropout, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, len(config.layers), norm=nn.LayerNorm(width), enable_nested_tensor=False)
+        self.dropout = nn.Dropout(config.dropout)
+        positions = torch.arange(4096, dtype=torch.float64).unsqueeze(1)
+        frequencies = torch.exp(torch.arange(0, width, 2, dtype=torch.float64) * (-math.log(10000.0) / width))
+        encoding = torch.stack([(positions * frequencies).sin(), (positions * frequencies).cos()], dim=2).flatten(1)
+        self.register_buffer("encoding", encoding.float(), persistent=False)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        bos = tokens.new_full((tokens.size(0), 1), self.vocabulary_size)
+        tokens = torch.cat([bos, tokens], dim=1)  # (B, n + 1)
+        length = tokens.size(1)
+        x = self.dropout(self.embedding(tokens) * math.sqrt(self.embedding.embedding_dim) + self.encoding[:length])
+        mask = nn.Transformer.generate_square_subsequent_mask(length)
+        x = self.encoder(x, mask=mask, is_causal=True)
+        return x @ self.embedding.weight[: self.vocabulary_size].t()  # (B, n + 1, V)
+
+
+@dataclass
+class Case:
+    """One model on one batch: ``step`` runs forward and backward, returns the loss."""
+
+    name: str
+    step: Callable[[], float]
+    times: list[float]
+
+
+def training_step(model: nn.Module, inputs: Tensor, targets: Tensor, vocabulary_size: int, bf16: bool) -> Callable[[], float]:
+    def step() -> float:
+        model.zero_grad()
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with autocast:
+            logits = model(inputs)  # (B, n + 1, V)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocabulary_size), targets.reshape(-1), reduction="sum")
+        loss.backward()
+        return loss.item()
+
+    return step
+
+
+def build(name: str, vocabulary_size: int, task: str) -> LanguageModel:
     features = task_features(task) if ARCHITECTURES[name].syntax else None
     model = build_model(name, vocabulary_size, token_features=features, options=ModelOptions(), generator=torch.Generator().manual_seed(0))
-    model.train()
-    batch_size = max(tokens // length, 1)
+    return model.train()
+
+
+def uses_nondeterministic_stack(name: str) -> bool:
+    return "Nd" in name.split("+")
+
+
+def run_rounds(cases: list[Case], repeats: int) -> None:
+    """One warm-up round, then ``repeats`` rounds timing every case once, in turn."""
+    for round_index in range(repeats + 1):
+        for case in cases:
+            start = time.process_time()
+            case.step()
+            if round_index:
+                case.times.append(time.process_time() - start)
+
+
+def measure_length(names: list[str], vocabulary_size: int, length: int, arguments: argparse.Namespace) -> list[dict]:
+    """The results of every architecture in ``names`` at length n."""
+    batch_size = max(arguments.tokens // length, 1)
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randint(0, vocabulary_size - 1, (batch_size, length), generator=generator)
     targets = torch.cat([inputs, torch.full((batch_size, 1), vocabulary_size - 1)], dim=1)
-    times = []
-    for repeat in range(repeats + 1):
-        model.zero_grad()
-        start = time.process_time()
-        logits = model(inputs)  # (B, n + 1, V)
-        F.cross_entropy(logits.reshape(-1, vocabulary_size), targets.reshape(-1), reduction="sum").backward()
-        if repeat:
-            times.append(time.process_time() - start)
-    return statistics.median(times)
+    measured = list(dict.fromkeys([*names, *(BASES[ARCHITECTURES[name].base] for name in names)]))
+    models = {name: build(name, vocabulary_size, arguments.task) for name in measured}
+    cases = [Case(name, training_step(models[name], inputs, targets, vocabulary_size, False), []) for name in measured]
+    if "Tf" in names:
+        tf = models["Tf"]
+        assert isinstance(tf, Transformer)
+        eager = EagerTransformer(tf).train()
+        cases.append(Case(EAGER, training_step(eager, inputs, targets, vocabulary_size, False), []))
+    bf16 = [name for name in names if arguments.bf16 and not uses_nondeterministic_stack(name)]
+    cases += [Case(f"{name} bf16", training_step(models[name], inputs, targets, vocabulary_size, True), []) for name in bf16]
+    run_rounds(cases, arguments.repeats)
+    seconds = {case.name: statistics.median(case.times) for case in cases}
+    tokens = batch_size * length
+    results = []
+    for name in names:
+        base = BASES[ARCHITECTURES[name].base]
+        result = {
+            "architecture": name,
+            "n": length,
+            "tokens_per_batch": tokens,
+            "threads": arguments.threads,
+            "tokens_per_cpu_s": tokens / seconds[name],
+            "base": base,
+            "cost_ratio": seconds[name] / seconds[base],
+        }
+        if name == "Tf":
+            result["eager_tokens_per_cpu_s"] = tokens / seconds[EAGER]
+            result["speedup_vs_eager"] = seconds[EAGER] / seconds[name]
+        if name in bf16:
+            torch.manual_seed(2)
+            float32_loss = cases[measured.index(name)].step()
+            torch.manual_seed(2)
+            bf16_loss = next(case for case in cases if case.name == f"{name} bf16").step()
+            result["bf16_speedup"] = seconds[name] / seconds[f"{name} bf16"]
+            result["bf16_loss_relative_error"] = abs(bf16_loss - float32_loss) / abs(float32_loss)
+        results.append(result)
+    return results
 
 
 def main() -> None:
@@ -54,20 +171,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--architectures", nargs="+", default=DEFAULT_ARCHITECTURES)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    vocabulary_size = len(task_vocabulary(args.task))
-    print(f"task {args.task} (V = {vocabulary_size}), {args.tokens} tokens per batch, {args.threads} thread(s), CPU time, median of {args.repeats}")
-    header = "| architecture | " + " | ".join(f"n={n} tokens/s | n={n} × Tf" for n in args.lengths) + " |"
-    print(header)
-    print("|" + "---|" * (1 + 2 * len(args.lengths)))
-    baseline = {n: args.tokens / seconds_per_batch("Tf", vocabulary_size, n, args.tokens, args.repeats, args.task) for n in args.lengths}
-    for name in args.architectures:
-        cells = []
-        for n in args.lengths:
-            rate = baseline[n] if name == "Tf" else args.tokens / seconds_per_batch(name, vocabulary_size, n, args.tokens, args.repeats, args.task)
-            cells.append(f"{rate:,.0f} | {baseline[n] / rate:.1f}")
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    parser.add_argument("--json", action="store_true", help="one JSON object per architecture and length")
+    parser.add_argument("--bf16", action="store_true", help="also time bfloat16 autocast (architectures without the dVPDA)")
+    arguments = parser.parse_args()
+    torch.set_num_threads(arguments.threads)
+    vocabulary_size = len(task_vocabulary(arguments.task))
+    results = {length: measure_length(arguments.architectures, vocabulary_size, length, arguments) for length in arguments.lengths}
+    if arguments.json:
+        for length in arguments.lengths:
+            for result in results[length]:
+                print(json.dumps(result), flush=True)
+        return
+    print(
+        f"task {arguments.task} (V = {vocabulary_size}), {arguments.tokens} tokens per batch, {arguments.threads} thread(s), "
+        f"CPU time, median of {arguments.repeats} rounds; cost = time per token / its base's"
+    )
+    print("| architecture | " + " | ".join(f"n={n} tokens/s | n={n} cost" for n in arguments.lengths) + " |")
+    print("|" + "---|" * (1 + 2 * len(arguments.lengths)))
+    for index, name in enumerate(arguments.architectures):
+        cells = [f"{results[n][index]['tokens_per_cpu_s']:,.0f} | {results[n][index]['cost_ratio']:.2f}× {results[n][index]['base']}" for n in arguments.lengths]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    for n in arguments.lengths:
+        for result in results[n]:
+            extras = [f"{key} {value:.3g}" for key, value in result.items() if key.startswith(("speedup", "bf16"))]
+            if extras:
+                print(f"n={n} {result['architecture']}: " + ", ".join(extras))
 
 
 if __name__ == "__main__":
