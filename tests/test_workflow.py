@@ -219,11 +219,11 @@ def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Pa
     assert main(["select", "--settings", str(settings_path), "--hparams", trial, "--out", str(best)]) == 0
     assert json.loads(best.read_text()) == {**json.loads(Path(trial).read_text()), "max_epochs": settings["final"]["max_epochs"]}
     # two trials are compared by their curves: none given is an error, not a silent first pick
-    assert main(["select", "--settings", str(settings_path), "--hparams", trial, trial, "--out", str(best)]) == 2
+    assert main(["select", "--settings", str(settings_path), "--hparams", trial, trial, "--out", str(best)]) == 1
 
 
 def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     settings["search"]["trials"] = 0
-    assert main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "s.json")]) == 2
+    assert main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "s.json")]) == 1
     assert "search.trials" in capsys.readouterr().err
     assert not (tmp_path / "s.json").exists()

@@ -65,7 +65,7 @@ def test_transform_reads_stdin(monkeypatch, capsys):
     assert main(["data", "transform", "--task", "question-formation", "--rule", "linear"]) == 0
     assert capsys.readouterr().out == "does my yak smile ?\nmy yak does smile .\n"
     monkeypatch.setattr("sys.stdin", io.StringIO("my yak does smile . quest\nmy yak smile . quest\n"))
-    assert main(["data", "transform", "--task", "question-formation"]) == 2
+    assert main(["data", "transform", "--task", "question-formation"]) == 1
     assert "stacklm: error: <stdin>:2: question-formation: not a sentence" in capsys.readouterr().err
 
 
@@ -76,14 +76,14 @@ def test_bad_input_names_file_and_line_and_writes_nothing(tmp_path, capsys, upst
     lines[1] = lines[1].replace("\t", " ")
     raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "data"
-    assert generate(out, "--validation-file", str(raw), "--generalization-file", str(raw), task="passivization") == 2
+    assert generate(out, "--validation-file", str(raw), "--generalization-file", str(raw), task="passivization") == 1
     assert f"{raw}:2: expected 'source<TAB>target'" in capsys.readouterr().err
     assert not out.exists()
     # A target that is not the task's transformation is refused before anything is written.
     lines[1] = lines[2].split("\t")[0] + "\t" + "the yak ."
     raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert generate(out, "--validation-file", str(raw), "--generalization-file", str(raw), task="passivization") == 2
+    assert generate(out, "--validation-file", str(raw), "--generalization-file", str(raw), task="passivization") == 1
     assert f"{raw}:2: passivization validation: target 'the yak .' is not the hierarchical target" in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
-    assert main(["data", "generate", "--task", "passivisation", "--seed", "1", "--out", str(out)]) == 2
+    assert main(["data", "generate", "--task", "passivisation", "--seed", "1", "--out", str(out)]) == 1
     assert "unknown task 'passivisation'" in capsys.readouterr().err
