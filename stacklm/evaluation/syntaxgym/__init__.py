@@ -1,0 +1,8 @@
+"""The SG score of a language model, computed from SyntaxGym suite files without Docker or lm-zoo
+(DuSell & Chiang (2022) §5.2, App. 11; ``cfl-and-ptb.md`` §3.6).
+
+- ``suite``: a suite file read and checked; ``formula``: its predictions parsed (never ``eval``);
+- ``alignment``: sentences, PTB tokens (``<unk>`` outside the vocabulary), tokens to regions;
+- ``score``: surprisals from a language model, region sums, (item, prediction) results;
+- ``circuits``: the SG score and the score per circuit.
+"""
