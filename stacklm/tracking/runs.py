@@ -84,6 +84,13 @@ def task_run_key(task: str, architecture: str, phase: str, trial: int | None, se
     return f"{task}/{architecture}/{phase}/" + (f"trial-{trial}" if phase == "search" else f"seed-{seed}")
 
 
+def task_run_identity(task: str, architecture: str, phase: str, trial: int | None, seed: int) -> tuple[str, str, dict[str, str]]:
+    """A task run's key, its short name (``Tf+Nd final seed-1``: the experiment names the task) and its tags."""
+    index = ("trial", trial) if phase == "search" else ("seed", seed)
+    tags = {"task": task, "architecture": architecture, "phase": phase, index[0]: str(index[1])}
+    return task_run_key(task, architecture, phase, trial, seed), f"{architecture} {phase} {index[0]}-{index[1]}", tags
+
+
 def cfl_run_key(language: str, model: str, setting: str) -> str:
     """The key of a CFL grid run in MLflow (tag ``stacklm.run``)."""
     return f"{language}/{model}/{setting}"
@@ -214,13 +221,12 @@ def _mirrored(
 
 def _task_run(name: str, curve: Records, metrics: Records | None, logs: Sequence[tuple[Path, str]]) -> MirroredRun:
     first, last = curve.rows[0], curve.rows[-1]
-    index = ("trial", first["trial"]) if first["phase"] == "search" else ("seed", first["seed"])
-    tags = {"task": first["task"], "architecture": first["architecture"], "phase": first["phase"], index[0]: str(index[1])}
+    _, short_name, tags = task_run_identity(first["task"], first["architecture"], first["phase"], first["trial"], first["seed"])
     measured = [column for column in first if column not in METADATA_SCHEMA.names and column not in CHECKPOINT_PLACE]
     final = {metric_name(row): row["value"] for row in metrics.rows} if metrics is not None else {}
     return _mirrored(
         name,
-        f"{first['architecture']} {first['phase']} {index[0]}-{index[1]}",
+        short_name,
         tags,
         curve,
         metrics,

@@ -24,7 +24,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -35,7 +35,9 @@ from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.tasks import get_task
+from stacklm.tracking import live
 from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version, curve_table, data_version, write_table
+from stacklm.tracking.runs import task_run_identity
 from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
 from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
@@ -133,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         device=device,
         progress_interval_s=training.progress_interval_s,
         checkpoint_scores=checkpoint_scores,
+        on_state=lambda state: live.start(state, args.task, *task_run_identity(args.task, args.architecture, args.phase, args.trial, args.seed)),
     )
     metadata = run_metadata(
         model,
@@ -176,11 +179,15 @@ def resumable_training(
     device: torch.device,
     progress_interval_s: float,
     checkpoint_scores: CheckpointScores | None = None,
+    on_state: Callable[[Path], None] | None = None,
 ) -> TrainResult:
     """Train as ``stacklm train`` and ``stacklm cfl train`` do: resumed from ``checkpoint`` only
     when it was written under the same ``fingerprint_source`` (what determines the trained
-    parameters), a progress line every ``progress_interval_s``, SIGTERM saving and stopping."""
+    parameters), a progress line every ``progress_interval_s``, SIGTERM saving and stopping.
+    ``on_state(path)`` learns the state file before training starts (the live mirror's watcher)."""
     fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
+    if on_state is not None:
+        on_state(checkpoint)
     stop_request = StopRequest()
     stop_request.install()
     return train(
