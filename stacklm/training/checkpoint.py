@@ -7,17 +7,31 @@ A file holds ``{"format": FORMAT, "content": payload}``, where the payload is bu
 (``results/runs`` is shared between people) cannot call ``os.system`` or any other function: it
 fails, naming the file, like a truncated, empty or garbage one, and like a file of an older
 stacklm, which pickled Python objects.
+
+Paths and locks. The resumable state of a run lives beside the path the workflow names
+(``results/checkpoints/T/A/final/1.pt``), keyed by the run's fingerprint (what determines its
+parameters: config, seed, data): ``1.<16 hex digits>.pt``. A changed config therefore starts a
+state of its own instead of meeting the old one, and a finished run deletes the states of
+other fingerprints there. While a process trains a run it holds an exclusive ``flock`` on
+``1.<fingerprint>.lock``; a second writer of the same state (a job orphaned by a ``kill -9``
+of Snakemake, still running when the rerun starts) is refused, naming the holder. The kernel
+releases the lock when its holder dies, however it dies.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import re
+import socket
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from stacklm.atomic import write_atomically
-from stacklm.errors import located
+from stacklm.errors import StacklmError, located
 
 FORMAT = "stacklm-tensors-1"
 ADVICE = "delete it, and the job that wrote it writes it again"
@@ -47,3 +61,44 @@ def _reason(error: Exception) -> str:
         refused = next((line.strip() for line in str(error).splitlines() if "Unsupported global" in line), "")
         return f"it would have to run code to load{': ' + refused if refused else ''}"
     return first
+
+
+def keyed_path(base: str | Path, fingerprint: str) -> Path:
+    """The state of the run ``fingerprint`` among those sharing ``base``: ``STEM.<fingerprint[:16]>.SUFFIX``."""
+    base = Path(base)
+    return base.with_name(f"{base.stem}.{fingerprint[:16]}{base.suffix}")
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold the lock of the state ``path`` while the block runs; refuse if another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 200, 0).decode(errors="replace").strip() or "another process"
+            raise located(path, None, f"{holder} is training this run and writing this checkpoint (a job left running by a killed "
+                                      "Snakemake, or a second pipeline in this folder); wait for it to end or stop it, then rerun") from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def remove_others(base: str | Path, keep: Path) -> None:
+    """Delete the states beside ``keep`` of other fingerprints (runs of an earlier config) that no
+    process holds, and ``base`` itself, unkeyed, as an older stacklm wrote it."""
+    base = Path(base)
+    pattern = re.compile(re.escape(base.stem) + r"\.[0-9a-f]{16}" + re.escape(base.suffix))
+    others = [path for path in base.parent.iterdir() if pattern.fullmatch(path.name) and path != keep] if base.parent.is_dir() else []
+    for other in others:
+        try:
+            with exclusive(other):
+                other.unlink(missing_ok=True)
+                other.with_suffix(".lock").unlink(missing_ok=True)
+        except StacklmError:
+            continue  # a live process is training that run
+    base.unlink(missing_ok=True)

@@ -38,6 +38,7 @@ from stacklm.tasks import get_task
 from stacklm.tracking import live
 from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version, curve_table, data_version, write_table
 from stacklm.tracking.runs import task_run_identity
+from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
 from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
@@ -181,29 +182,35 @@ def resumable_training(
     checkpoint_scores: CheckpointScores | None = None,
     on_state: Callable[[Path], None] | None = None,
 ) -> TrainResult:
-    """Train as ``stacklm train`` and ``stacklm cfl train`` do: resumed from ``checkpoint`` only
-    when it was written under the same ``fingerprint_source`` (what determines the trained
-    parameters), a progress line every ``progress_interval_s``, SIGTERM saving and stopping.
+    """Train as ``stacklm train`` and ``stacklm cfl train`` do: the state is kept beside
+    ``checkpoint`` under the fingerprint of ``fingerprint_source`` (what determines the trained
+    parameters), locked against a second writer, and resumed when it exists
+    (``stacklm.training.checkpoint``); a progress line every ``progress_interval_s``, SIGTERM
+    saving and stopping. A finished run deletes the states of other fingerprints there.
     ``on_state(path)`` learns the state file before training starts (the live mirror's watcher)."""
     fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
-    if on_state is not None:
-        on_state(checkpoint)
+    state = checkpoint_file.keyed_path(checkpoint, fingerprint)
     stop_request = StopRequest()
     stop_request.install()
-    return train(
-        model,
-        training_data,
-        validation_data,
-        config,
-        seed=seed,
-        eos_index=eos_index,
-        checkpoint_path=checkpoint,
-        fingerprint=fingerprint,
-        device=device,
-        progress=Progress(interval_s=progress_interval_s),
-        stop_request=stop_request,
-        checkpoint_scores=checkpoint_scores,
-    )
+    if on_state is not None:
+        on_state(state)
+    with checkpoint_file.exclusive(state):
+        result = train(
+            model,
+            training_data,
+            validation_data,
+            config,
+            seed=seed,
+            eos_index=eos_index,
+            checkpoint_path=state,
+            fingerprint=fingerprint,
+            device=device,
+            progress=Progress(interval_s=progress_interval_s),
+            stop_request=stop_request,
+            checkpoint_scores=checkpoint_scores,
+        )
+    checkpoint_file.remove_others(checkpoint, keep=state)
+    return result
 
 
 def run_metadata(model: torch.nn.Module, result: TrainResult, run_settings: dict[str, Any], **identity: Any) -> RunMetadata:

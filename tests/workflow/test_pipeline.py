@@ -58,9 +58,9 @@ def wait_for_training(directory: Path, process: subprocess.Popen[str], timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError("the pipeline finished before any model was seen training")
-        for checkpoint in (directory / "results" / "checkpoints").glob("*/*/*/*.pt"):
+        for checkpoint in (directory / "results" / "checkpoints").glob("*/*/*/*.pt"):  # {index}.{fingerprint}.pt
             task, architecture, phase = checkpoint.parts[-4:-1]
-            run = Path("results", "runs", task, architecture, phase, checkpoint.stem)
+            run = Path("results", "runs", task, architecture, phase, checkpoint.name.split(".")[0])
             if not (directory / run / "model.pt").exists():
                 return str(run)
         time.sleep(0.05)
@@ -310,3 +310,24 @@ def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines:
             assert "".join(cell.strip().replace("**", "") for cell in row.strip("|").split("|")) in text.replace("\n", "")
         for name in settings["architectures"]:
             assert f"<td>{name}</td>" in page
+
+
+def test_a_config_change_in_the_same_folder_reruns_what_depends_on_it(pipelines: Pipelines, tmp_path: Path) -> None:
+    """A changed data.seed, same folder, same command: every model is trained afresh on the new
+    data (not refused by its old checkpoint), the report is rewritten, and one checkpoint per
+    run remains, the new config's."""
+    directory = tmp_path / "changed"
+    shutil.copytree(pipelines.straight, directory, symlinks=True)
+    metrics_before = pd.read_parquet(directory / "results" / "metrics.parquet")
+    report_before = (directory / "results" / "report" / "report.tex").stat().st_mtime_ns
+    (directory / "test.yaml").write_text(yaml.safe_dump({"preset": "ci", "data": {"seed": pipelines.settings["data"]["seed"] + 1}}))
+    result = run_snakemake(directory, *RUN)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    assert "rule train:" in output and "rule report:" in output
+    metrics = pd.read_parquet(directory / "results" / "metrics.parquet")
+    assert set(metrics["data_version"]).isdisjoint(set(metrics_before["data_version"]))
+    assert (directory / "results" / "report" / "report.tex").stat().st_mtime_ns > report_before
+    runs = metrics[["task", "architecture", "seed"]].drop_duplicates()
+    states = list((directory / "results" / "checkpoints").glob("*/*/final/*.pt"))
+    assert len(states) == len(runs) == len({path.name.split(".")[0] + str(path.parent) for path in states})
