@@ -4,5 +4,6 @@
 - ``suite``: a suite file read and checked; ``formula``: its predictions parsed (never ``eval``);
 - ``alignment``: sentences, PTB tokens (``<unk>`` outside the vocabulary), tokens to regions;
 - ``score``: surprisals from a language model, region sums, (item, prediction) results;
-- ``circuits``: the SG score and the score per circuit.
+- ``circuits``: the SG score and the score per circuit;
+- ``model``: a PTB language model (``stacklm.models.ptb``) as the language model of ``score``.
 """
