@@ -1,4 +1,4 @@
-"""Forward + backward throughput of every architecture at the paper's size (seed 000 §5).
+"""Forward + backward throughput of every architecture at the paper's size (DuSell & Cotterell, "Bearing Syntactic Fruit", §5).
 
 For each architecture and length n, a batch of 1024 tokens (1024 / n sequences of n random
 tokens from the task's vocabulary) runs forward and backward (summed cross-entropy) in

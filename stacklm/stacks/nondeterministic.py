@@ -1,4 +1,4 @@
-"""The nondeterministic stack of the NS-RNN and RNS-RNN: NS, NS+S, NS+U, NS+S+U (seed 002 §2.4, §3, §5.1).
+"""The nondeterministic stack of the NS-RNN and RNS-RNN: NS, NS+S, NS+U, NS+S+U (DuSell & Chiang 2022, §2.4, §3, §5.1).
 
 The stack simulates a weighted PDA with states Q (q0 = 0) and symbols Γ (⊥ = 0). At step t
 the controller gives Δ[t]: for each (q, x), |Q||Γ| push weights Δ⁺[q,x→r,y], |Q||Γ| replace

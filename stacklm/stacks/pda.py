@@ -3,7 +3,7 @@
 Written once over a semiring (LOG for the stacks, REAL for tests, MAX_PLUS for Viterbi
 weights); ``nondeterministic.py`` and ``vector_nondeterministic.py`` add actions and readings.
 
-Paper notation (RNS-RNN, seed 002 eqs. 2–5 and §5.1; dVPDA, seed 000 §3.2 and eq. 6). A PDA
+Paper notation (RNS-RNN: DuSell & Chiang 2022, eqs. 2–5 and §5.1; dVPDA: DuSell & Cotterell 2025, §3.2 and eq. 6). A PDA
 with states Q (q0 = 0) and stack symbols Γ (⊥ = 0) takes, at step t, transitions of weight
 Δ⁺_t[q,x→r,y] (push y), Δ^R_t[q,x→r,y] (replace the top by y) and Δ⁻_t[q,x→r] (pop). For
 −1 ≤ i < t, γ[i→t][q,x→r,y] is the weight of the ways to go from (i, q, x) to (t, r, y)
@@ -16,8 +16,8 @@ with one element, pushed at step i+1, above x all along:
     α[t][r,y]       = Σ_{i=−1}^{t−1} Σ_{q,x} α[i][q,x] γ[i→t][q,x→r,y],   α[0] = α[−1] = 𝟙[q0, ⊥]
 
 Row i = −1 is the bottom element: γ[−1→0] = 𝟙[q0,⊥→q0,⊥] (a fictitious push of ⊥) when the
-bottom may be replaced (the dVPDA of seed 000: runs "never fully empty the stack, replacing
-the bottom does not count"); for the NS family of seed 002 it is zero, so i ≥ 0, the first
+bottom may be replaced (the dVPDA of DuSell & Cotterell 2025: runs "never fully empty the stack, replacing
+the bottom does not count"); for the NS family of DuSell & Chiang 2022 it is zero, so i ≥ 0, the first
 action is a push, and no configuration at t ≥ 1 has ⊥-from-time-0 on top.
 
 Vectors without ζ. The dVPDA's reading needs η[t][r,y,:], the sum over runs ending at
@@ -39,7 +39,7 @@ O(n²·Q²S·m) in total. With a window the rows are kept (row i leaves when t �
 Because the η rows obey the same terms as γ rows, they are stored as extra rows of the
 γ columns, and one contraction serves both.
 
-Window D (seed 002 §5.1): γ[i→t] = 0 when t − i > D, for every row i ≥ 0. Column t then
+Window D (DuSell & Chiang 2022, §5.1): γ[i→t] = 0 when t − i > D, for every row i ≥ 0. Column t then
 depends on rows t−D … t−1 and columns t−D+1 … t−1 only, so the state between chunks is the
 last D − 1 columns (D + 1 for the dVPDA, whose bottom row reaches two split points further
 back) and D values of α: O(D²) per sequence, and truncated BPTT runs arbitrarily long text in

@@ -1,4 +1,4 @@
-"""The differentiable vector PDA (dVPDA) of the "+Nd" models (seed 000 §3.2, eq. 6, App. B.2).
+"""The differentiable vector PDA (dVPDA) of the "+Nd" models (DuSell & Cotterell 2025, §3.2, eq. 6, App. B.2).
 
 Stack elements are pairs (y, v) ∈ Γ × R^m. The transitions are those of the nondeterministic
 stack (log weights Δ⁺, Δ^R, Δ⁻, unnormalized: a_t = exp(a'_t)) plus the vector v_t that a
@@ -69,7 +69,7 @@ class VectorNondeterministicActions:
     def from_logits(
         logits: Tensor, log_pushed: Tensor, num_states: int, num_symbols: int
     ) -> VectorNondeterministicActions:
-        """Unnormalized weights exp(logits) (seed 000 App. B.2) and log v_t = ``log_pushed``."""
+        """Unnormalized weights exp(logits) (DuSell & Cotterell 2025, App. B.2) and log v_t = ``log_pushed``."""
         actions = NondeterministicActions.from_logits(logits, num_states, num_symbols, normalize=False)
         return VectorNondeterministicActions(actions.push, actions.replace, actions.pop, log_pushed)
 
