@@ -46,6 +46,7 @@ from stacklm.cfl.experiment import CflSettings, parse_setting
 from stacklm.cfl.experiment import grid as cfl_grid
 from stacklm.data.settings import data_settings, data_targets
 from stacklm.errors import StacklmError
+from stacklm.settings_file import SECTIONS, read_settings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,7 @@ Phase = Literal["search", "final"]
 PHASES: tuple[Phase, ...] = ("search", "final")
 
 # Every file of the DAG, as Snakemake patterns: {architecture} is the registry's path slug.
-SETTINGS_JSON = "results/settings.json"
+SETTINGS_FILE = "results/settings/{reader}.json"  # the sections of the settings one kind of job reads
 TRACKING_MARKER = "results/tracking/initialised"
 TRACKING_MANIFEST = "results/tracking/{experiment}.json"  # an experiment's runs in MLflow: key → run id
 DATA_FILE = "results/data/{task}/{split}.tsv"
@@ -94,6 +95,20 @@ CFL_CURVES = "results/cfl/curves.parquet"
 CFL_METRICS = "results/cfl/metrics.parquet"
 CFL_FIGURE = "results/cfl/figures/{figure}.{extension}"
 CFL_FIGURES: tuple[str, ...] = ("validation", "test-by-length")  # Figure 1; test Δ by length
+
+# The settings sections each kind of job reads (results/settings/{reader}.json holds those only):
+# a change of config reruns a job only when a section it reads changed. A section missing
+# here is an error naming the file when the job asks for it (stacklm.settings_file).
+SETTINGS_READ: dict[str, tuple[str, ...]] = {
+    "train": ("training", "evaluation", "model"),
+    "evaluate": ("evaluation",),
+    "hparams": ("search",),
+    "select": ("final",),
+    "report": ("tasks", "architectures", "final", "report"),
+    "tracking": ("tasks", "cfl", "tracking"),
+    "cfl_train": ("cfl", "training"),
+    "cfl_evaluate": ("cfl", "evaluation"),
+}
 
 # Training and evaluation both read every split (the data version is a hash of all four).
 SPLITS: tuple[str, ...] = ("train", "validation", "test", "generalization")
@@ -260,6 +275,19 @@ def select_trial(scores: list[float]) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Lookups of the rules.
+
+
+def settings_file(reader: str) -> str:
+    """The settings file of the jobs of kind ``reader`` (a key of ``SETTINGS_READ``)."""
+    if reader not in SETTINGS_READ:
+        raise StacklmError(f"no settings file for {reader!r}; known: {', '.join(SETTINGS_READ)}")
+    return SETTINGS_FILE.format(reader=reader)
+
+
+def settings_for(settings: dict[str, Any], reader: str) -> dict[str, Any]:
+    """The contents of ``reader``'s settings file: its sections of ``settings``, and their list."""
+    sections = SETTINGS_READ[reader]
+    return {SECTIONS: list(sections), **{section: settings[section] for section in sections if section in settings}}
 
 
 def hparams_path(task: str, architecture: str, phase: str, index: str | int) -> str:
@@ -483,19 +511,15 @@ def write_json(path: str | Path, data: Any) -> None:
     write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def read_settings(path: str | Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise StacklmError(f"{path}: cannot read the settings: {error}") from None
-
-
 def settings_command(args: argparse.Namespace) -> int:
     try:
         settings = json.loads(args.json)
     except json.JSONDecodeError as error:
         raise StacklmError(f"--json: not JSON: {error}") from None
-    check_settings(settings)
+    if not isinstance(settings, dict):
+        raise StacklmError("--json: not a JSON object")
+    if SECTIONS not in settings:  # a whole settings file; a reader's sections were checked whole by `resolve`
+        check_settings(settings)
     write_json(args.out, settings)
     return 0
 
@@ -531,8 +555,8 @@ def select_command(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     settings = subparsers.add_parser("settings")
-    settings.add_argument("--json", required=True, help="the resolved settings (preset applied), as JSON")
-    settings.add_argument("--out", required=True, help="where to write results/settings.json")
+    settings.add_argument("--json", required=True, help="the resolved settings (preset applied), or the sections one kind of job reads, as JSON")
+    settings.add_argument("--out", required=True, help="where to write them: results/settings/<reader>.json")
     settings.set_defaults(func=settings_command)
 
     hparams = subparsers.add_parser("hparams")

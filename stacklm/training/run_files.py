@@ -23,27 +23,11 @@ from stacklm.models.base import LanguageModel
 from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.registry import ModelConfig, get_architecture, model_for_config
+from stacklm.settings_file import read_json, read_settings  # noqa: F401  (the commands' readers, re-exported)
 from stacklm.tasks import Task
 from stacklm.training import checkpoint as checkpoint_file
 
 SPLITS = ("train", "validation", "test", "generalization")
-
-
-def read_json(path: str | Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
-    except OSError as error:
-        raise located(path, None, f"cannot read: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise located(path, error.lineno, f"not valid JSON: {error.msg}") from None
-
-
-def read_settings(path: str | Path) -> dict[str, Any]:
-    settings = read_json(path)
-    if not isinstance(settings, dict):
-        raise located(path, None, "the settings must be a JSON object")
-    return settings
 
 
 def split_paths(data_dir: str | Path) -> list[Path]:

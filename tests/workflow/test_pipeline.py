@@ -37,8 +37,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from stacklm import workflow
 from stacklm.tracking.runs import task_run_key
 from tests.workflow.snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
+from tests.workflow.test_dag import job_counts
 
 RUN = ("--profile", "profiles/cpu", "--configfile", "test.yaml")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -98,7 +100,7 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Pipelines:
     again = run_snakemake(resumed, *arguments)
     assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
     (resumed / "resumed.out").write_text(again.stdout + again.stderr)
-    settings = json.loads((straight / "results" / "settings.json").read_text())
+    settings = workflow.resolve(yaml.safe_load((straight / "config.yaml").read_text()) | {"preset": "ci"})
     return Pipelines(straight, resumed, killed_while, settings)
 
 
@@ -161,6 +163,7 @@ def test_every_mlflow_run_holds_its_files_the_commit_and_its_training_times(pipe
         assert stored.read_bytes() == (folder / "model.pt").read_bytes()
         built = json.loads(curve[0]["config"])["built_model"]
         assert run.data.params["model.dropout"] == json.dumps(built["dropout"])
+
 
 
 def test_the_end_of_a_run_says_where_the_results_are_and_how_to_open_mlflow(pipelines: Pipelines) -> None:
@@ -331,3 +334,22 @@ def test_a_config_change_in_the_same_folder_reruns_what_depends_on_it(pipelines:
     runs = metrics[["task", "architecture", "seed"]].drop_duplicates()
     states = list((directory / "results" / "checkpoints").glob("*/*/final/*.pt"))
     assert len(states) == len(runs) == len({path.name.split(".")[0] + str(path.parent) for path in states})
+
+
+def test_a_change_of_the_tracking_settings_only_reruns_only_the_mirror(pipelines: Pipelines, tmp_path: Path) -> None:
+    """Each job reads only its sections of the settings: a new tracking URI reruns the tracking
+    settings file, the store's creation and the syncs, and no training, evaluation or report."""
+    directory = tmp_path / "tracking"
+    shutil.copytree(pipelines.straight, directory, symlinks=True)
+    unchanged = run_snakemake(directory, *RUN, "-n")
+    assert "Nothing to be done" in unchanged.stdout + unchanged.stderr  # the copy is complete
+    (directory / "test.yaml").write_text(yaml.safe_dump({"preset": "ci", "tracking": {"uri": "sqlite:///results/mlflow/other.db"}}))
+    result = run_snakemake(directory, *RUN, "-n")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    counts = job_counts(output)
+    assert {rule: count for rule, count in counts.items() if rule not in ("all", "total")} == {
+        "settings": 1,
+        "tracking": 1,
+        "tracking_sync": len(pipelines.settings["tasks"]),
+    }

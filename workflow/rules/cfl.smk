@@ -39,7 +39,7 @@ rule cfl_generate:
 
 rule cfl_train:
     input:
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("cfl_train"),
     output:
         model=dag.CFL_RUN_MODEL,
         curve=dag.CFL_RUN_CURVE,
@@ -80,7 +80,7 @@ rule cfl_evaluate:
         selection=dag.CFL_SELECTED,
         models=lambda wildcards: dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, dag.CFL_RUN_MODEL),
         test=dag.CFL_TEST,
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("cfl_evaluate"),
     output:
         dag.CFL_EVALUATION,
     params:

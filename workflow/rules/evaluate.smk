@@ -7,7 +7,7 @@ rule evaluate:
     input:
         model=dag.RUN_MODEL,
         data=lambda wildcards: dag.data_files(wildcards.task),
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("evaluate"),
     output:
         dag.RUN_METRICS,
     params:

@@ -30,7 +30,7 @@ rule aggregate:
 rule report:
     input:
         metrics=dag.METRICS,
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("report"),
     output:
         tables=REPORT["tables"],
         markdown=REPORT["markdown"],

@@ -15,7 +15,7 @@ localrules:
 
 rule hparams:
     input:
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("hparams"),
     output:
         expand(dag.TRIAL_HPARAMS, trial=TRIALS, allow_missing=True),
     params:
@@ -31,7 +31,7 @@ rule hparams:
 
 rule select:
     input:
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("select"),
         hparams=expand(dag.TRIAL_HPARAMS, trial=TRIALS, allow_missing=True),
         curves=expand(dag.RUN_CURVE, phase="search", index=dag.trained_trials(SETTINGS), allow_missing=True),
     output:

@@ -1,5 +1,6 @@
-# The resolved settings (preset applied) as one JSON file that every job reads. A change of
-# config rewrites it, and with it every result downstream.
+# The resolved settings (preset applied), one JSON file per kind of job holding only the
+# sections it reads (stacklm.workflow.SETTINGS_READ): a change of config rewrites the files
+# whose sections changed, and reruns only the jobs that read them.
 
 
 localrules:
@@ -8,11 +9,13 @@ localrules:
 
 rule settings:
     output:
-        dag.SETTINGS_JSON,
+        dag.SETTINGS_FILE,
     params:
-        settings=json.dumps(SETTINGS, sort_keys=True),
+        settings=lambda wildcards: json.dumps(dag.settings_for(SETTINGS, wildcards.reader), sort_keys=True),
+    wildcard_constraints:
+        reader="|".join(dag.SETTINGS_READ),
     log:
-        "logs/settings.log",
+        "logs/settings/{reader}.log",
     conda:
         CONDA_ENV
     shell:

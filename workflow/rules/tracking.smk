@@ -18,7 +18,7 @@ wildcard_constraints:
 
 rule tracking:
     input:
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("tracking"),
     output:
         touch(dag.TRACKING_MARKER),
     log:
@@ -32,7 +32,7 @@ rule tracking:
 rule tracking_sync:
     input:
         unpack(lambda wildcards: dag.tracking_inputs(SETTINGS, wildcards.experiment)),
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("tracking"),
         store=dag.TRACKING_MARKER,
     output:
         dag.TRACKING_MANIFEST,

@@ -10,7 +10,7 @@ rule train:
         hparams=lambda wildcards: dag.hparams_path(
             wildcards.task, wildcards.architecture, wildcards.phase, wildcards.index
         ),
-        settings=dag.SETTINGS_JSON,
+        settings=dag.settings_file("train"),
     output:
         model=dag.RUN_MODEL,
         curve=dag.RUN_CURVE,
