@@ -65,7 +65,7 @@ EXAMPLES: dict[str, str] = {
     "train": "stacklm train --task question-formation --architecture Tf+Nd --data-dir results/data/question-formation"
     " --learning-rate 0.0005 --tokens-per-batch 2048 --out runs/tf-nd",
     "evaluate": "stacklm evaluate --task question-formation --run runs/tf-nd --data-dir results/data/question-formation"
-    " --settings results/settings.json --out runs/tf-nd/metrics.parquet",
+    " --settings results/settings/evaluate.json --out runs/tf-nd/metrics.parquet",
     "models": "stacklm models --task question-formation --budget 200000",
     "data": "stacklm data generate --task question-formation --seed 1 --out results/data/question-formation",
     "data generate": "stacklm data generate --task question-formation --seed 1 --train 1000 --out data/question-formation",
@@ -78,27 +78,27 @@ EXAMPLES: dict[str, str] = {
     "cfl": "stacklm cfl generate --language dyck-2 --split test --seed 0 --out dyck-2/test.tsv",
     "cfl generate": "stacklm cfl generate --language dyck-2 --split test --seed 0 --out dyck-2/test.tsv",
     "cfl train": "stacklm cfl train --language dyck-2 --architecture cfl/NS --learning-rate 0.005 --restart 1"
-    " --settings results/settings.json --checkpoint ckpt/ns.pt --out runs/dyck-2/ns",
+    " --settings results/settings/cfl_train.json --checkpoint ckpt/ns.pt --out runs/dyck-2/ns",
     "cfl select": "stacklm cfl select --curves runs/dyck-2/ns/*/train.parquet --out selected/dyck-2/ns.parquet",
     "cfl evaluate": "stacklm cfl evaluate --selection selected/dyck-2/ns.parquet --runs runs/dyck-2/ns --test dyck-2/test.tsv"
-    " --settings results/settings.json --out evaluation/dyck-2/ns.parquet",
+    " --settings results/settings/cfl_evaluate.json --out evaluation/dyck-2/ns.parquet",
     "cfl figures": "stacklm cfl figures --curves selected/*/*.parquet --metrics evaluation/*/*.parquet --out-curves curves.parquet"
     " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png",
-    "settings": "stacklm settings --json '{\"tasks\": [\"question-formation\"], ...}' --out results/settings.json",
-    "hparams": "stacklm hparams --task question-formation --architecture Tf+Nd --settings results/settings.json"
+    "settings": "stacklm settings --json '{\"tasks\": [\"question-formation\"], ...}' --out settings.json",
+    "hparams": "stacklm hparams --task question-formation --architecture Tf+Nd --settings results/settings/hparams.json"
     " --out trial1.json trial2.json",
-    "select": "stacklm select --settings results/settings.json --hparams trial1.json trial2.json"
+    "select": "stacklm select --settings results/settings/select.json --hparams trial1.json trial2.json"
     " --curves runs/1/train.parquet runs/2/train.parquet --out best.json",
     "aggregate": "stacklm aggregate --out results/metrics.parquet results/runs/*/*/final/*/metrics.parquet",
-    "report": "stacklm report --metrics results/metrics.parquet --settings results/settings.json --tables qf.tex"
+    "report": "stacklm report --metrics results/metrics.parquet --settings results/settings/report.json --tables qf.tex"
     " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf",
     "curves": "stacklm curves --out results/curves/question-formation.parquet --figures curves.png curves.pdf"
     " -- results/runs/question-formation/tf/final/*/train.parquet",
     "html": "stacklm html --markdown results/report/tables/question-formation.md --title 'Question formation'"
     " --out question-formation.html",
-    "tracking": "stacklm tracking init --settings results/settings.json",
-    "tracking init": "stacklm tracking init --settings results/settings.json",
-    "tracking sync": "stacklm tracking sync --settings results/settings.json --experiment question-formation"
+    "tracking": "stacklm tracking init --settings results/settings/tracking.json",
+    "tracking init": "stacklm tracking init --settings results/settings/tracking.json",
+    "tracking sync": "stacklm tracking sync --settings results/settings/tracking.json --experiment question-formation"
     " --curves results/runs/question-formation/*/*/*/train.parquet --out results/tracking/question-formation.json",
 }
 

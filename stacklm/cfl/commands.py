@@ -2,10 +2,10 @@
 ``cfl_evaluate`` and ``cfl_figures``.
 
     stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
-        --restart K --settings results/settings.json --checkpoint CKPT --out RUN_DIR
+        --restart K --settings results/settings/cfl_train.json --checkpoint CKPT --out RUN_DIR
     stacklm cfl select --curves RUN_DIR/train.parquet ... --out SELECTED.parquet
     stacklm cfl evaluate --selection SELECTED.parquet --runs RUNS_DIR --test TEST.tsv
-        --settings results/settings.json --out METRICS.parquet
+        --settings results/settings/cfl_evaluate.json --out METRICS.parquet
     stacklm cfl figures --curves SELECTED.parquet ... --metrics METRICS.parquet ...
         --out-curves results/cfl/curves.parquet --out-metrics results/cfl/metrics.parquet
         --validation-figures F1.png F1.pdf --test-figures T.png T.pdf

@@ -1,7 +1,7 @@
 """``stacklm evaluate``: every metric of one trained run (the rule ``evaluate``).
 
     stacklm evaluate --task T --run RUN_DIR --data-dir results/data/T
-        --settings results/settings.json --out RUN_DIR/metrics.parquet [--device cpu|cuda] [--threads N]
+        --settings results/settings/evaluate.json --out RUN_DIR/metrics.parquet [--device cpu|cuda] [--threads N]
 
 Reads ``RUN_DIR/model.pt`` (written by ``stacklm train``), scores the validation, test and
 generalization splits (``stacklm.evaluation.metrics``) and writes ``metrics.parquet``, the

@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     report = subparsers.add_parser("report")
     report.add_argument("--metrics", required=True, help="results/metrics.parquet")
-    report.add_argument("--settings", required=True, help="results/settings.json")
+    report.add_argument("--settings", required=True, help="results/settings/report.json")
     report.add_argument("--tables", required=True, nargs="+", help="one .tex per task, in the settings' task order")
     report.add_argument("--markdown", required=True, nargs="+", help="the same tables in Markdown, same order")
     report.add_argument("--document", required=True, help="the standalone .tex that includes the tables and the figure")

@@ -1,7 +1,7 @@
 """The MLflow mirror's commands (rules ``tracking`` and ``tracking_sync``).
 
-    stacklm tracking init --settings results/settings.json
-    stacklm tracking sync --settings results/settings.json --experiment E
+    stacklm tracking init --settings results/settings/tracking.json
+    stacklm tracking sync --settings results/settings/tracking.json --experiment E
         --curves RUN_DIR/train.parquet ... [--metrics METRICS.parquet ...]
         [--curve-logs LOG ... --metrics-logs LOG ...] --out results/tracking/E.json
 

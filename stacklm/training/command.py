@@ -2,7 +2,7 @@
 
     stacklm train --task T --architecture A --data-dir results/data/T --out RUN_DIR
         (--hparams HP.json | --learning-rate LR --tokens-per-batch B [--max-epochs N])
-        [--seed S] [--settings results/settings.json] [--checkpoint CKPT_PATH]
+        [--seed S] [--settings results/settings/train.json] [--checkpoint CKPT_PATH]
         [--phase search|final] [--trial N] [--device cpu|cuda] [--threads N]
 
 The workflow gives a trial's ``HP.json`` and the resolved settings; by hand, the flags do, and
