@@ -1,0 +1,122 @@
+"""PTB training and evaluation: perplexity against one pass per stream, clipping at c·targets by
+hand, the search draws' distributions, and the schedule on a scripted validation curve."""
+
+import math
+import random
+import statistics
+
+import pytest
+import torch
+from torch import nn
+
+import stacklm.training.ptb as ptb_training
+from stacklm.data.ptb import chunks
+from stacklm.errors import StacklmError
+from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig
+from stacklm.training.ptb import SearchDraw, draw_hyperparameters, evaluate, train, train_epoch
+
+EOS = 5
+
+
+def model_and_stream(seed: int = 0) -> tuple[PtbLanguageModel, torch.Tensor]:
+    model = PtbLanguageModel(PtbModelConfig(vocabulary_size=6, hidden_units=5, stack=LimitedNondeterministic(2, 2, renormalizing=True, window=3)))
+    model.initialize(torch.Generator().manual_seed(seed))
+    return model.double(), torch.randint(0, 6, (23,), generator=torch.Generator().manual_seed(seed + 1))
+
+
+def one_pass_nll(model: PtbLanguageModel, stream: torch.Tensor, batch_size: int) -> tuple[float, int]:
+    """Σ −ln p over the split, each of the ⌈N/L⌉ streams run alone from the initial state."""
+    length = math.ceil(stream.numel() / batch_size)
+    total = 0.0
+    for start in range(0, stream.numel(), length):
+        targets = stream[start : start + length]
+        previous = torch.tensor([EOS]) if start == 0 else stream[start - 1 : start]
+        inputs = torch.cat([previous, targets[:-1]]).unsqueeze(0)
+        with torch.no_grad():
+            logits, _ = model(inputs, model.initial_state(1))
+        total += float(nn.functional.cross_entropy(logits[0], targets, reduction="sum"))
+    return total, stream.numel()
+
+
+def test_perplexity_over_chunks_equals_one_pass_per_stream() -> None:
+    model, stream = model_and_stream()
+    # N = 23, B = 4: L = 6, streams of 6, 6, 6, 5; T = 4: chunks of 4 steps, then 1 and 1 (split).
+    split = chunks(stream, EOS, batch_size=4, bptt=4)
+    assert [(c.batch_size, c.inputs.size(1)) for c in split] == [(4, 4), (4, 1), (3, 1)]
+    total, count = one_pass_nll(model, stream, 4)
+    assert evaluate(model, split) == pytest.approx(math.exp(total / count))
+
+
+def test_an_epoch_at_learning_rate_zero_reports_the_same_nll_and_changes_nothing() -> None:
+    model, stream = model_and_stream()
+    before = [p.detach().clone() for p in model.parameters()]
+    split = chunks(stream, EOS, batch_size=4, bptt=4)
+    nll = train_epoch(model, split, torch.optim.SGD(model.parameters(), lr=0.0), clip_per_target=1.0)
+    total, count = one_pass_nll(model, stream, 4)
+    assert nll == pytest.approx(total / count)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("clipped", [False, True])
+def test_the_gradient_norm_is_clipped_at_c_times_the_chunks_targets(clipped: bool) -> None:
+    model, stream = model_and_stream()
+    chunk = chunks(stream[:12], EOS, batch_size=3, bptt=4)[0]  # 3 × 4 = 12 targets
+    logits, _ = model(chunk.inputs, model.initial_state(3))
+    gradients = torch.autograd.grad(nn.functional.cross_entropy(logits.flatten(0, 1), chunk.targets.flatten()), list(model.parameters()))
+    norm = float(torch.sqrt(sum((g**2).sum() for g in gradients)))
+    clip = norm / 2 / 12 if clipped else norm * 2 / 12
+    scale = (norm / 2) / (norm + 1e-6) if clipped else 1.0  # clip_grad_norm_ divides by the norm + 1e-6
+    before = [p.detach().clone() for p in model.parameters()]
+    train_epoch(model, [chunk], torch.optim.SGD(model.parameters(), lr=0.3), clip_per_target=clip)
+    for old, new, gradient in zip(before, model.parameters(), gradients):
+        torch.testing.assert_close(new.detach(), old - 0.3 * scale * gradient, rtol=1e-5, atol=1e-9)
+
+
+def test_search_draws_are_log_uniform_on_the_papers_ranges() -> None:
+    draws = [draw_hyperparameters(random.Random(seed)) for seed in range(4000)]
+    rates, clips = [d.learning_rate for d in draws], [d.clip_per_target for d in draws]
+    assert 1 <= min(rates) and max(rates) <= 100 and 1e-5 <= min(clips) and max(clips) <= 1e-3
+    # log10 uniform on [0, 2] and [−5, −3]: means 1 and −4, standard deviations 2/√12 = 0.577.
+    assert statistics.fmean(math.log10(r) for r in rates) == pytest.approx(1.0, abs=0.03)
+    assert statistics.fmean(math.log10(c) for c in clips) == pytest.approx(-4.0, abs=0.03)
+    assert statistics.pstdev(math.log10(r) for r in rates) == pytest.approx(2 / math.sqrt(12), abs=0.02)
+
+
+def test_the_schedule_decays_without_a_new_best_stops_after_two_and_restores_the_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    curve = iter([10.0, 9.0, 9.5, 8.0, 8.5, 8.7, 7.0])
+    epochs = iter(range(1, 10))
+
+    def fake_epoch(model: PtbLanguageModel, chunks: object, optimizer: object, clip_per_target: float) -> float:
+        with torch.no_grad():
+            model.output.bias.fill_(next(epochs))  # marks the parameters with the epoch
+        return 0.0
+
+    monkeypatch.setattr(ptb_training, "train_epoch", fake_epoch)
+    monkeypatch.setattr(ptb_training, "evaluate", lambda model, chunks: next(curve))
+    model, _ = model_and_stream()
+    result = train(model, [], [], SearchDraw(learning_rate=3.0, clip_per_target=1e-4))
+    # Epoch 3 (9.5) and 5 (8.5) bring no new best: η ÷ 1.5 after each; 5 and 6 in a row: stop.
+    assert [r.valid_perplexity for r in result.epochs] == [10.0, 9.0, 9.5, 8.0, 8.5, 8.7]
+    assert [r.learning_rate for r in result.epochs] == pytest.approx([3.0, 3.0, 3.0, 2.0, 2.0, 4 / 3])
+    assert result.best_epoch == 4 and result.best_valid_perplexity == 8.0
+    assert torch.all(model.output.bias == 4)
+
+
+def test_a_non_finite_loss_stops_the_epoch_naming_the_chunk() -> None:
+    model, stream = model_and_stream()
+    split = chunks(stream, EOS, batch_size=4, bptt=4)
+    with torch.no_grad():
+        model.output.bias[2] = float("nan")
+    with pytest.raises(StacklmError, match=r"the training loss is nan at chunk 1 of 3; the run diverged"):
+        train_epoch(model, split, torch.optim.SGD(model.parameters(), lr=1.0), clip_per_target=1.0)
+
+
+def test_training_learns_a_periodic_stream() -> None:
+    # a b c a b c …: after a few epochs each next token is nearly certain (perplexity → 1; uniform is 4).
+    model = PtbLanguageModel(PtbModelConfig(vocabulary_size=4, hidden_units=8, stack=LimitedNondeterministic(1, 2, renormalizing=True, window=3)))
+    model.initialize(torch.Generator().manual_seed(0))
+    split = chunks(torch.arange(300) % 3, 3, batch_size=4, bptt=5)
+    before = evaluate(model, split)
+    result = train(model, split, split, SearchDraw(learning_rate=10.0, clip_per_target=1.0), max_epochs=8)
+    assert before > 3.5 and result.best_valid_perplexity < 1.5
+    assert evaluate(model, split) == pytest.approx(result.best_valid_perplexity)  # the best epoch restored
