@@ -5,5 +5,6 @@
 - ``alignment``: sentences, PTB tokens (``<unk>`` outside the vocabulary), tokens to regions;
 - ``score``: surprisals from a language model, region sums, (item, prediction) results;
 - ``circuits``: the SG score and the score per circuit;
-- ``model``: a PTB language model (``stacklm.models.ptb``) as the language model of ``score``.
+- ``model``: a PTB language model (``stacklm.models.ptb``) as the language model of ``score``;
+- ``sources``: the paper's 33 suites and circuit map pinned by sha256, and the SG score over them.
 """

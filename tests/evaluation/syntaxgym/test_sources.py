@@ -1,0 +1,37 @@
+"""The pinned suite files: the reference copies pass, a changed file is refused, and a run over a
+subset of the suites gives its SG score and circuits."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from stacklm.errors import StacklmError
+from stacklm.evaluation.syntaxgym.sources import SUITE_SHA256, read_pinned_circuits, read_pinned_suite, score_all
+
+
+def test_the_reference_copies_match_their_pins(upstream_dir: Path) -> None:
+    directory = upstream_dir / "sg-test-suites"
+    circuits = read_pinned_circuits(directory)
+    assert sorted(s for c in circuits for s in c.suites) == sorted(SUITE_SHA256)
+    assert sum(len(read_pinned_suite(directory, name).items) for name in SUITE_SHA256) == 841
+
+
+def test_a_file_that_differs_from_its_pin_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "circuits.json").write_text('{"circuits": []}')
+    with pytest.raises(StacklmError, match=r"circuits\.json: sha256 [0-9a-f]{64} does not match the pinned"):
+        read_pinned_circuits(tmp_path)
+    with pytest.raises(StacklmError, match=r"syntaxgym-format/cleft\.json: file not found"):
+        read_pinned_suite(tmp_path, "cleft")
+
+
+def test_a_run_over_one_suite_scores_it_and_its_circuit(upstream_dir: Path) -> None:
+    # One bit per token: number_orc's predictions hold only where "disguised" empties region 7
+    # (see test_score): 2 of 38.
+    words = frozenset(word for line in (upstream_dir / "ptb" / "ptb.train.txt").open() for word in line.split())
+    result = score_all(upstream_dir / "sg-test-suites", words, lambda inputs, targets: [-math.log(2)] * len(targets), ("number_orc",))
+    assert [s.suite for s in result.suites] == ["number_orc"]
+    assert result.scores.overall == pytest.approx(2 / 38)
+    assert result.scores.circuits == (("Agreement", pytest.approx(2 / 38)),)
+    with pytest.raises(StacklmError, match=r"suites in no circuit: \['nn-nv-rpl'\]"):
+        score_all(upstream_dir / "sg-test-suites", words, lambda inputs, targets: [0.0] * len(targets), ("nn-nv-rpl",))
