@@ -24,7 +24,7 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import located
 from stacklm.models.base import LanguageModel
 from stacklm.models.options import ModelOptions
-from stacklm.models.registry import DEFAULT_BUDGET, get_architecture
+from stacklm.models.registry import DEFAULT_BUDGET
 from stacklm.models.registry import build_model as build_for_vocabulary
 from stacklm.tasks import Task, get_task
 from stacklm.training.run_files import load_model, rebuild_model, token_features
@@ -71,7 +71,7 @@ class TrainedRun:
     """A run folder of ``stacklm train`` (and, for a final run, ``stacklm evaluate``)."""
 
     folder: Path
-    task: str  # a task, or a CFL language
+    task: str
     architecture: str
     model: LanguageModel  # the best checkpoint's parameters, in eval mode, on the CPU
     vocabulary: Vocabulary
@@ -81,7 +81,7 @@ class TrainedRun:
 
 
 def load_run(folder: str | Path) -> TrainedRun:
-    """The trained model and records of a run folder; a missing or foreign file is a
+    """The trained model and records of a task run's folder; a missing or foreign file is a
     ``StacklmError`` naming it."""
     import pandas as pd  # here: building a model or splits needs no pandas
 
@@ -89,13 +89,12 @@ def load_run(folder: str | Path) -> TrainedRun:
     saved = load_model(folder / MODEL_FILE)
     if not (folder / CURVE_FILE).is_file():
         raise located(folder / CURVE_FILE, None, "the run's learning curve is missing (has `stacklm train` finished for this run?)")
-    task = get_task(saved.task) if get_architecture(saved.architecture).syntax else None  # only +Syn reads its lexicon
     metrics = folder / METRICS_FILE
     return TrainedRun(
         folder=folder,
         task=saved.task,
         architecture=saved.architecture,
-        model=rebuild_model(saved, task),
+        model=rebuild_model(saved, get_task(saved.task)),
         vocabulary=Vocabulary(saved.vocabulary),
         settings=saved.settings,
         curve=pd.read_parquet(folder / CURVE_FILE),

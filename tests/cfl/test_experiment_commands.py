@@ -224,7 +224,9 @@ def test_sync_mirrors_the_runs_their_delta_curves_and_the_selected_runs_test_del
         curve = pd.read_parquet(run_dir / "train.parquet")
         history = client.get_metric_history(found.info.run_id, "validation_" + DELTA)
         assert [(point.step, point.value) for point in history] == list(zip(curve["epoch"], curve[DELTA]))
-        assert found.data.params["language"] == LANGUAGE.name and found.data.params["architecture"] == "cfl/LSTM"
+        assert found.data.params["settings.language"] == LANGUAGE.name and found.data.params["architecture"] == "cfl/LSTM"
+        assert found.data.tags["language"] == LANGUAGE.name and found.data.tags["model"] == "cfl/LSTM"
+        assert found.data.params["model.dropout"] == "0.0" and found.data.params["settings.model.dropout"] == "0.1"  # built, not the option
         assert found.data.metrics["best_validation_" + DELTA] == curve[DELTA].min() and found.data.metrics["epochs"] == 2
         if run_dir.name != selected:
             assert "test_" + DELTA not in found.data.metrics

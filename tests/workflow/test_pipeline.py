@@ -308,7 +308,7 @@ def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines:
         text = re.sub(r"<[^>]+>", "", page)
         markdown = (directory / "results" / "report" / "tables" / f"{task}.md").read_text()
         rows = [line for line in markdown.splitlines() if line.startswith("| ") and "---" not in line]
-        assert len(rows) == page.count("<tr>") == 2 * (len(settings["architectures"]) + 1)  # two column sets
+        assert len(rows) == page.count("<tr>")  # every row of the table, header rows included
         for row in rows:
             assert "".join(cell.strip().replace("**", "") for cell in row.strip("|").split("|")) in text.replace("\n", "")
         for name in settings["architectures"]:
