@@ -400,17 +400,18 @@ def test_transformer_dropout_positions() -> None:
     final: list[Tensor] = []
     model.final_norm.register_forward_hook(lambda module, args, output: final.append(output))
     rates: list[float] = []
-    original = F.scaled_dot_product_attention
+    original = F.dropout
 
-    def recording(*args: Any, **kwargs: Any) -> Tensor:
-        rates.append(kwargs.get("dropout_p", 0.0))
-        return original(*args, **kwargs)
+    def recording(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+        if input.dim() == 4:  # attention probabilities (B, heads, n, n); the other dropouts are 3-D
+            rates.append(p if training else 0.0)
+        return original(input, p, training, inplace)
 
-    F.scaled_dot_product_attention = recording  # type: ignore[assignment]
+    F.dropout = recording  # type: ignore[assignment]
     try:
         logits = model(TOKENS)
     finally:
-        F.scaled_dot_product_attention = original  # type: ignore[assignment]
+        F.dropout = original  # type: ignore[assignment]
     dropped, kept = calls["input"][0], eval_inputs[0]
     assert bool(((dropped == 0) | torch.isclose(dropped, 2 * kept)).all()) and 0.3 < float((dropped == 0).double().mean()) < 0.7
     assert len(calls["residual"]) == 2 * 5  # after every sublayer: attention or stack, then FFN
