@@ -17,7 +17,9 @@ from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.errors import StacklmError
 from stacklm.evaluation import command as evaluate_command
 from stacklm.tasks import get_task
+from stacklm.training import checkpoint
 from stacklm.training import command as train_command
+from stacklm.training.run_files import load_model
 
 MAX_SOURCE_TOKENS = 9  # the short sentences of the grammar ("her newt does giggle . quest"), so that CPU training is quick
 
@@ -132,7 +134,8 @@ def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_un
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert killed.returncode == -signal.SIGKILL and not (tmp_path / "killed" / "model.pt").exists()
-    state = torch.load(tmp_path / "killed.ckpt", weights_only=False)
+    [state_path] = tmp_path.glob("killed.*.ckpt")  # killed.<fingerprint>.ckpt, beside the --checkpoint path
+    state = checkpoint.load(state_path)
     assert len(state["curve"]) >= 3 and state["counters"]["epoch"] == 0 and 0 < state["counters"]["batch_index"]  # inside the only epoch
     stopped = subprocess.Popen(command("killed"), stderr=subprocess.PIPE, text=True)  # resumes, then gets a SIGTERM between checkpoints
     assert stopped.stderr is not None
@@ -145,7 +148,7 @@ def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_un
             break
     stopped.send_signal(signal.SIGTERM)
     assert stopped.wait() == 1 and "SIGTERM at step" in stopped.stderr.read()  # a failed command, not a usage error
-    state = torch.load(tmp_path / "killed.ckpt", weights_only=False)
+    state = checkpoint.load(state_path)
     assert len(state["curve"]) >= 4  # the resumed run's own progress is saved
     resumed = subprocess.run(command("killed"), check=True, capture_output=True, text=True)
     assert "resuming from" in resumed.stderr
@@ -153,7 +156,7 @@ def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_un
     timing = ["wall_time_s", "tokens_per_s", "code_version"]  # the clock, and commits others make meanwhile in a shared checkout
     curves = [pq.read_table(tmp_path / name / "train.parquet").drop(timing).to_pylist() for name in ("whole", "killed")]
     assert curves[0] == curves[1] and len(curves[0]) >= 7
-    whole, continued = (torch.load(tmp_path / name / "model.pt", weights_only=False)["parameters"] for name in ("whole", "killed"))
+    whole, continued = (load_model(tmp_path / name / "model.pt").parameters for name in ("whole", "killed"))
     assert whole.keys() == continued.keys() and all(torch.equal(whole[key], continued[key]) for key in whole)
 
 
