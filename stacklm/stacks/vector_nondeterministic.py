@@ -22,9 +22,10 @@ the fast products, on the CPU, can run as one compiled kernel (``kernels/compile
 same DP and numerics, forward and backward, built at first use). ``kernel="compiled"``
 requires it (and raises if it cannot build), ``"torch"`` never uses it, ``"auto"`` (default)
 uses it where it applies and builds, and warns once if the build fails. The same kernel, one
-step per call, runs ``sequence_state``'s states (a stack RNN's forward), under the same
-conditions. Incremental states (``initial_state``), chunks (``run``, an initial state),
-windows, other semirings and CUDA use the PyTorch DP.
+step per call, runs ``sequence_state``'s states (a stack RNN's forward) and, without
+gradients, ``initial_state``'s (evaluation, sampling), under the same conditions. Incremental
+states with gradients (``pytorch_state``), chunks (``run``, an initial state), windows, other
+semirings and CUDA use the PyTorch DP.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from stacklm.stacks.pda import (
 )
 
 BottomVector = Literal["learned", "zero", "one"]
+INITIAL_CAPACITY = 16  # steps of a compiled state's first tables when the run's length is not given
 Kernel = Literal["auto", "compiled", "torch"]
 
 
@@ -105,12 +107,14 @@ class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
 
 
 @dataclass(frozen=True)
-class CompiledSequenceState(StackState[VectorNondeterministicActions]):
-    """A state of one run on the compiled kernel, one step per ``next`` (``sequence_state``).
+class CompiledState(StackState[VectorNondeterministicActions]):
+    """A state on the compiled kernel, one kernel call per ``next``.
 
-    Every state of the run shares the run's tables (``kernels/compiled.py``), so a state can be
-    advanced once, by ``next``, and never copied or sliced: incremental use (sampling, copies
-    of a prefix) takes ``initial_state``'s states instead.
+    The states of one run share its tables (``kernels/compiled.py``), into which ``next``
+    writes the next column. With gradients (``sequence_state``: a training forward) each state
+    is advanced once, within the steps the tables were made for, and never copied. Without
+    (``torch.no_grad``: evaluation, sampling) a state may be advanced twice, copied or sliced:
+    it copies the tables first, and grows them when a run outlasts them.
     """
 
     tables: compiled.StepTables
@@ -120,26 +124,34 @@ class CompiledSequenceState(StackState[VectorNondeterministicActions]):
     current: Tensor  # r_t (B, Q·S·m)
 
     def next(self, actions: VectorNondeterministicActions) -> Self:
-        if self.tables.steps != self.step:
-            raise ValueError("a sequence state is advanced once: this one was advanced already")
+        tables = self.tables
+        if tables.steps != self.step or self.step == tables.capacity:
+            if torch.is_grad_enabled():
+                raise ValueError("with gradients, a compiled state is advanced once, within its tables' steps")
+            capacity = tables.capacity if self.step < tables.capacity else 2 * tables.capacity
+            tables = tables.prefix(self.step, capacity)
         batch = self.current.size(0)
         configurations, num_states = self.sizes.num_configurations, self.sizes.num_states
         reading, order = compiled.compiled_step(
-            self.tables,
+            tables,
             actions.push.reshape(batch, configurations, configurations),
             actions.replace.reshape(batch, configurations, configurations),
             actions.pop.reshape(batch, configurations, num_states),
             actions.pushed,
             self.order,
         )
-        return replace(self, step=self.step + 1, order=order, current=reading)
+        return replace(self, tables=tables, step=self.step + 1, order=order, current=reading)
 
     def reading(self) -> Tensor:
         """(B, Q·S·m) in the order (r, y, m)."""
         return self.current
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
-        raise TypeError("a sequence state cannot be copied or sliced; use initial_state for incremental use")
+        if torch.is_grad_enabled():
+            raise TypeError("with gradients, a compiled state is never copied or sliced")
+        return replace(
+            self, tables=self.tables.transform(function), order=function(self.order), current=function(self.current)
+        )
 
 
 class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions]):
@@ -187,25 +199,37 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         value = -math.inf if self.bottom == "zero" else 0.0
         return torch.full((self.sizes.vector_size,), value, dtype=like.dtype, device=like.device)
 
-    def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> VectorNondeterministicState:
+    def initial_state(
+        self, batch_size: int, like: Tensor, max_steps: int | None = None
+    ) -> VectorNondeterministicState | CompiledState:
+        """Without gradients (``torch.no_grad``) on the compiled kernel where ``readings`` would use
+        it; else the PyTorch DP's state (``pytorch_state``)."""
+        if not torch.is_grad_enabled() and self.kernel_applies_to(like) and self.uses_compiled_kernel(like):
+            return self.compiled_state(batch_size, like, max_steps or INITIAL_CAPACITY)
+        return self.pytorch_state(batch_size, like, max_steps)
+
+    def pytorch_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> VectorNondeterministicState:
+        """The empty stack of the PyTorch DP (chunks, windows, gradients through copies)."""
         semiring = self.engine.semiring
         bottom = from_log(semiring, self.log_bottom(like)).unsqueeze(0).expand(batch_size, -1)
         tables = initial_tables(self.sizes, batch_size, bottom, self.engine, like, max_steps)
         return VectorNondeterministicState(tables, self.sizes, self.engine)
 
-    def sequence_state(
-        self, batch_size: int, like: Tensor, max_steps: int
-    ) -> VectorNondeterministicState | CompiledSequenceState:
-        """On the compiled kernel where ``readings`` would use it (module docstring), else ``initial_state``."""
+    def sequence_state(self, batch_size: int, like: Tensor, max_steps: int) -> VectorNondeterministicState | CompiledState:
+        """On the compiled kernel where ``readings`` would use it (module docstring), else ``initial_state``'s."""
         if max_steps < 1 or not self.uses_compiled_kernel(like):
-            return self.initial_state(batch_size, like, max_steps)
+            return self.pytorch_state(batch_size, like, max_steps)
+        return self.compiled_state(batch_size, like, max_steps)
+
+    def compiled_state(self, batch_size: int, like: Tensor, capacity: int) -> CompiledState:
+        """The empty stack on the compiled kernel, with tables for ``capacity`` steps."""
         log_bottom = self.log_bottom(like).unsqueeze(0).expand(batch_size, -1)  # (B, m)
         sizes = self.sizes
-        tables = compiled.StepTables(log_bottom, max_steps, sizes.num_states, sizes.num_symbols)
+        tables = compiled.StepTables(log_bottom, capacity, sizes.num_states, sizes.num_symbols)
         # r_0: v₀ at (q0, ⊥), the only configuration of the empty stack; 0 elsewhere.
         empty = log_bottom.new_zeros(batch_size, (sizes.num_configurations - 1) * sizes.vector_size)
         initial_reading = torch.cat([log_bottom.exp(), empty], dim=1)
-        return CompiledSequenceState(tables, sizes, 0, log_bottom, initial_reading)
+        return CompiledState(tables, sizes, 0, log_bottom, initial_reading)
 
     def step_actions(self, actions: VectorNondeterministicActions, step: int) -> VectorNondeterministicActions:
         return VectorNondeterministicActions(
@@ -229,12 +253,7 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         """Whether ``readings`` of actions like ``like`` from ``initial`` run the compiled kernel."""
         if self.kernel == "torch":
             return False
-        applies = (
-            self.kernel_applies
-            and initial is None
-            and like.device.type == "cpu"
-            and like.dtype in (torch.float32, torch.float64)
-        )
+        applies = initial is None and self.kernel_applies_to(like)
         if self.kernel == "compiled":
             if not applies:
                 raise ValueError(
@@ -247,6 +266,10 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
         if not built:
             warnings.warn(f"using the PyTorch dVPDA: {error}", RuntimeWarning, stacklevel=3)
         return built
+
+    def kernel_applies_to(self, like: Tensor) -> bool:
+        """Whether the compiled kernel can run this stack on tensors like ``like`` (CPU, float32 or float64)."""
+        return self.kernel_applies and like.device.type == "cpu" and like.dtype in (torch.float32, torch.float64)
 
     def compiled_readings(self, actions: VectorNondeterministicActions) -> Tensor:
         """r_1 … r_n (B, n, Q·S·m) from the compiled kernel (``kernels/compiled.py``)."""
@@ -266,7 +289,7 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
     ) -> tuple[Tensor, VectorNondeterministicState]:
         """r_1 … r_n (B, n, Q·S·m) and the state after step n (for the next chunk)."""
         steps = self.num_steps(actions)
-        state = initial if initial is not None else self.initial_state(actions.pop.size(0), actions.pop, steps)
+        state = initial if initial is not None else self.pytorch_state(actions.pop.size(0), actions.pop, steps)
         alphas, etas = [], []
         for step in range(steps):
             state = state.next(self.step_actions(actions, step))

@@ -53,6 +53,6 @@ def test_compiled_step_equals_the_pytorch_dp(name: str) -> None:
     reference.interface.stack.kernel = "torch"  # type: ignore[union-attr]
     tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, 9), generator=torch.Generator().manual_seed(4))
     state = compiled._initial(3, 9, sequence=True).stack
-    assert type(state).__name__ == "CompiledSequenceState"
+    assert type(state).__name__ == "CompiledState"
     for got, expected in zip(logits_and_gradients(compiled, tokens), logits_and_gradients(reference, tokens)):
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)

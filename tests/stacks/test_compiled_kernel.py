@@ -241,7 +241,7 @@ def test_sequence_state_equals_the_pytorch_steps(
     actions of each step depending on the previous reading, gradients included."""
     actions = random_actions(3, steps, states, symbols, vector_size, seed=30 + steps, scale=3.0)
     compiled, reference = stacks(states, symbols, vector_size, bottom=bottom)
-    assert type(compiled.sequence_state(3, actions.pop, steps)).__name__ == "CompiledSequenceState"
+    assert type(compiled.sequence_state(3, actions.pop, steps)).__name__ == "CompiledState"
     got = fed_back_readings(compiled, actions, sequence=True)
     expected = fed_back_readings(reference, actions, sequence=False)
     for value, reference_value in zip(got, expected):
@@ -273,3 +273,30 @@ def test_sequence_state_is_advanced_once_and_never_copied() -> None:
         state.detach()
     torch_stack = VectorNondeterministicStack(2, 2, 2, kernel="torch").double()
     assert type(torch_stack.sequence_state(1, actions.pop, 3)).__name__ == "VectorNondeterministicState"
+
+
+def test_incremental_states_without_gradients_equal_the_pytorch_dp() -> None:
+    """Without gradients ``initial_state`` runs the compiled kernel: two continuations of one
+    prefix, a copied and sliced state and a run longer than its first tables (capacity 3) all
+    read as the PyTorch DP's states do."""
+    actions, other = random_actions(4, 14, 3, 3, 5, seed=50), random_actions(4, 14, 3, 3, 5, seed=51)
+    copied = VectorNondeterministicActions(*(tensor.repeat_interleave(2, dim=0)[2:6] for tensor in vars(actions).values()))
+    compiled, reference = stacks(3, 3, 5)
+    readings = []
+    with torch.no_grad():
+        assert type(compiled.initial_state(4, actions.pop)).__name__ == "CompiledState"
+        for stack in (compiled, reference):
+            state = stack.initial_state(4, actions.pop, max_steps=3)
+            outputs = [state.reading()]
+            for step in range(8):
+                state = state.next(stack.step_actions(actions, step))
+                outputs.append(state.reading())
+            sliced = state.transform_tensors(lambda tensor: tensor.repeat_interleave(2, dim=0)).slice_batch(slice(2, 6))
+            for continuation, run in ((state, actions), (state, other), (state, actions), (sliced, copied)):
+                for step in range(8, 14):
+                    continuation = continuation.next(stack.step_actions(run, step))
+                    outputs.append(continuation.reading())
+            readings.append(outputs)
+    assert type(compiled.initial_state(4, actions.pop)).__name__ == "VectorNondeterministicState"  # with gradients
+    for got, expected in zip(*readings):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -138,9 +138,42 @@ class StepTables:
             bottom, capacity, num_states, num_symbols
         )
         self.capacity = capacity
+        self.vector_size = bottom.size(1)
         self.steps = 0
         self.grad_gamma: Tensor | None = None
         self.grad_alpha: Tensor | None = None
+
+    def _replaced(self, tensors: tuple[Tensor, Tensor, Tensor, Tensor], capacity: int, steps: int) -> StepTables:
+        copy = object.__new__(StepTables)
+        copy.gamma, copy.shares, copy.pops, copy.alpha = tensors
+        copy.capacity, copy.steps, copy.vector_size = capacity, steps, self.vector_size
+        copy.grad_gamma = copy.grad_alpha = None
+        return copy
+
+    def prefix(self, steps: int, capacity: int) -> StepTables:
+        """Tables of ``capacity`` steps holding a copy of columns 0 … ``steps`` (no gradients)."""
+        configurations = self.alpha.size(2)
+        used = _table_size(steps, configurations, self.vector_size)
+        batch = self.alpha.size(0)
+        tensors = []
+        for table in (self.gamma, self.shares, self.pops):
+            copy = table.new_empty(batch, _table_size(capacity, configurations, self.vector_size))
+            copy[:, :used] = table[:, :used]
+            tensors.append(copy)
+        alpha = self.alpha.new_empty(batch, capacity + 1, configurations)
+        alpha[:, : steps + 1] = self.alpha[:, : steps + 1]
+        return self._replaced((*tensors, alpha), capacity, steps)  # type: ignore[arg-type]
+
+    def transform(self, function: Callable[[Tensor], Tensor]) -> StepTables:
+        """``function`` applied to every table along the batch dimension, into tables of their own."""
+        tensors = tuple(function(table).clone() for table in (self.gamma, self.shares, self.pops, self.alpha))
+        return self._replaced(tensors, self.capacity, self.steps)  # type: ignore[arg-type]
+
+
+def _table_size(steps: int, configurations: int, vector_size: int) -> int:
+    """N · Σ_{t ≤ steps} rows(t), rows(t) = m + (t + 1)·N: the flat size of columns 0 … steps."""
+    columns = steps + 1
+    return configurations * (columns * vector_size + configurations * columns * (columns + 1) // 2)
 
 
 class _CompiledStep(torch.autograd.Function):
