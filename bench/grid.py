@@ -163,7 +163,7 @@ def main() -> None:
         "cpu_core_hours": sum(row["cpu_core_hours"] for row in rows),
         "gpu_hours": sum(row["gpu_hours"] for row in rows) if gpu and all("gpu_hours" in row for row in rows) else None,
         "epochs_to_convergence": arguments.epochs_to_convergence,
-        "runs": len(rows),
+        "tasks_x_architectures": len(rows),
     }
     if arguments.json:
         for row in rows:
