@@ -1,10 +1,11 @@
 """What the Snakefile asks of stacklm: the resolved settings, the hyperparameter draw, the
 choice of the best trial, and every path and target of the DAG.
 
-The Snakefile validates ``config.yaml`` against ``workflow/schemas/config.schema.yaml``; this
-module applies the chosen preset, re-checks what JSON Schema cannot express (a preset is
-applied after the schema ran; architecture names live in the model registry), and answers the
-workflow's lookups, so that no decision lives in Snakemake code.
+The Snakefile hands this module ``config.yaml`` and the user's keys; ``resolve`` applies the
+chosen preset between them (the user's keys win), checks the resolved settings against
+``workflow/schemas/config.schema.yaml`` and what JSON Schema cannot express (architecture
+names live in the model registry), and the module answers the workflow's lookups, so that no
+decision lives in Snakemake code.
 
 The DAG (seed 000 §5, App. D), per task T and architecture A:
 
@@ -39,7 +40,7 @@ import random
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from stacklm.atomic import write_text_atomically
 from stacklm.cfl.experiment import CflSettings, parse_setting
@@ -115,42 +116,111 @@ SPLITS: tuple[str, ...] = ("train", "validation", "test", "generalization")
 
 
 # ---------------------------------------------------------------------------------------------
-# Settings: the preset, then the checks JSON Schema cannot make.
+# Settings: config.yaml, the preset over it, the user's keys over both; then validated whole.
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+PRESET_KEYS = ("preset", "presets")  # choose the preset; not settings any job reads
+STRING_HINT = (
+    "(a nested value given with --config arrives as a string: put nested keys in a YAML file"
+    " passed with --configfile, README \"Running it\")"
+)
 
 
-def apply_preset(config: dict[str, Any]) -> dict[str, Any]:
+def apply_preset(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with the preset named by ``config['preset']`` merged over it (dicts deeply)."""
     name = config.get("preset")
     presets = config.get("presets", {})
-    resolved = {key: copy.deepcopy(value) for key, value in config.items() if key not in ("preset", "presets")}
+    resolved = {key: copy.deepcopy(value) for key, value in config.items() if key not in PRESET_KEYS}
     if name is None:
         return resolved
-    if name not in presets:
+    if not isinstance(name, str) or name not in presets:
         raise StacklmError(f"config key 'preset': unknown preset {name!r}; known: {', '.join(sorted(presets))}")
+    if not isinstance(presets[name], dict):
+        raise StacklmError(f"config key 'presets.{name}': expected a mapping of settings, found {presets[name]!r}")
     return _merge(resolved, presets[name], path="presets." + name)
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any], path: str) -> dict[str, Any]:
+def _merge(base: dict[str, Any], override: Mapping[str, Any], path: str | None) -> dict[str, Any]:
+    """``override`` over ``base``, dicts deeply. ``path`` names where ``override`` comes from, and
+    a key of it that ``base`` lacks is an error; None takes any key (the schema names it)."""
     merged = dict(base)
     for key, value in override.items():
-        if key not in base:
-            raise StacklmError(f"config key '{path}.{key}': not a key of the settings")
-        if isinstance(value, dict) and isinstance(base[key], dict):
-            merged[key] = _merge(base[key], value, f"{path}.{key}")
+        inner = None if path is None else f"{path}.{key}"
+        if key not in base and path is not None:
+            raise StacklmError(f"config key '{inner}': not a key of the settings")
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merge(base[key], value, inner)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
 
 
-def resolve(config: dict[str, Any]) -> dict[str, Any]:
-    """The settings every job reads: ``config`` with its preset applied, checked."""
+def resolve(config: Mapping[str, Any], user_keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The settings every job reads: config.yaml, the preset over it, the user's keys over
+    both, validated as a whole (``validate_settings``).
+
+    ``config`` is Snakemake's ``config``: config.yaml with the user's keys already merged in;
+    ``user_keys`` are those keys alone (``--configfile`` files, then ``--config``: Snakemake's
+    ``workflow.config_settings.overwrite_config``), merged again over the preset so that a
+    key the user sets wins over the preset's.
+    """
     settings = apply_preset(config)
-    check_settings(settings)
+    user = {key: value for key, value in (user_keys or {}).items() if key not in PRESET_KEYS}
+    settings = _merge(settings, user, path=None)
+    validate_settings(settings)
     return settings
 
 
-def check_settings(settings: dict[str, Any]) -> None:
-    """Raise a ``StacklmError`` naming the key of the first setting no run could use."""
+def snakefile_settings(config: Mapping[str, Any], user_keys: Mapping[str, Any]) -> dict[str, Any]:
+    """``resolve`` for the Snakefile: an invalid setting stops Snakemake before any job with
+    the messages naming the keys, and no traceback."""
+    try:
+        return resolve(config, user_keys)
+    except StacklmError as error:
+        raise SystemExit(f"stacklm: invalid settings\n{error}") from None
+
+
+def validate_settings(settings: Mapping[str, Any]) -> None:
+    """Raise a ``StacklmError`` naming the key of every value the schema rejects (one per
+    line), else of the first one no run could use (``check_settings``)."""
+    errors = list(_settings_validator().iter_errors(settings))
+    if errors:
+        lines = sorted({line for error in errors for line in _schema_messages(error)})  # by key
+        if any(error.validator == "type" and isinstance(error.instance, str) for error in errors):
+            lines.append(STRING_HINT)
+        raise StacklmError("\n".join(lines))
+    check_settings(settings)
+
+
+@functools.cache
+def _settings_validator() -> Any:
+    """The schema's validator, where an integer is an ``int`` (JSON Schema also takes 2.0)."""
+    import jsonschema
+    import yaml
+
+    base = jsonschema.Draft202012Validator
+    strict = base.TYPE_CHECKER.redefine("integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(base, type_checker=strict)(yaml.safe_load(SCHEMA.read_text()))
+
+
+def _key(path: Any) -> str:
+    """``search.tokens_per_batch.low``, ``architectures[1]``: a key as the errors name it."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
+
+
+def _schema_messages(error: Any) -> list[str]:
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        known = error.schema.get("properties", {})
+        return [f"config key '{_key([*path, name])}': not a key of the settings" for name in error.instance if name not in known]
+    if error.validator == "required":
+        return [f"config key '{_key([*path, name])}': required" for name in error.validator_value if name not in error.instance]
+    return [f"config key '{_key(path)}': {error.message}"]
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    """Raise a ``StacklmError`` naming the key of the first setting no run could use, among
+    those the schema cannot judge: registry names, task names, the order of bounds."""
     known = known_architectures()
     for position, name in enumerate(settings["architectures"]):
         if name not in known:
@@ -158,32 +228,15 @@ def check_settings(settings: dict[str, Any]) -> None:
                 f"config key 'architectures[{position}]': unknown architecture {name!r}; known: {', '.join(known)}"
             )
     search = settings["search"]
-    if search["trials"] < 1:
-        raise StacklmError(f"config key 'search.trials': at least one trial is needed, got {search['trials']!r}")
-    if search["max_epochs"] is not None and search["max_epochs"] < 1:
-        raise StacklmError(f"config key 'search.max_epochs': must be null or at least 1, got {search['max_epochs']!r}")
     _check_range(search["tokens_per_batch"], "search.tokens_per_batch")
     _check_range(search["learning_rate"], "search.learning_rate")
-    if not settings["final"]["seeds"]:
-        raise StacklmError("config key 'final.seeds': at least one seed is needed")
-    final_epochs = settings["final"]["max_epochs"]
-    if final_epochs is not None and final_epochs < 1:
-        raise StacklmError(f"config key 'final.max_epochs': must be null or at least 1, got {final_epochs!r}")
     data_settings(settings)
     cfl_settings(settings)
-    budget = settings.get("training", {}).get("parameter_budget")
-    if budget is not None and budget <= 0:
-        raise StacklmError(f"config key 'training.parameter_budget': the parameter budget must be positive, got {budget!r}")
-    threshold = settings["report"]["min_test_accuracy"]
-    if not 0 <= threshold <= 1:
-        raise StacklmError(f"config key 'report.min_test_accuracy': must lie in [0, 1], got {threshold!r}")
 
 
-def _check_range(bounds: dict[str, float], key: str) -> None:
-    """Both bounds of a draw: positive, in order."""
+def _check_range(bounds: Mapping[str, float], key: str) -> None:
+    """The bounds of a draw in order (the schema checks each)."""
     low, high = bounds["low"], bounds["high"]
-    if low <= 0:
-        raise StacklmError(f"config key '{key}.low': must be positive, got {low!r}")
     if low > high:
         raise StacklmError(f"config key '{key}': low {low!r} exceeds high {high!r}")
 
@@ -519,7 +572,7 @@ def settings_command(args: argparse.Namespace) -> int:
     if not isinstance(settings, dict):
         raise StacklmError("--json: not a JSON object")
     if SECTIONS not in settings:  # a whole settings file; a reader's sections were checked whole by `resolve`
-        check_settings(settings)
+        validate_settings(settings)
     write_json(args.out, settings)
     return 0
 

@@ -79,14 +79,62 @@ def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
 def test_invalid_settings_name_the_key(settings: dict[str, Any], change: Any, key: str) -> None:
     change(settings)
     with pytest.raises(StacklmError, match=f"config key '{key}'"):
-        workflow.check_settings(settings)
+        workflow.validate_settings(settings)
 
 
-def test_a_preset_cannot_smuggle_zero_trials_past_the_schema(config: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("preset", "key"),
+    [
+        ({"search": {"trials": 0}}, r"search\.trials"),
+        ({"search": {"trials": "2"}}, r"search\.trials': '2' is not of type 'integer'"),
+        ({"tasks": []}, r"tasks"),
+        ({"final": {"seeds": [1, 2, 1]}}, r"final\.seeds': \[1, 2, 1\] has non-unique elements"),
+        ({"architectures": ["Tf", "LSTM", "Tf"]}, r"architectures': .* has non-unique elements"),
+        ({"data": {"sizes": {"train": 0}}}, r"data\.sizes\.train"),
+        ({"search": {"tokens_per_batch": {"low": 512.5, "high": 2048}}}, r"search\.tokens_per_batch\.low"),
+        ({"search": {"tokens_per_batch": {"low": 512, "high": 2048.0}}}, r"search\.tokens_per_batch\.high"),
+        ({"model": {"dropout": 1.5}}, r"model\.dropout"),
+        ({"evaluation": {"samples_per_input": 0}}, r"evaluation\.samples_per_input"),
+        ({"report": {"min_test_accuracy": 1.5}}, r"report\.min_test_accuracy"),
+        ({"search": {"tirals": 3}}, r"presets\.ci\.search\.tirals': not a key of the settings"),
+    ],
+)
+def test_a_presets_values_are_validated_naming_the_key(config: dict[str, Any], preset: dict[str, Any], key: str) -> None:
     broken = copy.deepcopy(config)
-    broken["presets"]["ci"]["search"]["trials"] = 0
-    with pytest.raises(StacklmError, match=r"'search\.trials'"):
+    broken["presets"]["ci"] = {**broken["presets"]["ci"], **preset}
+    with pytest.raises(StacklmError, match=f"config key '{key}"):
         workflow.resolve({**broken, "preset": "ci"})
+
+
+def test_every_schema_error_is_named_and_strings_get_the_configfile_hint(config: dict[str, Any]) -> None:
+    user = {"search": {"trials": "3"}, "model": {"dropout": 1.5}, "typo": 1}
+    with pytest.raises(StacklmError) as raised:
+        workflow.resolve(snakemake_config(config, user), user)
+    assert str(raised.value).splitlines() == [
+        "config key 'model.dropout': 1.5 is greater than or equal to the maximum of 1",
+        "config key 'search.trials': '3' is not of type 'integer'",
+        "config key 'typo': not a key of the settings",
+        workflow.STRING_HINT,
+    ]
+
+
+def snakemake_config(config: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    """Snakemake's ``config``: config.yaml with the user's keys merged in."""
+    from snakemake.utils import update_config
+
+    merged = copy.deepcopy(config)
+    update_config(merged, copy.deepcopy(user))
+    return merged
+
+
+def test_the_users_keys_win_over_the_presets(config: dict[str, Any]) -> None:
+    user = {"preset": "ci", "search": {"trials": 3}, "final": {"seeds": [7]}}
+    settings = workflow.resolve(snakemake_config(config, user), user)
+    assert settings["search"] == {**config["search"], **config["presets"]["ci"]["search"], "trials": 3}
+    assert settings["final"] == {"seeds": [7], "max_epochs": 1}  # the preset's max_epochs stays
+    assert settings["tasks"] == config["presets"]["ci"]["tasks"]
+    # the same keys in config.yaml itself are defaults: the preset wins over them
+    assert workflow.resolve(snakemake_config(config, user))["search"]["trials"] == config["presets"]["ci"]["search"]["trials"]
 
 
 def test_draw_is_a_pure_function_of_task_architecture_trial(settings: dict[str, Any]) -> None:
@@ -224,6 +272,8 @@ def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Pa
 
 def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     settings["search"]["trials"] = 0
+    settings["training"]["parameter_budget"] = 0
     assert main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "s.json")]) == 1
-    assert "search.trials" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "'search.trials'" in error and "'training.parameter_budget'" in error
     assert not (tmp_path / "s.json").exists()

@@ -21,6 +21,36 @@ def job_counts(output: str) -> dict[str, int]:
     return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.MULTILINE)}
 
 
+# Every job of the full settings and of each preset, by rule: the dry runs listed the same jobs
+# (rule and output) before the preset and the user's keys were resolved as a whole (main @ f539c71).
+# A change here is a change of the DAG.
+DAG_JOBS: dict[str | None, dict[str, int]] = {
+    None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1100, "data_summarize": 7, "hparams": 119,
+           "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
+           "cfl_figures": 1, "tracking_sync": 12, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
+           "all": 1, "total": 3847},
+    "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 35, "data_summarize": 7, "hparams": 119,
+              "tracking": 1, "cfl_select": 35, "data_report": 1, "select": 119, "cfl_evaluate": 35, "train": 119,
+              "cfl_figures": 1, "curves": 7, "evaluate": 119, "tracking_sync": 12, "aggregate": 1, "report": 1, "html": 7,
+              "all": 1, "total": 640},
+    "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
+           "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
+           "total": 32},
+    "table1": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 4, "tracking": 1, "data_report": 1,
+               "train": 24, "select": 4, "curves": 1, "evaluate": 12, "aggregate": 1, "tracking_sync": 1, "report": 1,
+               "html": 1, "all": 1, "total": 60},
+}
+
+
+@pytest.mark.parametrize("preset", ["small", "ci", "table1"])
+def test_each_presets_dry_run_lists_the_same_jobs(workflow_copy: Callable[[dict[str, Any]], Path], preset: str) -> None:
+    directory = workflow_copy({"preset": preset})
+    result = run_snakemake(directory, "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert job_counts(output) == DAG_JOBS[preset]
+
+
 def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({})
     result = run_snakemake(directory, "-n", "--workflow-profile", "none")
@@ -45,6 +75,7 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
         "all": 1,
     }
     assert {rule: counts.get(rule) for rule in expected} == expected
+    assert counts == DAG_JOBS[None]
 
 
 def test_models_metrics_and_report_need_no_mlflow_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
@@ -111,9 +142,11 @@ def test_default_profile_stays_executor_neutral() -> None:
     [
         ({"architectures": ["Tf", "Tf+Quantum"]}, "config key 'architectures[1]': unknown architecture 'Tf+Quantum'"),
         ({"search": {"trials": 0}}, "config key 'search.trials'"),
-        ({"preset": "ci", "presets": {"ci": {"search": {"trials": 0}}}}, "config key 'search.trials'"),
-        # The schema catches a budget <= 0 in the settings; stacklm one that a preset sets.
-        ({"training": {"parameter_budget": 0}}, "On instance['training']['parameter_budget']"),
+        ({"training": {"parameter_budget": 0}}, "config key 'training.parameter_budget'"),
+        # A preset's values are checked as the user's are: the schema sees the resolved settings.
+        ({"preset": "ci", "presets": {"ci": {"search": {"trials": "2"}}}}, "config key 'search.trials': '2' is not of type 'integer'"),
+        ({"preset": "ci", "presets": {"ci": {"model": {"dropout": 1.5}}}}, "config key 'model.dropout'"),
+        ({"preset": "ci", "presets": {"ci": {"final": {"seeds": [1, 1]}}}}, "config key 'final.seeds'"),
         ({"preset": "ci", "presets": {"ci": {"training": {"parameter_budget": -1}}}}, "config key 'training.parameter_budget'"),
     ],
 )
@@ -124,4 +157,19 @@ def test_invalid_config_is_rejected_before_any_job_naming_the_key(
     result = run_snakemake(directory, "--cores", "1", "--configfile", "test.yaml")
     assert result.returncode != 0
     assert message in result.stderr
+    assert "Traceback" not in result.stderr and 'File "' not in result.stderr
     assert not (directory / "results").exists()
+
+
+def test_a_users_configfile_key_wins_over_the_presets(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    directory = workflow_copy({"preset": "ci", "search": {"trials": 3}})
+    result = run_snakemake(directory, "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    counts = job_counts(output)
+    ci = yaml.safe_load((ROOT / "config.yaml").read_text())["presets"]["ci"]
+    pairs = len(ci["tasks"]) * len(ci["architectures"])
+    assert ci["search"]["trials"] != 3
+    assert counts["train"] == pairs * (3 + len(ci["final"]["seeds"]))  # 3 search trials, the preset's seeds
+    searched = re.findall(r"wildcards: task=question-formation, architecture=tf, phase=search, index=(\d+)", output)
+    assert sorted(searched) == ["1", "2", "3"]

@@ -2,14 +2,13 @@
 import json
 import os
 
-from snakemake.utils import validate
-
 import stacklm.workflow as dag
 
-validate(config, "../schemas/config.schema.yaml")
-# The preset is applied here, after the schema ran; `resolve` re-checks what it changed and
-# what no schema can (architecture names), naming the key, before any job runs.
-SETTINGS = dag.resolve(config)
+# `config` is config.yaml with the user's keys merged in; `overwrite_config` holds those keys
+# alone (the --configfile files, then --config), so that they win over the preset's. The
+# resolved settings are checked against ../schemas/config.schema.yaml and what no schema can
+# express, every bad value named by its key, before any job runs.
+SETTINGS = dag.snakefile_settings(config, workflow.config_settings.overwrite_config)
 # One conda env for every job, all of which run stacklm (the path is relative to this folder).
 CONDA_ENV = "../../envs/stacklm.yaml"
 
