@@ -7,7 +7,7 @@ chosen preset between them (the user's keys win), checks the resolved settings a
 names live in the model registry), and the module answers the workflow's lookups, so that no
 decision lives in Snakemake code.
 
-The DAG (seed 000 §5, App. D), per task T and architecture A:
+The DAG (DuSell & Cotterell (2025) §5, App. D), per task T and architecture A:
 
 - ``hparams``: trial k = 1..K draws B ~ U{B_low..B_high} and a learning rate ~ log-U[lr_low,
   lr_high] from a seed derived from (salt, T, A, k) — a pure function, so the DAG is static;
@@ -21,7 +21,7 @@ The DAG (seed 000 §5, App. D), per task T and architecture A:
 - ``tracking_sync`` (per task T, and per CFL language): every run's Parquet files → MLflow,
   a mirror for browsing that the report never reads.
 
-The CFL experiments of seed 002 (``stacklm.cfl.experiment``), per language L and model X:
+The CFL experiments of DuSell & Chiang (2022) (``stacklm.cfl.experiment``), per language L and model X:
 ``cfl_generate`` (the seed-0 test set of L), ``cfl_train`` for every grid point (learning
 rate × m for Gref/JM × restart), ``cfl_select`` (lowest validation Δ), ``cfl_evaluate`` (test
 Δ overall and per length), then ``cfl_figures`` → ``results/cfl/{curves,metrics}.parquet``
@@ -80,7 +80,7 @@ CURVES = "results/curves/{task}.parquet"  # the generalization curves of a task'
 CURVE_FIGURE = "results/report/figures/curves-{task}.{extension}"
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")
 
-# The CFL experiments of seed 002 (stacklm.cfl.experiment): {language}, {model} (the registry's
+# The CFL experiments of DuSell & Chiang (2022) (stacklm.cfl.experiment): {language}, {model} (the registry's
 # path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).
 CFL_TEST = "results/cfl/data/{language}/test.tsv"
 CFL_RUNS = "results/cfl/runs/{language}/{model}"

@@ -1,4 +1,4 @@
-"""The CFL figures of seed 002, drawn from the Parquet records alone.
+"""The CFL figures of DuSell & Chiang (2022), drawn from the Parquet records alone.
 
 - Figure 1: validation Δ (cross-entropy above the true distribution's, nats per symbol) against
   the epoch, one curve per model (its selected run), one panel per language;

@@ -1,4 +1,4 @@
-"""The metrics of one trained model on a syntactic-transformation task (seed 000 §5, App. E).
+"""The metrics of one trained model on a syntactic-transformation task (DuSell & Cotterell (2025) §5, App. E).
 
 For a data set D of (x, y) pairs, with y the reference under a rule (hierarchical, or linear
 on the generalization set):
@@ -49,7 +49,7 @@ class EvaluationSettings:
     """The ``evaluation`` section of the settings."""
 
     tokens_per_batch: int = 2048  # budget of the scoring and sampling batches (the reference's default)
-    samples_per_input: int = 10  # seed 000 §5
+    samples_per_input: int = 10  # DuSell & Cotterell (2025) §5
     sample_seed: int = 123  # the reference's --random-seed
     max_sample_length: int = 50  # the reference's --max-length
     curve_examples: int = 1000  # test and generalization examples scored at each training checkpoint; 0: no curves

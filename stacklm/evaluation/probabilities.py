@@ -7,7 +7,7 @@ For a prompt x and an output y, the model reads w = x·y once; prediction t targ
 
 the first output token's distribution is prediction |x|, and the whole-string score
 log p_M(w·EOS) adds the prompt's positions t < |x|. The expected full accuracy of a data set
-(seed 000 eq. 4) is the mean of p_M(y·EOS | x) — exact, no sampling.
+(DuSell & Cotterell (2025) eq. 4) is the mean of p_M(y·EOS | x) — exact, no sampling.
 
 The second output token's probability sums over the first (exact second-word accuracy):
 

@@ -1,6 +1,6 @@
 """Ancestral sampling of outputs given prompts, for the sampled partial accuracies.
 
-Seed 000 §5 estimates tense reinflection's (and passivization's) partial accuracy from 10
+DuSell & Cotterell (2025) §5 estimates tense reinflection's (and passivization's) partial accuracy from 10
 outputs sampled per input; the reference draws them with seed 123 and at most 50 tokens
 (``reference-implementation.md`` §10.6). Prompts of identical length are sampled together,
 as many as keep samples · (prompt length + 1) within the token budget:

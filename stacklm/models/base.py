@@ -1,7 +1,7 @@
 """The language-model interface every architecture implements, and initialisation helpers.
 
 A language model over V output symbols (the ordinary tokens and EOS = index V − 1) computes,
-for tokens w_1 … w_n, logits y_0 … y_n with p(b | w_1 … w_t) = softmax(y_t)_b (seed 000 §4).
+for tokens w_1 … w_n, logits y_0 … y_n with p(b | w_1 … w_t) = softmax(y_t)_b (DuSell & Cotterell (2025) §4).
 It runs two ways:
 
 - over a whole sequence: ``model(tokens)`` with tokens (B, n) gives logits (B, n + 1, V);

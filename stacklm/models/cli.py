@@ -12,7 +12,7 @@ from stacklm.models.registry import ARCHITECTURES, DEFAULT_BUDGET
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "models",
-        description="Width sized to the budget (seed 000 §5) and parameter count of every architecture. "
+        description="Width sized to the budget (DuSell & Cotterell (2025) §5) and parameter count of every architecture. "
         "With --task: the Bearing Syntactic Fruit architectures, +Syn included, for that task's vocabulary "
         "(tokens and EOS). With --vocabulary-size: every architecture without a lexicon, the CFL ones included.",
     )

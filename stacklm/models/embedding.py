@@ -1,12 +1,12 @@
-"""Tied embeddings, plain or syntax-infused (seed 001 §4), and the lexicon's feature table.
+"""Tied embeddings, plain or syntax-infused (Sundararaman et al. (2019) §4), and the lexicon's feature table.
 
 Plain: one learned matrix E of shape (rows, d); the input embedding of symbol i is E_i and the
-output logits are E_{:V} y' (tied input and output embeddings, seed 000 §4; no output bias).
+output logits are E_{:V} y' (tied input and output embeddings, DuSell & Cotterell (2025) §4; no output bias).
 
 Syntax-infused (+Syn): every symbol i has one value per feature kind (part of speech, case,
 subword position), read from the task grammar's lexicon, so generated tokens have them too.
 Its embedding is the (d − f)-wide token embedding concatenated with the sum of the f-wide
-embeddings of its feature values (seed 001 §4, "summed, then concatenated"; f = 20):
+embeddings of its feature values (Sundararaman et al. (2019) §4, "summed, then concatenated"; f = 20):
 
     Ẽ_i = [ E_i ; Σ_k F_k[feature_k(i)] ] ∈ ℝ^d.
 

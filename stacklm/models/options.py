@@ -61,7 +61,7 @@ class ModelOptions:
     """
 
     dropout: float = 0.1  # Bearing models only; App. D: "wherever dropout is applicable"
-    syntax_feature_width: int = 20  # f of the +Syn embedding (seed 001 §5: 20 by grid search)
+    syntax_feature_width: int = 20  # f of the +Syn embedding (Sundararaman et al. (2019) §5: 20 by grid search)
     reference: ReferenceBehaviour = field(default_factory=ReferenceBehaviour)
     width: int | None = None  # overrides the width sized to the budget (tests, ablations)
     # CFL models (RNS-RNN App. 8): controller units, Gref/JM vector size, NS PDA sizes.

@@ -1,5 +1,5 @@
-"""Simple RNN and LSTM language models, with or without a stack (seed 000 §4.1, App. C.1–C.2;
-seed 002 §2.1).
+"""Simple RNN and LSTM language models, with or without a stack (DuSell & Cotterell (2025) §4.1, App. C.1–C.2;
+DuSell & Chiang (2022) §2.1).
 
 L layers; h^(0)_t = x'_t = Dropout(x_t) and, for layer ℓ,
 
@@ -11,7 +11,7 @@ with h̸^(ℓ)_t = Dropout(h^(ℓ)_t) between layers, and y_t = Ẽ Dropout(h^(L
 
 Stack RNN: the stack reading enters layer 1 beside the token, [x'_t ; r_{t−1}]; the actions
 come from the top layer's h^(L)_t (not dropped out), and r_t is the reading after them. With
-``reading_to_output`` (+R, seed 000 §4.1) y_t = Ẽ Dropout([h^(L)_t ; r_t]) and the embedding
+``reading_to_output`` (+R, DuSell & Cotterell (2025) §4.1) y_t = Ẽ Dropout([h^(L)_t ; r_t]) and the embedding
 width is d + |r|; r_0 is the reading of the empty stack. Without +R the actions of h_t are
 only needed at step t + 1, so the stack is updated lazily there: n − 1 updates for n tokens
 (n with +R), as in the reference. The whole-sequence forward drives the stack through its
@@ -19,9 +19,9 @@ only needed at step t + 1, so the stack is updated lazily there: n − 1 updates
 
 Two variants share this module:
 
-- ``bearing-syntactic-fruit`` (seed 000): tied embeddings (plain or +Syn), learned initial
+- ``bearing-syntactic-fruit`` (DuSell & Cotterell (2025)): tied embeddings (plain or +Syn), learned initial
   states h^(ℓ)_0 = tanh(w^(ℓ)_0), c_0 = 0, one bias per gate, dropout as above;
-- ``rns-rnn`` (seed 002 §2.1, ``cfl-and-ptb.md`` §2.1): one-hot inputs, h_0 = c_0 = 0,
+- ``rns-rnn`` (DuSell & Chiang (2022) §2.1, ``cfl-and-ptb.md`` §2.1): one-hot inputs, h_0 = c_0 = 0,
   PyTorch's two bias vectors per gate, an affine output layer with bias, no dropout.
 """
 

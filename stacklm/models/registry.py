@@ -1,12 +1,12 @@
 """The one registry of architecture names: each maps to its config class, builder and path slug.
 
-Bearing Syntactic Fruit (seed 000 §5): transformers with 5 layers, 4 heads, FFN 2d, and a
+Bearing Syntactic Fruit (DuSell & Cotterell (2025) §5): transformers with 5 layers, 4 heads, FFN 2d, and a
 stack-attention sublayer in layer 3 of 5 (one stack) or layers 2 and 4 (two); RNNs and LSTMs
 with 3 layers; superposition stacks with m = 50 ("Sup"), dVPDAs with |Q| = |Γ| = 3, m = 5
 ("Nd"); "+R" short-circuits the reading to the output. Every such name also exists with
-"+Syn" appended: the same model with a syntax-infused embedding (seed 001 §4, f = 20).
+"+Syn" appended: the same model with a syntax-infused embedding (Sundararaman et al. (2019) §4, f = 20).
 
-RNS-RNN CFL experiments (seed 002 §4, App. 8): a 1-layer LSTM controller with 20 units and
+RNS-RNN CFL experiments (DuSell & Chiang (2022) §4, App. 8): a 1-layer LSTM controller with 20 units and
 no stack ("LSTM"), a stratification stack ("Gref"), a superposition stack ("JM"), or the
 nondeterministic stack, normalized or not (+U) and with or without states in the reading (+S).
 Their registry names carry the prefix ``cfl/`` (``cfl/NS+S+U``), so that ``cfl/LSTM`` and the

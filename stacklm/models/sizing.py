@@ -1,6 +1,6 @@
 """Closed-form parameter counts, and the width that brings each model nearest a budget.
 
-Seed 000 §5: "We automatically adjust d for each model so that its total parameter count is as
+DuSell & Cotterell (2025) §5: "We automatically adjust d for each model so that its total parameter count is as
 close as possible to 200k ... We use SymPy to work out the algebra." Each count below is a
 polynomial in the width d (transformer d_model, RNN/LSTM hidden units), written from the
 architecture's definition and not from the built modules, so that tests can check one against

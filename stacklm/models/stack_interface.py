@@ -2,7 +2,7 @@
 
 A network hands a stack interface its hidden vectors h (the top layer's h_t in a stack RNN,
 x̄_t^LN in a stack-attention sublayer); the interface computes the stack's actions from them
-(seed 000 §3 ``Actions``, §4.1, App. C.4; seed 002 §2–3, App. 7) and owns the parameter-free
+(DuSell & Cotterell (2025) §3 ``Actions``, §4.1, App. C.4; DuSell & Chiang (2022) §2–3, App. 7) and owns the parameter-free
 stack of ``stacklm.stacks``. ``actions`` accepts h with or without a time dimension, (B, d) or
 (B, n, d), so one interface serves step-by-step and whole-sequence use.
 
@@ -11,14 +11,14 @@ it in configs) and an interface module:
 
 - superposition (m): a'_t = W_a h + b_a, a_t = softmax(a'_t) over (push, pop, no-op);
   v_t = σ(W_v h + b_v) ∈ (0, 1)^m, or W_v h + b_v unbounded with ``pushed_vector="raw"``;
-- stratification (m): (u_t, d_t) = σ(W_s h + b_s), v_t = tanh(W_v h + b_v) (seed 002 App. 7.1);
+- stratification (m): (u_t, d_t) = σ(W_s h + b_s), v_t = tanh(W_v h + b_v) (DuSell & Chiang (2022) App. 7.1);
 - nondeterministic (|Q|, |Γ|; NS, NS+S, NS+U, NS+S+U): the QS(2QS + Q) logits W_a h + b_a are
-  the log transition weights, log-softmaxed per (q, x) when normalized (seed 002 eq. 1, §3.1);
-- vector nondeterministic (dVPDA; |Q|, |Γ|, m): unnormalized log weights W_a h + b_a (seed 000
+  the log transition weights, log-softmaxed per (q, x) when normalized (DuSell & Chiang (2022) eq. 1, §3.1);
+- vector nondeterministic (dVPDA; |Q|, |Γ|, m): unnormalized log weights W_a h + b_a (DuSell & Cotterell (2025)
   App. B.2) and log v_t = log σ(W_v h + b_v), or log v_t = W_v h + b_v with
   ``pushed_vector="raw"`` (v_t = exp(W_v h)); the stack owns the learned bottom logits w₀.
 
-Stack RNNs use biases (seed 000 §4.1); stack attention does not (App. C.4).
+Stack RNNs use biases (DuSell & Cotterell (2025) §4.1); stack attention does not (App. C.4).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions
 @dataclass(frozen=True)
 class SuperpositionSpec:
     kind: Literal["superposition"] = "superposition"
-    vector_size: int = 50  # m; seed 000 §5
-    max_depth: int | None = None  # D; None = unbounded (seed 000, seed 002 CFL)
+    vector_size: int = 50  # m; DuSell & Cotterell (2025) §5
+    max_depth: int | None = None  # D; None = unbounded (DuSell & Cotterell (2025), DuSell & Chiang (2022) CFL)
 
     @property
     def reading_size(self) -> int:
@@ -53,7 +53,7 @@ class SuperpositionSpec:
 @dataclass(frozen=True)
 class StratificationSpec:
     kind: Literal["stratification"] = "stratification"
-    vector_size: int = 20  # m; seed 002 App. 8 searches {2, 20, 40}
+    vector_size: int = 20  # m; DuSell & Chiang (2022) App. 8 searches {2, 20, 40}
 
     @property
     def reading_size(self) -> int:
@@ -62,7 +62,7 @@ class StratificationSpec:
 
 @dataclass(frozen=True)
 class NondeterministicSpec:
-    """The NS-RNN family's stack (seed 002 §2.4, §3): reading over top symbols, or states and symbols."""
+    """The NS-RNN family's stack (DuSell & Chiang (2022) §2.4, §3): reading over top symbols, or states and symbols."""
 
     kind: Literal["nondeterministic"] = "nondeterministic"
     num_states: int = 2  # |Q|
@@ -77,7 +77,7 @@ class NondeterministicSpec:
 
 @dataclass(frozen=True)
 class VectorNondeterministicSpec:
-    """The dVPDA of the "+Nd" models (seed 000 §3.2): |Q| = |Γ| = 3, m = 5 (§5)."""
+    """The dVPDA of the "+Nd" models (DuSell & Cotterell (2025) §3.2): |Q| = |Γ| = 3, m = 5 (§5)."""
 
     kind: Literal["vector-nondeterministic"] = "vector-nondeterministic"
     num_states: int = 3  # |Q|

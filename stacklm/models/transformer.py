@@ -1,4 +1,4 @@
-"""Transformer and stack-attention transformer language models (seed 000 App. C.3, C.4).
+"""Transformer and stack-attention transformer language models (DuSell & Cotterell (2025) App. C.3, C.4).
 
 Input: BOS, then w_1 … w_n; x_0 … x_n = √d · Ẽ_{input} + PE (sinusoidal, Vaswani et al.), then
 dropout. Each of the L layers is pre-norm:

@@ -113,7 +113,7 @@ def partial_metric(task_metrics: pd.DataFrame) -> str:
     """The partial accuracy a table shows for one task: exact where evaluated, else sampled.
 
     Question formation (first word) and passivization (second word) have an exact expectation;
-    tense reinflection only the paper's 10-sample estimate (seed 000 §5).
+    tense reinflection only the paper's 10-sample estimate (DuSell & Cotterell (2025) §5).
     """
     names = set(task_metrics["metric"])
     if EXACT_PARTIAL in names:

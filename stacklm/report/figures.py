@@ -1,4 +1,4 @@
-"""Figure 3 of seed 000: full and partial accuracy on the hierarchical and linear
+"""Figure 3 of DuSell & Cotterell (2025): full and partial accuracy on the hierarchical and linear
 generalization sets, for the models whose mean test full accuracy reaches a threshold (90%).
 
 One panel per task; in each, four groups of bars (FA Hier., FA Linear, PA Hier., PA Linear),

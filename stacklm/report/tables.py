@@ -1,4 +1,4 @@
-"""LaTeX tables in the layout of seed 000 Tables 1–7, rendered with Jinja2.
+"""LaTeX tables in the layout of DuSell & Cotterell (2025), Tables 1–7, rendered with Jinja2.
 
 Each table has a row per architecture and the paper's columns: full accuracy (Test ↑, Hier. ↑,
 Linear ↓, Log Ratio ↑) and partial accuracy (Hier. ↑, Linear ↓, Log Ratio ↑). A cell is the

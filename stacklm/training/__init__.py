@@ -1,2 +1,2 @@
-"""Training: token-budget batches, the schedules of seed 000 App. D and seed 002 App. 8,
+"""Training: token-budget batches, the schedules of DuSell & Cotterell (2025) App. D and DuSell & Chiang (2022) App. 8,
 checkpoints that resume after a kill, and the ``stacklm train`` command."""

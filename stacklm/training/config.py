@@ -3,10 +3,10 @@
 
 Two schedules run through the same loop:
 
-- seed 000 App. D (syntactic transformations): batches under a token budget B, Adam, L2
+- DuSell & Cotterell (2025) App. D (syntactic transformations): batches under a token budget B, Adam, L2
   clipping at 10, a checkpoint every 80 000 training examples, learning rate × 0.5 at the
   2nd consecutive checkpoint without a new best validation cross-entropy, stop at the 3rd;
-- seed 002 App. 8 (CFL tasks): batches of 10 strings of one length, Adam, clipping at 5, a
+- DuSell & Chiang (2022) App. 8 (CFL tasks): batches of 10 strings of one length, Adam, clipping at 5, a
   checkpoint every epoch, ``ReduceLROnPlateau(factor=0.9, patience=5)`` on the validation
   perplexity (relative threshold 1e-4), stop after 10 epochs without a new best, 200 epochs.
 """
@@ -68,7 +68,7 @@ class TrainConfig:
 
 
 def cfl_train_config(learning_rate: float) -> TrainConfig:
-    """The CFL schedule of seed 002 App. 8 (``cfl-and-ptb.md`` §2.5)."""
+    """The CFL schedule of DuSell & Chiang (2022) App. 8 (``cfl-and-ptb.md`` §2.5)."""
     return TrainConfig(
         learning_rate=learning_rate,
         tokens_per_batch=None,
@@ -101,7 +101,7 @@ class Hyperparameters:
 class TrainingSettings:
     """The ``training`` section of the settings (App. D values by default)."""
 
-    parameter_budget: int = 200_000  # models are sized to this many parameters (seed 000 §5)
+    parameter_budget: int = 200_000  # models are sized to this many parameters (DuSell & Cotterell (2025) §5)
     max_epochs: int = 1000  # the cap when a trial trains to convergence
     examples_per_checkpoint: int = 80_000
     gradient_clip_norm: float = 10.0

@@ -1,4 +1,4 @@
-"""The training loop shared by every schedule (seed 000 App. D; seed 002 App. 8).
+"""The training loop shared by every schedule (DuSell & Cotterell (2025) App. D; DuSell & Chiang (2022) App. 8).
 
 Per batch: −mean log p(w·EOS), a non-finite loss stops the run naming the step, backward,
 L2 clipping of the global gradient norm, an Adam step. At each checkpoint (every

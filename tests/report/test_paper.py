@@ -1,4 +1,4 @@
-"""paper_results.csv: our transcription of seed 000 Tables 1-7, checked against the paper text."""
+"""paper_results.csv: our transcription of DuSell & Cotterell (2025), Tables 1-7, checked against the paper text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dVPDA against brute-force VPDA runs (seed 000 eq. 6), App. B.2, windows, chunks, gradients."""
+"""The dVPDA against brute-force VPDA runs (DuSell & Cotterell (2025) eq. 6), App. B.2, windows, chunks, gradients."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_two_runs_to_one_configuration_average_their_vectors() -> None:
 
 
 def superposition_as_dvpda(probabilities: Tensor, log_pushed: Tensor) -> VectorNondeterministicActions:
-    """The dVPDA that computes the superposition stack (seed 000 App. B.2, made exact).
+    """The dVPDA that computes the superposition stack (DuSell & Cotterell (2025) App. B.2, made exact).
 
     One state q0; symbols ⊥ (the empty stack) and a (every pushed element); v₀ = 0. From any
     top, push a with a^push; replace a by a with a^noop; pop a with a^pop. The superposition's

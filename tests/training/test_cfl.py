@@ -1,4 +1,4 @@
-"""The CFL schedule (seed 002 App. 8) through the same loop, scored by the CFL metric Δ."""
+"""The CFL schedule (DuSell & Chiang (2022) App. 8) through the same loop, scored by the CFL metric Δ."""
 
 import io
 

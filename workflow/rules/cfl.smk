@@ -1,4 +1,4 @@
-# The CFL experiments of seed 002 (App. 8): per language and model, every grid run trains on
+# The CFL experiments of DuSell & Chiang (2022), App. 8: per language and model, every grid run trains on
 # data of its own seed (`cfl_train`), the run with the lowest validation Δ is selected
 # (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`, which
 # keeps and scores only the first cfl.test_strings_per_length strings of each length, and

@@ -1,5 +1,5 @@
 # Every final run's metrics.parquet -> results/metrics.parquet -> the LaTeX tables in the
-# layout of seed 000 Tables 1-7, a standalone document including them, and Figure 3. The
+# layout of DuSell & Cotterell (2025), Tables 1-7, a standalone document including them, and Figure 3. The
 # report reads Parquet only: MLflow is a mirror for browsing.
 
 REPORT = dag.report_outputs(SETTINGS)

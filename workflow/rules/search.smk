@@ -1,4 +1,4 @@
-# Random search per task x architecture (seed 000 App. D): `hparams` draws every trial's
+# Random search per task x architecture (DuSell & Cotterell (2025) App. D): `hparams` draws every trial's
 # HP.json from a seed derived from (task, architecture, trial); `train` runs each trial for at
 # most search.max_epochs; `select` keeps the trial with the lowest validation cross-entropy.
 # A search of one trial (the small preset) trains no search model: its draw is the selection.
