@@ -21,6 +21,8 @@ releases the lock when its holder dies, however it dies.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import re
 import socket
@@ -61,6 +63,11 @@ def _reason(error: Exception) -> str:
         refused = next((line.strip() for line in str(error).splitlines() if "Unsupported global" in line), "")
         return f"it would have to run code to load{': ' + refused if refused else ''}"
     return first
+
+
+def fingerprint(source: dict[str, Any]) -> str:
+    """The sha256 of ``source`` (what determines a run's parameters) as sorted-key JSON."""
+    return hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
 
 
 def keyed_path(base: str | Path, fingerprint: str) -> Path:

@@ -86,7 +86,7 @@ def test_the_schedule_decays_without_a_new_best_stops_after_two_and_restores_the
     curve = iter([10.0, 9.0, 9.5, 8.0, 8.5, 8.7, 7.0])
     epochs = iter(range(1, 10))
 
-    def fake_epoch(model: PtbLanguageModel, chunks: object, optimizer: object, clip_per_target: float) -> float:
+    def fake_epoch(model: PtbLanguageModel, chunks: object, optimizer: object, clip_per_target: float, *progress_and_stop: object) -> float:
         with torch.no_grad():
             model.output.bias.fill_(next(epochs))  # marks the parameters with the epoch
         return 0.0

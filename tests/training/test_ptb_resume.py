@@ -1,0 +1,124 @@
+"""Resumable PTB training: a run stopped mid-epoch and resumed from its epoch-end state equals
+an uninterrupted one bitwise (curve and parameters, CPU); the state loads through
+``stacklm.training.checkpoint`` and belongs to one fingerprint."""
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+from stacklm.data.ptb import chunks
+from stacklm.errors import StacklmError
+from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig
+from stacklm.training import checkpoint as checkpoint_file
+from stacklm.training.loop import StopRequest, TrainingInterrupted
+from stacklm.training.progress import Progress
+from stacklm.training.ptb import SearchDraw, TrainingResult, train, train_resumably
+
+DRAW = SearchDraw(learning_rate=4.0, clip_per_target=0.05)
+SPLIT = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 12), 3, batch_size=4, bptt=5)  # 84 tokens: L = 21, 5 chunks
+VALID = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 4), 3, batch_size=2, bptt=5)
+
+
+def fresh_model() -> PtbLanguageModel:
+    model = PtbLanguageModel(PtbModelConfig(vocabulary_size=4, hidden_units=6, stack=LimitedNondeterministic(2, 2, renormalizing=True, window=3)))
+    model.initialize(torch.Generator().manual_seed(7))
+    return model.double()
+
+
+class StopAt(Progress):
+    """Progress that requests a stop after chunk ``chunk`` of epoch ``epoch``."""
+
+    def __init__(self, stop: StopRequest, epoch: int, chunk: int) -> None:
+        super().__init__(stream=io.StringIO())
+        self.stop, self.at = stop, (epoch, chunk)
+
+    def update(self, loss: float, tokens_per_s: float) -> None:
+        super().update(loss, tokens_per_s)
+        if (self.epoch, self.done) == self.at:
+            self.stop.reason = "SIGTERM"
+
+
+def quiet() -> Progress:
+    return Progress(stream=io.StringIO())
+
+
+def assert_same_run(first: tuple[TrainingResult, PtbLanguageModel], second: tuple[TrainingResult, PtbLanguageModel]) -> None:
+    assert first[0] == second[0]  # every epoch's η, NLL, perplexity and best flag, exactly
+    for (name, a), (_, b) in zip(first[1].state_dict().items(), second[1].state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_a_run_stopped_mid_epoch_and_resumed_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    plain = fresh_model()
+    uninterrupted = train(plain, SPLIT, VALID, DRAW, max_epochs=6, progress=quiet())
+    # The stop below falls in epoch 5, whose gain (under ReduceLROnPlateau's 0.01 %) divides η for
+    # epoch 6 only if the schedule's best from epoch 4 is restored: its state matters.
+    assert len(uninterrupted.epochs) == 6 and uninterrupted.epochs[4].is_best
+    assert uninterrupted.epochs[5].learning_rate < uninterrupted.epochs[4].learning_rate
+
+    path = tmp_path / "run.pt"
+    stop = StopRequest()
+    with pytest.raises(TrainingInterrupted, match=rf"SIGTERM at chunk 2 of 5 of epoch 5; the state after epoch 4 is in {path}"):
+        train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=6, checkpoint_path=path, fingerprint="f", progress=StopAt(stop, 5, 2), stop_request=stop)
+    saved = checkpoint_file.load(path)  # weights_only, through the one loader
+    assert [record["epoch"] for record in saved["records"]] == [1, 2, 3, 4]
+    assert [record["valid_perplexity"] for record in saved["records"]] == [r.valid_perplexity for r in uninterrupted.epochs[:4]]
+
+    resumed_model = fresh_model()  # a new process: parameters as initialised, then the state loaded
+    torch.manual_seed(123)  # another RNG state than the run's: the saved one is restored
+    resumed = train(resumed_model, SPLIT, VALID, DRAW, max_epochs=6, checkpoint_path=path, fingerprint="f", progress=quiet())
+    assert_same_run((uninterrupted, plain), (resumed, resumed_model))
+    assert torch.equal(torch.get_rng_state(), saved["rng_cpu"])  # no draws in training: the state saved is the state left
+
+
+def test_a_finished_run_resumed_trains_no_more_and_holds_the_best_epoch(tmp_path: Path) -> None:
+    path = tmp_path / "run.pt"
+    first_model = fresh_model()
+    first = train(first_model, SPLIT, VALID, DRAW, max_epochs=4, checkpoint_path=path, fingerprint="f", progress=quiet())
+    stamp = path.stat().st_mtime_ns
+    again_model, lines = fresh_model(), io.StringIO()
+    again = train(again_model, SPLIT, VALID, DRAW, max_epochs=4, checkpoint_path=path, fingerprint="f", progress=Progress(stream=lines))
+    assert_same_run((first, first_model), (again, again_model))
+    assert path.stat().st_mtime_ns == stamp and "epoch 5:" not in lines.getvalue()
+    assert f"resuming from {path} after epoch {len(first.epochs)}" in lines.getvalue()
+
+
+def test_each_epoch_end_is_saved_and_matches_the_curve(tmp_path: Path) -> None:
+    path = tmp_path / "run.pt"
+    model = fresh_model()
+    result = train(model, SPLIT, VALID, DRAW, max_epochs=3, checkpoint_path=path, fingerprint="f", progress=quiet())
+    saved = checkpoint_file.load(path)
+    assert [record["train_nll"] for record in saved["records"]] == [record.train_nll for record in result.epochs]
+    assert saved["best_epoch"] == result.best_epoch
+    best = fresh_model()
+    best.load_state_dict(saved["best_parameters"])
+    assert all(torch.equal(a, b) for a, b in zip(best.parameters(), model.parameters()))  # the best restored in the model
+
+
+def test_a_state_of_another_fingerprint_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.pt"
+    train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=1, checkpoint_path=path, fingerprint="f", progress=quiet())
+    with pytest.raises(StacklmError, match=rf"{path}: this checkpoint belongs to another run"):
+        train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=2, checkpoint_path=path, fingerprint="g", progress=quiet())
+
+
+def test_a_state_of_another_model_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.pt"
+    train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=1, checkpoint_path=path, fingerprint="f", progress=quiet())
+    other = PtbLanguageModel(PtbModelConfig(vocabulary_size=4, hidden_units=5)).double()
+    with pytest.raises(StacklmError, match=rf"{path}: not the training state of this PTB model \(RuntimeError"):
+        train(other, SPLIT, VALID, DRAW, max_epochs=2, checkpoint_path=path, fingerprint="f", progress=quiet())
+
+
+def test_train_resumably_keys_the_state_by_fingerprint_and_removes_other_runs_states(tmp_path: Path) -> None:
+    base = tmp_path / "ptb" / "lstm" / "1.pt"
+    source = {"model": "lstm", "draw": [4.0, 0.05], "data": "x"}
+    older = checkpoint_file.keyed_path(base, checkpoint_file.fingerprint(source | {"data": "y"}))
+    older.parent.mkdir(parents=True)
+    older.write_bytes(b"a state of the run on other data")
+    train_resumably(fresh_model(), SPLIT, VALID, DRAW, 2, checkpoint=base, fingerprint_source=source, progress_interval_s=1e9)
+    kept = checkpoint_file.keyed_path(base, checkpoint_file.fingerprint(source))
+    assert checkpoint_file.load(kept)["fingerprint"] == checkpoint_file.fingerprint(source)
+    assert not older.exists() and sorted(p.name for p in base.parent.iterdir() if p.suffix == ".pt") == [kept.name]
