@@ -8,6 +8,15 @@ wall_time_s and tokens_per_s of training, config (JSON of the resolved settings,
 built model's config as ``built_model``).
 ``train.parquet`` has one row per checkpoint (with the generalization curves' accuracies where
 the run scored them) and the same metadata columns.
+A PTB run (DuSell & Chiang (2022) §5; ``stacklm.training.ptb``) has the same metadata (task
+"ptb", architecture the model's name, phase "search", trial null, seed the random restart,
+learning_rate the drawn η, tokens_per_batch null) and ``clip_per_target``, the drawn c. Its
+``train.parquet`` has one row per epoch (``PTB_CURVE_SCHEMA``: epoch, learning_rate_used,
+train_loss = the epoch's mean NLL per target, is_best as every curve's, and
+validation_perplexity); its ``metrics.parquet`` (``PTB_METRICS_SCHEMA``: the metrics columns,
+then suite and circuit) holds the perplexity on split "validation" and "test" (the best epoch's
+parameters), and on split "syntaxgym" each suite's accuracy (suite and its circuit set), each
+circuit's score (circuit set) and the SG score (neither set).
 Both are written atomically.
 """
 
@@ -26,9 +35,11 @@ import pyarrow.parquet as pq
 
 from stacklm.atomic import write_atomically
 
-if TYPE_CHECKING:  # both import torch; this module stays light for `stacklm tracking sync`
+if TYPE_CHECKING:  # they import torch; this module stays light for `stacklm tracking sync`
     from stacklm.evaluation.metrics import MetricValue
+    from stacklm.evaluation.syntaxgym.sources import SGResult
     from stacklm.training.loop import CheckpointRecord
+    from stacklm.training.ptb import EpochRecord
 
 Phase = Literal["search", "final"]
 
@@ -84,6 +95,44 @@ CURVE_SCORES = tuple(f"{name}_{kind}_accuracy" for name in ("test", "hierarchica
 CURVE_SCHEMA = pa.schema(CHECKPOINT_FIELDS + [(name, pa.float64()) for name in CURVE_SCORES] + list(METADATA_SCHEMA))
 
 
+# PTB runs: the drawn clipping factor, the per-epoch curve and the SyntaxGym rows' names.
+PTB_RUN_FIELDS = [("clip_per_target", pa.float64())]
+PTB_EPOCH_FIELDS = [item for item in CHECKPOINT_FIELDS if item[0] in ("epoch", "learning_rate_used", "train_loss", "is_best")] + [
+    ("validation_perplexity", pa.float64())
+]
+PTB_CURVE_SCHEMA = pa.schema(PTB_EPOCH_FIELDS + list(METADATA_SCHEMA) + PTB_RUN_FIELDS)
+SG_FIELDS = [("suite", pa.string()), ("circuit", pa.string())]
+PTB_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(*item) for item in SG_FIELDS + PTB_RUN_FIELDS])
+PERPLEXITY = "perplexity"
+SG_SPLIT = "syntaxgym"
+SG_SUITE_ACCURACY = "sg_suite_accuracy"
+SG_CIRCUIT_SCORE = "sg_circuit_score"
+SG_SCORE = "sg_score"
+
+
+@dataclass(frozen=True)
+class PtbMetric:
+    """One row of a PTB run's metrics: a perplexity, a suite's accuracy, a circuit's or the SG score."""
+
+    split: str  # "validation", "test" or SG_SPLIT
+    metric: str
+    value: float
+    suite: str | None = None
+    circuit: str | None = None
+
+
+def ptb_metric_rows(validation_perplexity: float, test_perplexity: float, sg: SGResult | None) -> list[PtbMetric]:
+    """The rows of a trained PTB model: both perplexities, then (when scored) every suite's
+    accuracy with its circuit, every circuit's score and the SG score."""
+    rows = [PtbMetric("validation", PERPLEXITY, validation_perplexity), PtbMetric("test", PERPLEXITY, test_perplexity)]
+    if sg is None:
+        return rows
+    circuit_of = {suite: circuit.name for circuit in sg.circuits for suite in circuit.suites}
+    rows += [PtbMetric(SG_SPLIT, SG_SUITE_ACCURACY, result.accuracy, result.suite, circuit_of[result.suite]) for result in sg.suites]
+    rows += [PtbMetric(SG_SPLIT, SG_CIRCUIT_SCORE, score, circuit=name) for name, score in sg.scores.circuits]
+    return rows + [PtbMetric(SG_SPLIT, SG_SCORE, sg.scores.overall)]
+
+
 def data_version(paths: Sequence[str | Path]) -> str:
     """sha256 over the files' names and contents, in the order given."""
     digest = hashlib.sha256()
@@ -133,3 +182,25 @@ def write_table(table: pa.Table, path: str | Path) -> None:
     buffer = io.BytesIO()
     pq.write_table(table, buffer)
     write_atomically(path, lambda file: file.write(buffer.getvalue()))
+
+
+def ptb_curve_table(epochs: Sequence[EpochRecord], metadata: RunMetadata, clip_per_target: float) -> pa.Table:
+    """A PTB run's ``train.parquet``: one row per epoch."""
+    columns: dict[str, list[object]] = {name: [value] * len(epochs) for name, value in asdict(metadata).items()}
+    columns |= {
+        "epoch": [record.epoch for record in epochs],
+        "learning_rate_used": [record.learning_rate for record in epochs],
+        "train_loss": [record.train_nll for record in epochs],
+        "is_best": [record.is_best for record in epochs],
+        "validation_perplexity": [record.valid_perplexity for record in epochs],
+        "clip_per_target": [clip_per_target] * len(epochs),
+    }
+    return pa.Table.from_pydict(columns, schema=PTB_CURVE_SCHEMA)
+
+
+def ptb_metrics_table(rows: Sequence[PtbMetric], metadata: RunMetadata, clip_per_target: float) -> pa.Table:
+    """A PTB run's ``metrics.parquet``: one row per metric (``ptb_metric_rows``); rule is null."""
+    columns: dict[str, list[object]] = {name: [value] * len(rows) for name, value in asdict(metadata).items()}
+    columns |= {name: [getattr(row, name) for row in rows] for name in ("split", "metric", "value", "suite", "circuit")}
+    columns |= {"rule": [None] * len(rows), "clip_per_target": [clip_per_target] * len(rows)}
+    return pa.Table.from_pydict(columns, schema=PTB_METRICS_SCHEMA)

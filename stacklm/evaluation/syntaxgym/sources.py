@@ -86,6 +86,7 @@ def read_pinned_suite(directory: str | Path, name: str) -> Suite:
 class SGResult:
     suites: tuple[SuiteResult, ...]  # in the circuits' order
     scores: SGScores
+    circuits: tuple[Circuit, ...]  # the circuits scored (those of ``suites`` alone on a subset)
 
 
 def score_all(directory: str | Path, words: frozenset[str], log_probs: TokenLogProbs, suites: tuple[str, ...] | None = None) -> SGResult:
@@ -102,4 +103,4 @@ def score_all(directory: str | Path, words: frozenset[str], log_probs: TokenLogP
         kept = (Circuit(c.name, tuple(s for s in c.suites if s in suites)) for c in circuits)
         circuits = tuple(c for c in kept if c.suites)
     results = tuple(score_suite(read_pinned_suite(directory, name), words, log_probs) for c in circuits for name in c.suites)
-    return SGResult(results, sg_scores({result.suite: result.accuracy for result in results}, circuits))
+    return SGResult(results, sg_scores({result.suite: result.accuracy for result in results}, circuits), circuits)
