@@ -92,6 +92,9 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Pipelines:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group: Snakemake and the jobs it started
+            # A background job of a non-interactive shell (`make test &`, a CI runner) inherits SIGINT
+            # ignored, and so would Snakemake and its jobs: give them the default action back.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         killed_while = wait_for_training(resumed, second, timeout_s=300)
         os.killpg(second.pid, signal.SIGINT)
