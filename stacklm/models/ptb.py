@@ -18,16 +18,25 @@ caller detaches it). The stacks:
   σ(W_v h_t + b_v) of size m.
 
 Every parameter is drawn from U(−0.05, 0.05) (App. 10).
+
+Names (for settings, paths and tables; ``ptb_config`` and ``ptb_model_name`` are inverses):
+``lstm`` (H = 256) or ``lstm-H``; ``jm-hidden`` (H = m = 247) and ``jm-learned`` (H = 256, m = 22),
+depth 10; ``ns-Q-S`` and ``rns-Q-S``: |Q| = Q, |Γ| = S, H = 256, D = 35. These are the
+configurations of the released scripts (``cfl-and-ptb.md`` §3.5); which of them form the grid is
+the settings' choice. The registry (``stacklm.models.registry``) holds the models built from
+``ModelOptions``; these are built from their name alone.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Self
 
 import torch
 from torch import Tensor, nn
 
+from stacklm.errors import StacklmError
 from stacklm.stacks.base import Stack, StackState
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
@@ -81,6 +90,37 @@ class PtbModelConfig:
         elif isinstance(self.stack, Superposition):
             count += 3 * hidden + 3 + (hidden * self.stack.vector_size + self.stack.vector_size if self.stack.push == "learned" else 0)
         return count
+
+
+JM_HIDDEN = PtbModelConfig(hidden_units=247, stack=Superposition("hidden", 247))
+JM_LEARNED = PtbModelConfig(hidden_units=256, stack=Superposition("learned", 22))
+_NAME = re.compile(r"lstm(?:-(?P<hidden>[1-9][0-9]*))?|(?P<kind>r?ns)-(?P<states>[1-9][0-9]*)-(?P<symbols>[1-9][0-9]*)|jm-(?:hidden|learned)")
+
+
+def ptb_config(name: str) -> PtbModelConfig:
+    """The PTB model called ``name`` (V = 10,000): see the module's names."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise StacklmError(f"unknown PTB model {name!r}; names: lstm, lstm-H, jm-hidden, jm-learned, ns-Q-S, rns-Q-S")
+    if name.startswith("jm-"):
+        return JM_HIDDEN if name == "jm-hidden" else JM_LEARNED
+    if match["kind"] is None:
+        return PtbModelConfig(hidden_units=int(match["hidden"] or 256))
+    return PtbModelConfig(stack=LimitedNondeterministic(int(match["states"]), int(match["symbols"]), renormalizing=match["kind"] == "rns"))
+
+
+def ptb_model_name(config: PtbModelConfig) -> str:
+    """The name ``ptb_config`` reads back as ``config``; an error for a config no name stands for."""
+    stack = config.stack
+    if stack is None:
+        name = "lstm" if config.hidden_units == 256 else f"lstm-{config.hidden_units}"
+    elif isinstance(stack, Superposition):
+        name = f"jm-{stack.push}"
+    else:
+        name = f"{'rns' if stack.renormalizing else 'ns'}-{stack.num_states}-{stack.num_symbols}"
+    if config.vocabulary_size != 10_000 or ptb_config(name) != config:
+        raise StacklmError(f"no PTB model name stands for {config}")
+    return name
 
 
 @dataclass(frozen=True)
