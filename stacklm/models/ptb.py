@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, Self
+from typing import Callable, Literal, Self, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -142,6 +142,30 @@ class PtbState:
     def first_rows(self, batch_size: int) -> Self:
         """The state of the first ``batch_size`` streams (a chunk after the short stream ended)."""
         return self.transform_tensors(lambda tensor: tensor[:batch_size])
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor the state holds, in ``transform_tensors``'s order (what a saved state keeps)."""
+        found: list[Tensor] = []
+
+        def collect(tensor: Tensor) -> Tensor:
+            found.append(tensor)
+            return tensor
+
+        self.transform_tensors(collect)
+        return found
+
+    def with_tensors(self, tensors: Sequence[Tensor]) -> Self:
+        """This state's structure (step counts, window bookkeeping) holding ``tensors``, the
+        ``tensors()`` of a state of the same structure; batch sizes may differ. A ``ValueError``
+        when their number or their shapes past the batch do not fit."""
+        mine = self.tensors()
+        if len(mine) != len(tensors) or any(a.shape[1:] != b.shape[1:] for a, b in zip(mine, tensors)):
+            raise ValueError(
+                f"{len(tensors)} tensors of shapes {[tuple(t.shape) for t in tensors]} do not fit a state of "
+                f"{len(mine)} tensors of shapes {[tuple(t.shape) for t in mine]} (batch aside)"
+            )
+        given = iter(tensors)
+        return self.transform_tensors(lambda tensor: next(given))
 
 
 class PtbLanguageModel(nn.Module):

@@ -14,13 +14,14 @@
 
 Resumption (as ``stacklm.training.loop`` for the task runs): with ``checkpoint_path``, the whole
 training state (model, optimizer, schedule, epochs done, the best epoch and its parameters, the
-early-stopping count, RNG states and the curve so far) is written atomically at each epoch's
-end through ``stacklm.training.checkpoint``, and the same call after a kill continues from it,
-giving bitwise the same curve and parameters as a run never interrupted. The epoch is the unit
-of resumption: every epoch starts from the initial state (§3.2), so the state at an epoch's end
-is complete, whereas mid-epoch the carried LSTM and stack state would be needed as well. A stop
-request (SIGTERM) therefore stops after the current chunk and keeps the last epoch's state as
-written; the resumed run repeats the interrupted epoch from its first chunk.
+early-stopping count, RNG states, the curve so far) is written atomically at each epoch's end
+through ``stacklm.training.checkpoint``, and the same call after a kill continues from it,
+giving bitwise the same curve and parameters as a run never interrupted. A stop request
+(SIGTERM) stops after the current chunk and saves the position in the epoch too: the chunks
+done, their summed NLL and the state carried into the next chunk (LSTM, reading, stack). That
+state's tensors are saved; its structure (step counts, window bookkeeping) is rebuilt on resume
+by running the model over as many steps of the epoch (batch 1, under ``no_grad``), which depends
+on the number of steps alone, and then given the saved tensors.
 ``train_resumably`` keys the state by the run's fingerprint and locks it, as the task runs do.
 """
 
@@ -38,8 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from stacklm.data.ptb import Chunk
-from stacklm.errors import StacklmError
-from stacklm.models.ptb import PtbLanguageModel
+from stacklm.errors import StacklmError, located
+from stacklm.models.ptb import PtbLanguageModel, PtbState
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.loop import StopRequest, TrainingInterrupted
 from stacklm.training.progress import Progress
@@ -66,6 +67,24 @@ def draw_hyperparameters(generator: random.Random) -> SearchDraw:
     return SearchDraw(log_uniform(*LEARNING_RATE_RANGE), log_uniform(*CLIP_RANGE))
 
 
+@dataclass(frozen=True)
+class EpochPosition:
+    """How far an epoch has come: what a run stopped within it resumes from."""
+
+    chunk: int = 0  # chunks of the epoch trained
+    total_nll: float = 0.0  # Σ −ln p over their targets
+    targets: int = 0
+    state: PtbState | None = None  # the state after them, detached: carried into chunk ``chunk`` + 1
+
+
+class EpochInterrupted(TrainingInterrupted):
+    """A stop request within an epoch; ``position`` is where the epoch stands."""
+
+    def __init__(self, message: str, position: EpochPosition) -> None:
+        super().__init__(message)
+        self.position = position
+
+
 def train_epoch(
     model: PtbLanguageModel,
     chunks: Sequence[Chunk],
@@ -73,15 +92,17 @@ def train_epoch(
     clip_per_target: float,
     progress: Progress | None = None,
     stop_request: StopRequest | None = None,
+    position: EpochPosition = EpochPosition(),
 ) -> float:
-    """One epoch in order; the mean training NLL per target (nats). ``progress`` hears of each
-    chunk; a ``stop_request`` set raises ``TrainingInterrupted`` after the current chunk."""
+    """One epoch in order, from ``position`` (the start by default); the mean training NLL per
+    target (nats). ``progress`` hears of each chunk; a ``stop_request`` set raises
+    ``EpochInterrupted`` after the current chunk."""
     model.train()
     start = time.monotonic()
-    total, count = 0.0, 0
-    state = None
+    total, count, state = position.total_nll, position.targets, position.state
     device = model.output.weight.device
-    for index, chunk in enumerate(chunks):
+    for index in range(position.chunk, len(chunks)):
+        chunk = chunks[index]
         state = model.initial_state(chunk.batch_size) if state is None else state.detach().first_rows(chunk.batch_size)
         targets = chunk.targets.to(device)
         logits, state = model(chunk.inputs.to(device), state)  # (B, T, V)
@@ -96,9 +117,10 @@ def train_epoch(
         total += value * chunk.num_targets
         count += chunk.num_targets
         if progress is not None:
-            progress.update(value, count / max(time.monotonic() - start, 1e-9))
+            progress.update(value, (count - position.targets) / max(time.monotonic() - start, 1e-9))
         if stop_request is not None and stop_request.reason is not None:
-            raise TrainingInterrupted(f"{stop_request.reason} at chunk {index + 1} of {len(chunks)}")
+            stopped_at = EpochPosition(index + 1, total, count, state.detach())
+            raise EpochInterrupted(f"{stop_request.reason} at chunk {index + 1} of {len(chunks)}", stopped_at)
     return total / count
 
 
@@ -166,25 +188,28 @@ def train(
 
     With ``checkpoint_path``, the state is saved there at each epoch's end and resumed from it
     when it exists (refused if written under another ``fingerprint``); a set ``stop_request``
-    raises ``TrainingInterrupted`` after the current chunk, the last epoch's state kept.
+    saves the state after the current chunk and raises ``TrainingInterrupted``.
     """
     progress = progress if progress is not None else Progress()
     optimizer = torch.optim.SGD(model.parameters(), lr=draw.learning_rate)
     schedule = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=1 / DECAY, patience=0)
-    state = _State(best_parameters=_copy(model.state_dict()))
+    state, position = _State(best_parameters=_copy(model.state_dict())), EpochPosition()
     if checkpoint_path is not None and Path(checkpoint_path).exists():
-        state = _restore(checkpoint_path, fingerprint, model, optimizer, schedule)
-        progress.line(f"resuming from {checkpoint_path} after epoch {len(state.records)}")
+        state, position = _restore(checkpoint_path, fingerprint, model, optimizer, schedule, train_chunks)
+        progress.line(f"resuming from {checkpoint_path} after epoch {len(state.records)}, chunk {position.chunk}")
     while not state.finished and len(state.records) < max_epochs:
         epoch = len(state.records) + 1
         learning_rate = optimizer.param_groups[0]["lr"]
-        progress.start_epoch(epoch, 0, len(train_chunks))
+        progress.start_epoch(epoch, position.chunk, len(train_chunks))
         try:
-            train_nll = train_epoch(model, train_chunks, optimizer, draw.clip_per_target, progress, stop_request)
-        except TrainingInterrupted as error:
+            train_nll = train_epoch(model, train_chunks, optimizer, draw.clip_per_target, progress, stop_request, position)
+        except EpochInterrupted as error:
             progress.close()
-            kept = f"the state after epoch {epoch - 1} is in {checkpoint_path}: the same call repeats epoch {epoch}"
-            raise TrainingInterrupted(f"{error} of epoch {epoch}" + (f"; {kept}" if checkpoint_path is not None else "")) from None
+            if checkpoint_path is None:
+                raise TrainingInterrupted(f"{error} of epoch {epoch}") from None
+            _save(checkpoint_path, fingerprint, model, optimizer, schedule, state, error.position)
+            raise TrainingInterrupted(f"{error} of epoch {epoch}; the training state is saved in {checkpoint_path}: the same call continues") from None
+        position = EpochPosition()
         perplexity = evaluate(model, valid_chunks)
         schedule.step(perplexity)
         is_best = state.best_epoch == 0 or perplexity < state.records[state.best_epoch - 1].valid_perplexity
@@ -198,7 +223,7 @@ def train(
             + (" (best)" if is_best else "") + (" — stopping early" if state.finished else "")
         )
         if checkpoint_path is not None:
-            _save(checkpoint_path, fingerprint, model, optimizer, schedule, state)
+            _save(checkpoint_path, fingerprint, model, optimizer, schedule, state, position)
     progress.close()
     model.load_state_dict(state.best_parameters)
     return TrainingResult(tuple(state.records), state.best_epoch)
@@ -243,6 +268,7 @@ def _save(
     optimizer: torch.optim.SGD,
     schedule: torch.optim.lr_scheduler.ReduceLROnPlateau,
     state: _State,
+    position: EpochPosition,
 ) -> None:
     checkpoint_file.save(
         path,
@@ -255,6 +281,12 @@ def _save(
             "best_epoch": state.best_epoch,
             "without_best": state.without_best,
             "best_parameters": state.best_parameters,
+            "position": {
+                "chunk": position.chunk,
+                "total_nll": position.total_nll,
+                "targets": position.targets,
+                "state": None if position.state is None else position.state.tensors(),
+            },
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         },
@@ -267,7 +299,8 @@ def _restore(
     model: PtbLanguageModel,
     optimizer: torch.optim.SGD,
     schedule: torch.optim.lr_scheduler.ReduceLROnPlateau,
-) -> _State:
+    train_chunks: Sequence[Chunk],
+) -> tuple[_State, EpochPosition]:
     payload: dict[str, Any] = checkpoint_file.load(path)
     if payload.get("fingerprint") != fingerprint:
         raise StacklmError(
@@ -279,9 +312,23 @@ def _restore(
         optimizer.load_state_dict(payload["optimizer"])
         schedule.load_state_dict(payload["schedule"])
         state = _State([EpochRecord(**record) for record in payload["records"]], payload["best_epoch"], payload["without_best"], payload["best_parameters"])
+        saved = payload["position"]
+        carried = None if saved["state"] is None else _carried_state(model, train_chunks[: saved["chunk"]], saved["state"])
+        position = EpochPosition(saved["chunk"], saved["total_nll"], saved["targets"], carried)
         torch.set_rng_state(payload["rng_cpu"])
     except (KeyError, TypeError, RuntimeError, ValueError) as error:
-        raise StacklmError(f"{path}: not the training state of this PTB model ({type(error).__name__}: {error}); {checkpoint_file.ADVICE}") from None
+        raise located(path, None, f"not the training state of this PTB model ({type(error).__name__}: {error}); {checkpoint_file.ADVICE}") from None
     if payload["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(payload["rng_cuda"])
-    return state
+    return state, position
+
+
+def _carried_state(model: PtbLanguageModel, done: Sequence[Chunk], tensors: Sequence[Tensor]) -> PtbState:
+    """The state carried past the chunks ``done``, from its saved tensors: the structure of a state
+    after as many steps (the model run on batch 1 without gradients), holding them."""
+    device = model.output.weight.device
+    with torch.no_grad():
+        like = model.initial_state(1)
+        for chunk in done:
+            _, like = model(torch.zeros(1, chunk.inputs.size(1), dtype=torch.long, device=device), like)
+    return like.with_tensors([tensor.to(device) for tensor in tensors])

@@ -1,6 +1,7 @@
-"""Resumable PTB training: a run stopped mid-epoch and resumed from its epoch-end state equals
-an uninterrupted one bitwise (curve and parameters, CPU); the state loads through
-``stacklm.training.checkpoint`` and belongs to one fingerprint."""
+"""Resumable PTB training: a run stopped mid-epoch (the carried LSTM and stack state saved) or
+at an epoch's end and resumed equals an uninterrupted one bitwise (curve and parameters, CPU),
+for every kind of PTB model; the state loads through ``stacklm.training.checkpoint`` and
+belongs to one fingerprint and one model."""
 
 import io
 from pathlib import Path
@@ -10,19 +11,22 @@ import torch
 
 from stacklm.data.ptb import chunks
 from stacklm.errors import StacklmError
-from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig
+from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig, Superposition
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.loop import StopRequest, TrainingInterrupted
 from stacklm.training.progress import Progress
 from stacklm.training.ptb import SearchDraw, TrainingResult, train, train_resumably
 
 DRAW = SearchDraw(learning_rate=4.0, clip_per_target=0.05)
-SPLIT = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 12), 3, batch_size=4, bptt=5)  # 84 tokens: L = 21, 5 chunks
+SPLIT = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 12)[:83], 3, batch_size=4, bptt=5)  # L = 21: 4 chunks of 4 x 5, then 3 x 1
 VALID = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 4), 3, batch_size=2, bptt=5)
 
 
-def fresh_model() -> PtbLanguageModel:
-    model = PtbLanguageModel(PtbModelConfig(vocabulary_size=4, hidden_units=6, stack=LimitedNondeterministic(2, 2, renormalizing=True, window=3)))
+RNS = LimitedNondeterministic(2, 2, renormalizing=True, window=3)
+
+
+def fresh_model(stack: LimitedNondeterministic | Superposition | None = RNS, hidden: int = 6) -> PtbLanguageModel:
+    model = PtbLanguageModel(PtbModelConfig(vocabulary_size=4, hidden_units=hidden, stack=stack))
     model.initialize(torch.Generator().manual_seed(7))
     return model.double()
 
@@ -60,17 +64,35 @@ def test_a_run_stopped_mid_epoch_and_resumed_equals_an_uninterrupted_one(tmp_pat
 
     path = tmp_path / "run.pt"
     stop = StopRequest()
-    with pytest.raises(TrainingInterrupted, match=rf"SIGTERM at chunk 2 of 5 of epoch 5; the state after epoch 4 is in {path}"):
+    with pytest.raises(TrainingInterrupted, match=rf"SIGTERM at chunk 2 of 5 of epoch 5; the training state is saved in {path}: the same call continues"):
         train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=6, checkpoint_path=path, fingerprint="f", progress=StopAt(stop, 5, 2), stop_request=stop)
     saved = checkpoint_file.load(path)  # weights_only, through the one loader
     assert [record["epoch"] for record in saved["records"]] == [1, 2, 3, 4]
     assert [record["valid_perplexity"] for record in saved["records"]] == [r.valid_perplexity for r in uninterrupted.epochs[:4]]
+    assert saved["position"]["chunk"] == 2 and saved["position"]["targets"] == 2 * 4 * 5
 
     resumed_model = fresh_model()  # a new process: parameters as initialised, then the state loaded
     torch.manual_seed(123)  # another RNG state than the run's: the saved one is restored
     resumed = train(resumed_model, SPLIT, VALID, DRAW, max_epochs=6, checkpoint_path=path, fingerprint="f", progress=quiet())
     assert_same_run((uninterrupted, plain), (resumed, resumed_model))
     assert torch.equal(torch.get_rng_state(), saved["rng_cpu"])  # no draws in training: the state saved is the state left
+
+
+@pytest.mark.parametrize(
+    ("stack", "hidden"),
+    [(None, 6), (LimitedNondeterministic(1, 3, renormalizing=False, window=3), 6), (Superposition("learned", 3, max_depth=2), 6), (Superposition("hidden", 6, max_depth=10), 6)],
+    ids=["lstm", "ns", "jm-learned", "jm-hidden"],
+)
+@pytest.mark.parametrize(("epoch", "chunk"), [(1, 1), (2, 4), (2, 5)])
+def test_every_model_resumes_bitwise_from_any_chunk(tmp_path: Path, stack, hidden: int, epoch: int, chunk: int) -> None:
+    plain = fresh_model(stack, hidden)
+    uninterrupted = train(plain, SPLIT, VALID, DRAW, max_epochs=3, progress=quiet())
+    path, stop = tmp_path / "run.pt", StopRequest()
+    with pytest.raises(TrainingInterrupted, match=f"at chunk {chunk} of 5 of epoch {epoch};"):
+        train(fresh_model(stack, hidden), SPLIT, VALID, DRAW, max_epochs=3, checkpoint_path=path, fingerprint="f", progress=StopAt(stop, epoch, chunk), stop_request=stop)
+    resumed_model = fresh_model(stack, hidden)
+    resumed = train(resumed_model, SPLIT, VALID, DRAW, max_epochs=3, checkpoint_path=path, fingerprint="f", progress=quiet())
+    assert_same_run((uninterrupted, plain), (resumed, resumed_model))
 
 
 def test_a_finished_run_resumed_trains_no_more_and_holds_the_best_epoch(tmp_path: Path) -> None:
@@ -82,7 +104,7 @@ def test_a_finished_run_resumed_trains_no_more_and_holds_the_best_epoch(tmp_path
     again = train(again_model, SPLIT, VALID, DRAW, max_epochs=4, checkpoint_path=path, fingerprint="f", progress=Progress(stream=lines))
     assert_same_run((first, first_model), (again, again_model))
     assert path.stat().st_mtime_ns == stamp and "epoch 5:" not in lines.getvalue()
-    assert f"resuming from {path} after epoch {len(first.epochs)}" in lines.getvalue()
+    assert f"resuming from {path} after epoch {len(first.epochs)}, chunk 0" in lines.getvalue()
 
 
 def test_each_epoch_end_is_saved_and_matches_the_curve(tmp_path: Path) -> None:
@@ -122,3 +144,12 @@ def test_train_resumably_keys_the_state_by_fingerprint_and_removes_other_runs_st
     kept = checkpoint_file.keyed_path(base, checkpoint_file.fingerprint(source))
     assert checkpoint_file.load(kept)["fingerprint"] == checkpoint_file.fingerprint(source)
     assert not older.exists() and sorted(p.name for p in base.parent.iterdir() if p.suffix == ".pt") == [kept.name]
+
+
+def test_a_carried_state_that_does_not_fit_the_model_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path, stop = tmp_path / "run.pt", StopRequest()
+    with pytest.raises(TrainingInterrupted):
+        train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=2, checkpoint_path=path, fingerprint="f", progress=StopAt(stop, 1, 3), stop_request=stop)
+    wider = fresh_model(LimitedNondeterministic(2, 2, renormalizing=True, window=4))  # the same parameters, a wider window
+    with pytest.raises(StacklmError, match=rf"{path}: not the training state of this PTB model \(ValueError: .* do not fit a state of"):
+        train(wider, SPLIT, VALID, DRAW, max_epochs=2, checkpoint_path=path, fingerprint="f", progress=quiet())
