@@ -153,3 +153,16 @@ def test_a_carried_state_that_does_not_fit_the_model_is_refused_naming_the_file(
     wider = fresh_model(LimitedNondeterministic(2, 2, renormalizing=True, window=4))  # the same parameters, a wider window
     with pytest.raises(StacklmError, match=rf"{path}: not the training state of this PTB model \(ValueError: .* do not fit a state of"):
         train(wider, SPLIT, VALID, DRAW, max_epochs=2, checkpoint_path=path, fingerprint="f", progress=quiet())
+
+
+def test_a_run_killed_after_an_epochs_save_resumes_from_that_epoch(tmp_path: Path) -> None:
+    # A kill (no stop request) leaves the last epoch end's file: here the one of epoch 3, as a run
+    # bounded at 3 epochs writes it; the resumed run repeats nothing and equals an uninterrupted one.
+    plain = fresh_model()
+    uninterrupted = train(plain, SPLIT, VALID, DRAW, max_epochs=6, progress=quiet())
+    path = tmp_path / "run.pt"
+    train(fresh_model(), SPLIT, VALID, DRAW, max_epochs=3, checkpoint_path=path, fingerprint="f", progress=quiet())
+    assert checkpoint_file.load(path)["position"]["chunk"] == 0
+    resumed_model = fresh_model()
+    resumed = train(resumed_model, SPLIT, VALID, DRAW, max_epochs=6, checkpoint_path=path, fingerprint="f", progress=quiet())
+    assert_same_run((uninterrupted, plain), (resumed, resumed_model))
