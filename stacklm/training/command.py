@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -188,7 +187,7 @@ def resumable_training(
     (``stacklm.training.checkpoint``); a progress line every ``progress_interval_s``, SIGTERM
     saving and stopping. A finished run deletes the states of other fingerprints there.
     ``on_state(path)`` learns the state file before training starts (the live mirror's watcher)."""
-    fingerprint = hashlib.sha256(json.dumps(fingerprint_source, sort_keys=True).encode()).hexdigest()
+    fingerprint = checkpoint_file.fingerprint(fingerprint_source)
     state = checkpoint_file.keyed_path(checkpoint, fingerprint)
     stop_request = StopRequest()
     stop_request.install()
