@@ -27,13 +27,12 @@ from torch import Tensor
 
 from stacklm.semiring import LOG, Semiring
 from stacklm.stacks.base import Stack, StackState
+from stacklm.stacks.contraction import Contraction, engine_for
 from stacklm.stacks.pda import (
-    Contraction,
     PDASizes,
     PDATables,
     Transitions,
     advance,
-    engine_for,
     from_log,
     initial_tables,
     normalize,
@@ -110,7 +109,7 @@ class NondeterministicState(StackState[NondeterministicActions]):
         return symbol_reading(self.tables.alpha, self.sizes, self.engine.semiring, self.states_in_reading)
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
-        return replace(self, tables=self.tables.transform_tensors(function))
+        return replace(self, tables=self.tables.transform_tensors(function, self.engine))
 
 
 class NondeterministicStack(Stack[NondeterministicActions]):

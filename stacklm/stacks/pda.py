@@ -3,7 +3,8 @@
 Written once over a semiring (LOG for the stacks, REAL for tests, MAX_PLUS for Viterbi
 weights); ``nondeterministic.py`` and ``vector_nondeterministic.py`` add actions and readings.
 
-Paper notation (RNS-RNN: DuSell & Chiang 2022, eqs. 2–5 and §5.1; dVPDA: DuSell & Cotterell 2025, §3.2 and eq. 6). A PDA
+Paper notation (RNS-RNN: DuSell & Chiang (2022), eqs. 2–5 and §5.1; dVPDA: DuSell & Cotterell (2025), §3.2
+and eq. 6). A PDA
 with states Q (q0 = 0) and stack symbols Γ (⊥ = 0) takes, at step t, transitions of weight
 Δ⁺_t[q,x→r,y] (push y), Δ^R_t[q,x→r,y] (replace the top by y) and Δ⁻_t[q,x→r] (pop). For
 −1 ≤ i < t, γ[i→t][q,x→r,y] is the weight of the ways to go from (i, q, x) to (t, r, y)
@@ -16,8 +17,8 @@ with one element, pushed at step i+1, above x all along:
     α[t][r,y]       = Σ_{i=−1}^{t−1} Σ_{q,x} α[i][q,x] γ[i→t][q,x→r,y],   α[0] = α[−1] = 𝟙[q0, ⊥]
 
 Row i = −1 is the bottom element: γ[−1→0] = 𝟙[q0,⊥→q0,⊥] (a fictitious push of ⊥) when the
-bottom may be replaced (the dVPDA of DuSell & Cotterell 2025: runs "never fully empty the stack, replacing
-the bottom does not count"); for the NS family of DuSell & Chiang 2022 it is zero, so i ≥ 0, the first
+bottom may be replaced (the dVPDA of DuSell & Cotterell (2025): runs "never fully empty the stack, replacing
+the bottom does not count"); for the NS family of DuSell & Chiang (2022) it is zero, so i ≥ 0, the first
 action is a push, and no configuration at t ≥ 1 has ⊥-from-time-0 on top.
 
 Vectors without ζ. The dVPDA's reading needs η[t][r,y,:], the sum over runs ending at
@@ -39,7 +40,7 @@ O(n²·Q²S·m) in total. With a window the rows are kept (row i leaves when t �
 Because the η rows obey the same terms as γ rows, they are stored as extra rows of the
 γ columns, and one contraction serves both.
 
-Window D (DuSell & Chiang 2022, §5.1): γ[i→t] = 0 when t − i > D, for every row i ≥ 0. Column t then
+Window D (DuSell & Chiang (2022), §5.1): γ[i→t] = 0 when t − i > D, for every row i ≥ 0. Column t then
 depends on rows t−D … t−1 and columns t−D+1 … t−1 only, so the state between chunks is the
 last D − 1 columns (D + 1 for the dVPDA, whose bottom row reaches two split points further
 back) and D values of α: O(D²) per sequence, and truncated BPTT runs arbitrarily long text in
@@ -49,18 +50,19 @@ full stack for both.
 
 Layout (N = Q·S, configuration (q, x) at index q·S + x). Column t is one tensor
 (B, G·m + slots·N, N): first the η rows (G groups of m), then the γ rows, N per slot; entry
-[row, (r, y)]. Without a window, slot s holds row i = s − 1 and column t has t + 1 slots
-(G = 1); with a window, slot s < D holds the row i ≡ s (mod D) of the current frame
-t−D … t−1, slot D the bottom row (dVPDA only), and a mask hides the rows a column does not
-have (G = number of slots). The state also holds α of the
-rows of the last column (B, slots, N), α[t] (B, N) and η[t] (B, m, N).
+[row, (r, y)]. A ``Layout`` places the rows and says which columns are kept, and ``advance``
+is written once over it. ``FullStack`` (no window): slot s holds row i = s − 1, column t has
+t + 1 slots, G = 1, and every column is kept. ``Window``: slot s < D holds the row i ≡ s
+(mod D) of the current frame t−D … t−1, slot D the bottom row (dVPDA only), a mask hides
+the rows a column does not have, G = number of slots, and only the columns still read are
+kept. The state also holds α of the rows of the last column (B, slots, N), α[t] (B, N) and
+η[t] (B, m, N).
 
-The sums of products are left to a ``Contraction``: ``ReferenceContraction`` materialises
-every term in the semiring (the definition; REAL, LOG, MAX_PLUS), ``ShiftedLogContraction``
-(LOG) turns each into a real matrix product shifted by log α and keeps each column, once
-made, in real form: Ĝ = exp(γ − log α − ρ) with row maxima 1 for the products over the last
-column, and, without a window, the shares α[i]γ[i→k]/α[k] ∈ [0, 1] in one dense buffer that
-the pop reads as a view (``kernels/shifted.py``). The DP below is the same for both.
+The sums of products are left to a ``Contraction`` (``contraction.py``): the reference one
+materialises every term in the semiring (the definition; REAL, LOG, MAX_PLUS); the shifted
+one (LOG) turns each into a real matrix product shifted by log α and keeps each column, once
+made, in real form (``kernels/shifted.py``). Each engine keeps its columns as its own typed
+column, buffers included; the DP below is the same for both.
 
 Cost per sequence, full stack: the pop contraction, Σ_t (t·N + m) × (t·Q) × Q per symbol,
 ≈ n³·Q³S²/3 multiply-adds (plus O(n²·N²) for the rest); memory kept for backward
@@ -71,28 +73,16 @@ operand. With a window: O(n·D²·Q³S²) time and O(n·D·N²) memory.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from functools import cached_property
+from typing import Callable, Generic, Sequence
 
 import torch
 from torch import Tensor
 
-from stacklm.semiring import LOG, Semiring, logsumexp
-from stacklm.stacks.kernels.shifted import (
-    pop_left,
-    pop_output,
-    pop_right,
-    pop_shift,
-    ShareBuffer,
-    append_share,
-    column_shares,
-    prepare_column,
-    prepared_log_matmul,
-    prepared_log_pop,
-    share_pop,
-    shifted_log_matmul,
-    stack_columns,
-)
+from stacklm.semiring import Semiring
+from stacklm.stacks.contraction import ColumnT, Contraction
 
 
 @dataclass(frozen=True)
@@ -115,43 +105,215 @@ class PDASizes:
     def num_configurations(self) -> int:
         return self.num_states * self.num_symbols
 
+    @cached_property
+    def layout(self) -> Layout:
+        """The full stack, or window D."""
+        return FullStack(self) if self.window is None else Window(self)
+
+
+@dataclass(frozen=True)
+class Layout(ABC):
+    """Where the rows of each column are (G groups of m η rows, then slots of N γ rows), and
+    which columns later steps read: all that the full stack and a window do differently."""
+
+    sizes: PDASizes
+
     @property
+    @abstractmethod
     def eta_groups(self) -> int:
-        if self.vector_size == 0:
-            return 0
-        return 1 if self.window is None else self.slots(0)
+        """G, the groups of m η rows of every column (0 without vectors)."""
+
+    @abstractmethod
+    def slots(self, step: int) -> int:
+        """The γ row slots of column ``step``."""
+
+    @abstractmethod
+    def slot(self, row: int) -> int:
+        """The slot that holds row i."""
+
+    @abstractmethod
+    def eta_group(self, row: int) -> int:
+        """The η group that holds row i's vectors."""
+
+    @abstractmethod
+    def entering_alpha(self, alpha_rows: Tensor, alpha: Tensor, step: int) -> Tensor:
+        """α of the rows of column t (B, slots(t), N), from those of column t−1 and α[t−1] (B, N)."""
+
+    @abstractmethod
+    def splits(self, first_column: int, step: int) -> list[int]:
+        """The split points k of the pop at step t, given the first column kept."""
+
+    @abstractmethod
+    def split_mask(self, step: int, splits: list[int], device: torch.device) -> Tensor | None:
+        """(G·m + slots·N, K) bool: the rows of column t's frame that are below each split k; None: all."""
+
+    @abstractmethod
+    def bottom_splits(self, first_column: int, step: int) -> list[int]:
+        """The split points that only the bottom row −1 reaches (``bottom_pop_term``)."""
+
+    @abstractmethod
+    def entering_push(
+        self, body: Tensor, push: Tensor, push_vector: Tensor | None, step: int, semiring: type[Semiring]
+    ) -> Tensor:
+        """Column t (B, rows(t), N): the replace and pop terms ``body`` (B, rows(t−1), N), with row t−1
+        entering as the push (B, N, N) and its η group as the pushed vector (B, m, N), if any."""
+
+    @abstractmethod
+    def column_index(self, step: int) -> int | None:
+        """k of column ``step`` when every column is kept, else None (``Contraction.prepare``)."""
+
+    @abstractmethod
+    def first_kept(self, first_column: int, step: int) -> int:
+        """The first column that the steps after t read."""
 
     @property
     def eta_rows(self) -> int:
-        return self.eta_groups * self.vector_size
+        return self.eta_groups * self.sizes.vector_size
 
-    def slots(self, step: int) -> int:
-        """Row slots of column ``step``: rows −1 … step−1, or D and the bottom's with a window."""
-        if self.window is None:
-            return step + 1
-        return self.window + 1 if self.bottom_replaceable else self.window
-
-    def slot(self, row: int) -> int:
-        if self.window is None:
-            return row + 1
-        if row == -1 and self.bottom_replaceable:
-            return self.window
-        return row % self.window
+    def num_rows(self, step: int) -> int:
+        """The rows of column ``step``: G·m + slots·N."""
+        return self.eta_rows + self.slots(step) * self.sizes.num_configurations
 
     def bottom_rows(self) -> list[tuple[int, int]]:
         """The row ranges of a column that belong to the bottom row −1: its η group, its γ slot."""
-        slot = self.slot(-1)
-        ranges = [(slot * self.vector_size, (slot + 1) * self.vector_size)] if self.vector_size else []
-        start = self.eta_rows + slot * self.num_configurations
-        return ranges + [(start, start + self.num_configurations)]
+        group, slot = self.eta_group(-1), self.slot(-1)
+        vector_size, num_configurations = self.sizes.vector_size, self.sizes.num_configurations
+        ranges = [(group * vector_size, (group + 1) * vector_size)] if vector_size else []
+        start = self.eta_rows + slot * num_configurations
+        return ranges + [(start, start + num_configurations)]
+
+    def row_weights(self, alpha_rows: Tensor, semiring: type[Semiring]) -> Tensor:
+        """α of each row of a column (B, G·m + slots·N): 1̄ for η rows, which carry α already."""
+        batch_size = alpha_rows.size(0)
+        gamma_rows = alpha_rows.reshape(batch_size, -1)
+        if self.eta_rows == 0:
+            return gamma_rows
+        return torch.cat([gamma_rows.new_full((batch_size, self.eta_rows), semiring.one), gamma_rows], dim=1)
+
+
+@dataclass(frozen=True)
+class FullStack(Layout):
+    """No window: column t holds rows −1 … t−1, slot s = row s − 1, one η group; every column is kept."""
+
+    @property
+    def eta_groups(self) -> int:
+        return 1 if self.sizes.vector_size else 0
+
+    def slots(self, step: int) -> int:
+        return step + 1
+
+    def slot(self, row: int) -> int:
+        return row + 1
+
+    def eta_group(self, row: int) -> int:
+        return 0
+
+    def entering_alpha(self, alpha_rows: Tensor, alpha: Tensor, step: int) -> Tensor:
+        return torch.cat([alpha_rows, alpha.unsqueeze(1)], dim=1)
+
+    def splits(self, first_column: int, step: int) -> list[int]:
+        return list(range(first_column, step - 1))
+
+    def split_mask(self, step: int, splits: list[int], device: torch.device) -> Tensor | None:
+        return None  # column k holds exactly the rows i < k
+
+    def bottom_splits(self, first_column: int, step: int) -> list[int]:
+        return []  # the bottom row is a row like the others
+
+    def entering_push(
+        self, body: Tensor, push: Tensor, push_vector: Tensor | None, step: int, semiring: type[Semiring]
+    ) -> Tensor:
+        gamma = torch.cat([body[:, self.eta_rows :], push], dim=1)  # a new slot for row t−1
+        if push_vector is None:
+            return gamma
+        return torch.cat([semiring.plus(body[:, : self.eta_rows], push_vector), gamma], dim=1)
+
+    def column_index(self, step: int) -> int | None:
+        return step
+
+    def first_kept(self, first_column: int, step: int) -> int:
+        return first_column
+
+
+@dataclass(frozen=True)
+class Window(Layout):
+    """Window D (DuSell & Chiang (2022), §5.1): slot s < D holds the row i ≡ s (mod D) of the frame
+    t−D … t−1, slot D the exempt bottom row (dVPDA only); one η group per slot; the columns
+    kept are the last D − 1 (D + 1 with the bottom row)."""
+
+    @property
+    def window(self) -> int:
+        if self.sizes.window is None:
+            raise ValueError("a window layout needs a window")
+        return self.sizes.window
+
+    @property
+    def eta_groups(self) -> int:
+        return self.slots(0) if self.sizes.vector_size else 0
+
+    def slots(self, step: int) -> int:
+        return self.window + 1 if self.sizes.bottom_replaceable else self.window
+
+    def slot(self, row: int) -> int:
+        if row == -1 and self.sizes.bottom_replaceable:
+            return self.window
+        return row % self.window
+
+    def eta_group(self, row: int) -> int:
+        return self.slot(row)
 
     def slot_rows(self, step: int) -> list[int]:
         """The row i that each slot of column ``step`` holds (frame step−D … step−1, and −1)."""
-        if self.window is None:
-            return [slot - 1 for slot in range(step + 1)]
         first = step - self.window
         rows = [first + (slot - first) % self.window for slot in range(self.window)]
-        return rows + [-1] if self.bottom_replaceable else rows
+        return rows + [-1] if self.sizes.bottom_replaceable else rows
+
+    def entering_slot(self, step: int, device: torch.device) -> Tensor:
+        """(slots,) bool: the slot of column t that row t−1 takes from row t−1−D, which leaves."""
+        return torch.arange(self.slots(step), device=device) == self.slot(step - 1)
+
+    def entering_alpha(self, alpha_rows: Tensor, alpha: Tensor, step: int) -> Tensor:
+        entering = self.entering_slot(step, alpha.device).view(1, -1, 1)
+        return torch.where(entering, alpha.unsqueeze(1), alpha_rows)
+
+    def splits(self, first_column: int, step: int) -> list[int]:
+        return list(range(max(first_column, step - self.window + 1), step - 1))
+
+    def split_mask(self, step: int, splits: list[int], device: torch.device) -> Tensor | None:
+        below = torch.tensor(splits, device=device)
+        valid = torch.tensor(self.slot_rows(step), device=device).unsqueeze(-1) < below  # (slots, K)
+        gamma_valid = valid.repeat_interleave(self.sizes.num_configurations, dim=0)
+        if self.sizes.vector_size == 0:
+            return gamma_valid
+        eta_valid = valid.repeat_interleave(self.sizes.vector_size, dim=0)
+        return torch.cat([eta_valid, gamma_valid], dim=0)
+
+    def bottom_splits(self, first_column: int, step: int) -> list[int]:
+        # t−1−k ≤ D: the elements still fit, but rows i ≥ t−D cannot reach k < t−D+1.
+        if not self.sizes.bottom_replaceable:
+            return []
+        return [k for k in (step - 1 - self.window, step - self.window) if first_column <= k <= step - 2]
+
+    def entering_push(
+        self, body: Tensor, push: Tensor, push_vector: Tensor | None, step: int, semiring: type[Semiring]
+    ) -> Tensor:
+        batch_size, slots = body.size(0), self.slots(step)
+        num_configurations = self.sizes.num_configurations
+        entering = self.entering_slot(step, body.device).view(1, -1, 1, 1)
+        gamma = body[:, self.eta_rows :].view(batch_size, slots, num_configurations, num_configurations)
+        gamma = torch.where(entering, push.unsqueeze(1), gamma).reshape(batch_size, -1, num_configurations)
+        if push_vector is None:
+            return gamma
+        eta = body[:, : self.eta_rows].view(batch_size, slots, self.sizes.vector_size, num_configurations)
+        eta = torch.where(entering, push_vector.unsqueeze(1), eta).reshape(batch_size, -1, num_configurations)
+        return torch.cat([eta, gamma], dim=1)
+
+    def column_index(self, step: int) -> int | None:
+        return None
+
+    def first_kept(self, first_column: int, step: int) -> int:
+        # The bottom row reaches two split points further back than the other rows.
+        return max(first_column, min(step, step - self.window + (0 if self.sizes.bottom_replaceable else 2)))
 
 
 @dataclass(frozen=True)
@@ -164,180 +326,28 @@ class Transitions:
     pushed: Tensor | None  # (B, m): v_t, or None without vectors
 
 
-Prepared = tuple[Tensor, ...]  # a column as its engine keeps it (batch at dim 0)
-
-
 @dataclass(frozen=True)
-class PDATables:
+class PDATables(Generic[ColumnT]):
     """The part of γ, α and η that later steps need, after ``steps`` steps."""
 
     steps: int  # t
     first_column: int  # index k of columns[0]
-    columns: tuple[Prepared, ...]  # columns k = first_column … t, each (B, G·m + slots·N, N) as prepared
+    columns: tuple[ColumnT, ...]  # columns k = first_column … t, each (B, G·m + slots·N, N), kept by the engine
     alpha_rows: Tensor  # (B, slots(t), N): α[i] of the row i of each slot of column t
     alpha: Tensor  # (B, N): α[t]
     eta: Tensor | None  # (B, m, N): η[t]
-    shares: ShareBuffer | None = None  # the fast engine's dense copy of the columns (full stack)
 
-    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> PDATables:
+    def transform_tensors(
+        self, function: Callable[[Tensor], Tensor], engine: Contraction[ColumnT]
+    ) -> PDATables[ColumnT]:
         return PDATables(
             steps=self.steps,
             first_column=self.first_column,
-            columns=tuple(tuple(function(tensor) for tensor in column) for column in self.columns),
+            columns=engine.transform(self.columns, function),
             alpha_rows=function(self.alpha_rows),
             alpha=function(self.alpha),
             eta=None if self.eta is None else function(self.eta),
-            shares=None if self.shares is None else self.shares.transform(function),
         )
-
-
-class Contraction(Protocol):
-    """How the DP's sums of products are computed; the DP itself never changes.
-
-    A column is handed to ``prepare`` once, with α of its step (the shift of every later
-    product over its configurations); ``prepared_matmul`` and ``pop`` read prepared columns.
-    """
-
-    semiring: type[Semiring]
-
-    def prepare(
-        self,
-        column: Tensor,
-        alpha: Tensor,
-        row_weights: Tensor,
-        shares: ShareBuffer | None,
-        index: int | None,
-        num_states: int,
-        expected_columns: int | None = None,
-    ) -> tuple[Prepared, ShareBuffer | None]:
-        """Column (B, rows, N), α (B, N) of its step and α of its rows (B, rows) -> the form later
-        products read; ``index`` is the column's k when every column is kept (no window), and
-        ``expected_columns`` how many columns the sequence will have, when known."""
-
-    def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
-        """⊕_c left[..., i, c] ⊗ right[..., c, j]; ``shift`` (..., C) is α of each c."""
-
-    def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
-        """``matmul`` with a prepared column (B, rows, N) as the left operand."""
-
-    def rows(self, column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
-        """The rows of a prepared column in ``ranges``, in order, as a column ``pop`` accepts."""
-
-    def pop(
-        self,
-        columns: Sequence[Prepared],
-        mask: Tensor | None,
-        gamma_prime: Tensor,
-        alpha: Tensor,
-        num_states: int,
-        row_weights: Tensor,
-        shares: ShareBuffer | None,
-    ) -> Tensor:
-        """⊕_{k,u} col_k[row, (u, y)] ⊗ γ'[k][(u, y), r] -> (B, rows, N); ``row_weights`` α of the rows."""
-
-
-@dataclass(frozen=True)
-class ReferenceContraction:
-    """Every term materialised and reduced in ``semiring``: the definition, for tests and Viterbi."""
-
-    semiring: type[Semiring]
-
-    def prepare(
-        self,
-        column: Tensor,
-        alpha: Tensor,
-        row_weights: Tensor,
-        shares: ShareBuffer | None,
-        index: int | None,
-        num_states: int,
-        expected_columns: int | None = None,
-    ) -> tuple[Prepared, ShareBuffer | None]:
-        return (column,), None
-
-    def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
-        return self.semiring.sum(self.semiring.times(left.unsqueeze(-1), right.unsqueeze(-3)), dim=-2)
-
-    def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
-        return self.matmul(column[0], right, shift)
-
-    def rows(self, column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
-        return (_rows(column[0], ranges),)
-
-    def pop(
-        self,
-        columns: Sequence[Prepared],
-        mask: Tensor | None,
-        gamma_prime: Tensor,
-        alpha: Tensor,
-        num_states: int,
-        row_weights: Tensor,
-        shares: ShareBuffer | None,
-    ) -> Tensor:
-        num_symbols = gamma_prime.size(2) // num_states
-        dense = stack_columns([column[0] for column in columns], mask, self.semiring.zero)
-        left = pop_left(dense, num_states, num_symbols)
-        right = pop_right(gamma_prime, num_states, num_symbols)
-        return pop_output(self.matmul(left, right, pop_shift(alpha, num_states, num_symbols)))
-
-
-@dataclass(frozen=True)
-class ShiftedLogContraction:
-    """LOG only: products as real matrix products in a space shifted by log α (``kernels/shifted.py``).
-
-    A column is kept as Ĝ = exp(γ − log α − ρ) (row maximum 1) for the products over the last
-    column, and, without a window, also as shares Ŝ in one dense buffer that the pop reads as
-    a view; with a window the pop stacks the D columns (Ĝ_k · exp(ρ_k − ℓ)) each step.
-    """
-
-    semiring: type[Semiring] = LOG
-
-    def prepare(
-        self,
-        column: Tensor,
-        alpha: Tensor,
-        row_weights: Tensor,
-        shares: ShareBuffer | None,
-        index: int | None,
-        num_states: int,
-        expected_columns: int | None = None,
-    ) -> tuple[Prepared, ShareBuffer | None]:
-        left_hat, row_offset = prepare_column(column, alpha)
-        share = column_shares(column, row_weights, alpha, num_states)
-        if index is None:
-            return (left_hat, row_offset, share), None
-        return (left_hat, row_offset, share), append_share(shares, share.detach(), index, expected_columns)
-
-    def matmul(self, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
-        if left.size(-2) == 1:
-            # One row (α, the push of η): an exact log-sum-exp, reduced along the inner dimension.
-            terms = (right + left.transpose(-1, -2)).transpose(-1, -2).contiguous()  # (..., J, C)
-            return logsumexp(terms, dim=-1).unsqueeze(-2)
-        return shifted_log_matmul(left, right, shift)
-
-    def prepared_matmul(self, column: Prepared, right: Tensor, shift: Tensor) -> Tensor:
-        return prepared_log_matmul((column[0], column[1]), right, shift)
-
-    def rows(self, column: Prepared, ranges: list[tuple[int, int]]) -> Prepared:
-        return (_rows(column[0], ranges), _rows(column[1], ranges))
-
-    def pop(
-        self,
-        columns: Sequence[Prepared],
-        mask: Tensor | None,
-        gamma_prime: Tensor,
-        alpha: Tensor,
-        num_states: int,
-        row_weights: Tensor,
-        shares: ShareBuffer | None,
-    ) -> Tensor:
-        if len(columns[0]) == 2:  # rows picked out of prepared columns (the window's bottom row)
-            return prepared_log_pop(
-                [(column[0], column[1]) for column in columns], mask, gamma_prime, alpha, num_states
-            )
-        return share_pop([column[2] for column in columns], shares, mask, row_weights, gamma_prime, alpha)
-
-
-FAST = ShiftedLogContraction()
 
 
 def _one_hot(semiring: type[Semiring], size: int, index: int, like: Tensor) -> Tensor:
@@ -349,21 +359,22 @@ def initial_tables(
     sizes: PDASizes,
     batch_size: int,
     bottom: Tensor | None,
-    engine: Contraction,
+    engine: Contraction[ColumnT],
     like: Tensor,
     max_steps: int | None = None,
-) -> PDATables:
+) -> PDATables[ColumnT]:
     """t = 0: α[0] = 𝟙[q0, ⊥]; the bottom row −1 (weight 𝟙 if it may be replaced); η[0] = v₀ at (q0, ⊥).
 
     ``bottom``: v₀ (B, m) in the semiring's representation, or None without vectors;
-    ``max_steps``, when known, sizes the fast engine's buffer once.
+    ``max_steps``, when known, sizes the engine's buffers once.
     """
     semiring = engine.semiring
+    layout = sizes.layout
     num_configurations = sizes.num_configurations
     options = {"dtype": like.dtype, "device": like.device}
     first_configuration = _one_hot(semiring, num_configurations, 0, like)  # (N,)
-    slots = sizes.slots(0)
-    bottom_slot = sizes.slot(-1)
+    slots = layout.slots(0)
+    bottom_slot = layout.slot(-1)
     bottom_push = semiring.zeros(num_configurations, num_configurations, **options)
     if sizes.bottom_replaceable:
         bottom_push = torch.where(
@@ -382,45 +393,22 @@ def initial_tables(
         if bottom is None:
             raise ValueError("a PDA with vectors needs a bottom vector")
         eta = semiring.times(bottom.to(like.dtype).unsqueeze(-1), first_configuration)  # (B, m, N)
-        groups = sizes.eta_groups
+        groups = layout.eta_groups
         group_positions = torch.arange(groups, device=like.device).view(1, groups, 1, 1)
-        bottom_group = bottom_slot if sizes.window is not None else 0
-        eta_rows = torch.where(group_positions == bottom_group, eta.unsqueeze(1), semiring.zero)
+        eta_rows = torch.where(group_positions == layout.eta_group(-1), eta.unsqueeze(1), semiring.zero)
         column = torch.cat(
             [eta_rows.reshape(batch_size, groups * sizes.vector_size, num_configurations), column], dim=1
         )
-    prepared, shares = engine.prepare(
+    prepared = engine.prepare(
         column,
         alpha,
-        _row_weights(sizes, alpha_rows, semiring),
-        None,
-        0 if sizes.window is None else None,
+        layout.row_weights(alpha_rows, semiring),
         sizes.num_states,
+        None,
+        layout.column_index(0),
         None if max_steps is None else max_steps + 1,
     )
-    return PDATables(
-        steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta, shares=shares
-    )
-
-
-def _row_weights(sizes: PDASizes, alpha_rows: Tensor, semiring: type[Semiring]) -> Tensor:
-    """α of each row of a column (B, G·m + slots·N): 1̄ for η rows, which carry α already."""
-    batch_size = alpha_rows.size(0)
-    gamma_rows = alpha_rows.reshape(batch_size, -1)
-    if sizes.eta_rows == 0:
-        return gamma_rows
-    return torch.cat([gamma_rows.new_full((batch_size, sizes.eta_rows), semiring.one), gamma_rows], dim=1)
-
-
-def _valid_rows(sizes: PDASizes, rows: list[int], below: Tensor) -> Tensor:
-    """(G·m + slots·N, K) bool: rows i of the frame that are < k, for each k in ``below`` (K,)."""
-    row_index = torch.tensor(rows, device=below.device)
-    valid = row_index.unsqueeze(-1) < below  # (slots, K)
-    gamma_valid = valid.repeat_interleave(sizes.num_configurations, dim=0)
-    if sizes.vector_size == 0:
-        return gamma_valid
-    eta_valid = valid.repeat_interleave(sizes.vector_size, dim=0)
-    return torch.cat([eta_valid, gamma_valid], dim=0)
+    return PDATables(steps=0, first_column=0, columns=(prepared,), alpha_rows=alpha_rows, alpha=alpha, eta=eta)
 
 
 def push_term(transitions: Transitions) -> Tensor:
@@ -428,7 +416,7 @@ def push_term(transitions: Transitions) -> Tensor:
     return transitions.push
 
 
-def push_vector_term(alpha: Tensor, transitions: Transitions, engine: Contraction) -> Tensor:
+def push_vector_term(alpha: Tensor, transitions: Transitions, engine: Contraction[ColumnT]) -> Tensor:
     """η[t−1→t][r,y,:] = (Σ_{q,x} α[t−1][q,x] Δ⁺_t[q,x→r,y]) v_t -> (B, m, N)."""
     if transitions.pushed is None:
         raise ValueError("a PDA with vectors needs the pushed vector of every step")
@@ -437,7 +425,7 @@ def push_vector_term(alpha: Tensor, transitions: Transitions, engine: Contractio
 
 
 def replace_and_pop_prime_terms(
-    previous: Prepared, alpha: Tensor, transitions: Transitions, sizes: PDASizes, engine: Contraction
+    previous: ColumnT, alpha: Tensor, transitions: Transitions, sizes: PDASizes, engine: Contraction[ColumnT]
 ) -> tuple[Tensor, Tensor]:
     """Both products of column t−1 over (s, z), done as one:
 
@@ -449,48 +437,40 @@ def replace_and_pop_prime_terms(
     num_configurations = sizes.num_configurations
     products = engine.prepared_matmul(previous, torch.cat([transitions.replace, transitions.pop], dim=-1), alpha)
     replaced = products[..., :num_configurations]
-    gamma_prime = products[:, sizes.eta_rows :, num_configurations:]
+    gamma_prime = products[:, sizes.layout.eta_rows :, num_configurations:]
     return replaced, gamma_prime.reshape(products.size(0), -1, num_configurations, sizes.num_states)
 
 
 def pop_term(
-    columns: Sequence[Prepared],
+    columns: Sequence[ColumnT],
     mask: Tensor | None,
     gamma_prime: Tensor,
     alpha: Tensor,
     row_weights: Tensor,
-    shares: ShareBuffer | None,
     sizes: PDASizes,
-    engine: Contraction,
+    engine: Contraction[ColumnT],
 ) -> Tensor:
     """Σ_k Σ_u γ[i→k][q,x→u,y] γ'_t[k][u,y,r] (and the same for η rows) -> (B, rows, N).
 
     ``columns``: column k for each split point k; ``gamma_prime``: (B, K, N, Q); ``alpha``:
     α[k] (B, K, N); ``row_weights``: α of the output rows (B, rows).
     """
-    return engine.pop(columns, mask, gamma_prime, alpha, sizes.num_states, row_weights, shares)
+    return engine.pop(columns, mask, gamma_prime, alpha, sizes.num_states, row_weights)
 
 
 def bottom_pop_term(
-    columns: Sequence[Prepared],
+    columns: Sequence[ColumnT],
     gamma_prime: Tensor,
     alpha: Tensor,
-    row_weights: Tensor,
     sizes: PDASizes,
-    engine: Contraction,
+    engine: Contraction[ColumnT],
 ) -> Tensor:
     """Σ_{k ∈ {t−1−D, t−D}} Σ_u γ[−1→k][q0,⊥→u,y] γ'_t[k][u,y,r] -> (B, bottom rows, N).
 
     With a window, the split points k whose elements still fit (t−1−k ≤ D) but that rows
     i ≥ t−D cannot use: only the exempt bottom row (and its η group) reaches them.
     """
-    bottom = [engine.rows(column, sizes.bottom_rows()) for column in columns]
-    return engine.pop(bottom, None, gamma_prime, alpha, sizes.num_states, row_weights, None)
-
-
-def _rows(tensor: Tensor, ranges: list[tuple[int, int]]) -> Tensor:
-    """The rows (dimension 1) of ``tensor`` in ``ranges``, in order."""
-    return torch.cat([tensor[:, start:stop] for start, stop in ranges], dim=1)
+    return engine.pop_rows(columns, sizes.layout.bottom_rows(), gamma_prime, alpha, sizes.num_states)
 
 
 def _plus_at_rows(semiring: type[Semiring], body: Tensor, ranges: list[tuple[int, int]], addend: Tensor) -> Tensor:
@@ -507,124 +487,82 @@ def _plus_at_rows(semiring: type[Semiring], body: Tensor, ranges: list[tuple[int
     return torch.cat(pieces, dim=1)
 
 
-def alpha_term(alpha_rows: Tensor, gamma: Tensor, engine: Contraction) -> Tensor:
+def alpha_term(alpha_rows: Tensor, gamma: Tensor, engine: Contraction[ColumnT]) -> Tensor:
     """α[t][r,y] = Σ_{i,q,x} α[i][q,x] γ[i→t][q,x→r,y] -> (B, N); ``gamma`` (B, slots·N, N)."""
     flat = alpha_rows.reshape(alpha_rows.size(0), 1, -1)
     return engine.matmul(flat, gamma, flat.squeeze(1)).squeeze(1)
 
 
-def advance(tables: PDATables, transitions: Transitions, sizes: PDASizes, engine: Contraction) -> PDATables:
+def eta_term(column: Tensor, sizes: PDASizes, semiring: type[Semiring]) -> Tensor | None:
+    """η[t] = Σ_i η[i→t] -> (B, m, N) from the η groups of column t; None without vectors."""
+    layout = sizes.layout
+    if layout.eta_rows == 0:
+        return None
+    groups = column[:, : layout.eta_rows].unflatten(1, (layout.eta_groups, sizes.vector_size))  # (B, G, m, N)
+    return groups[:, 0] if layout.eta_groups == 1 else semiring.sum(groups, dim=1)
+
+
+def advance(
+    tables: PDATables[ColumnT], transitions: Transitions, sizes: PDASizes, engine: Contraction[ColumnT]
+) -> PDATables[ColumnT]:
     """The tables after step t = tables.steps + 1."""
     semiring = engine.semiring
+    layout = sizes.layout
     step = tables.steps + 1
-    batch_size = tables.alpha.size(0)
-    num_configurations = sizes.num_configurations
-    eta_rows = sizes.eta_rows
-    device = tables.alpha.device
-    previous = tables.columns[-1]
-    frame = sizes.slot_rows(step)
-    push_slot = sizes.slot(step - 1)
-
-    # α of the rows of column t: row t−1 enters (and, with a window, row t−1−D leaves).
-    if sizes.window is None:
-        alpha_rows = torch.cat([tables.alpha_rows, tables.alpha.unsqueeze(1)], dim=1)
-    else:
-        entering = (torch.arange(sizes.slots(step), device=device) == push_slot).view(1, -1, 1)
-        alpha_rows = torch.where(entering, tables.alpha.unsqueeze(1), tables.alpha_rows)
+    alpha_rows = layout.entering_alpha(tables.alpha_rows, tables.alpha, step)  # (B, slots(t), N)
+    row_weights = layout.row_weights(alpha_rows, semiring)  # (B, rows(t))
 
     # body (B, rows(t−1), N); gamma_prime (B, slots(t−1), N, Q)
-    body, gamma_prime = replace_and_pop_prime_terms(previous, tables.alpha, transitions, sizes, engine)
+    body, gamma_prime = replace_and_pop_prime_terms(tables.columns[-1], tables.alpha, transitions, sizes, engine)
 
-    first_split = max(tables.first_column, 0 if sizes.window is None else step - sizes.window + 1)
-    splits = list(range(first_split, step - 1))
+    def kept(splits: list[int]) -> list[ColumnT]:
+        return [tables.columns[k - tables.first_column] for k in splits]
+
+    def at_slots(table: Tensor, splits: list[int]) -> Tensor:
+        return table.index_select(1, torch.tensor([layout.slot(k) for k in splits], device=table.device))
+
+    splits = layout.splits(tables.first_column, step)
     if splits:
-        columns = [tables.columns[k - tables.first_column] for k in splits]
-        split_slots = torch.tensor([sizes.slot(k) for k in splits], device=device)
-        mask = None if sizes.window is None else _valid_rows(sizes, frame, torch.tensor(splits, device=device))
-        row_weights = _row_weights(sizes, alpha_rows, semiring)[
-            :, : max(tensor.size(1) for column in columns for tensor in column[:1])
-        ]
         popped = pop_term(
-            columns,
-            mask,
-            gamma_prime.index_select(1, split_slots),
-            alpha_rows.index_select(1, split_slots),
-            row_weights,
-            tables.shares,
+            kept(splits),
+            layout.split_mask(step, splits, body.device),
+            at_slots(gamma_prime, splits),
+            at_slots(alpha_rows, splits),
+            row_weights[:, : layout.num_rows(splits[-1])],
             sizes,
             engine,
         )
+        # Rows the split columns lack (the full stack's newest) receive no pop.
         missing = body.size(1) - popped.size(1)
         if missing > 0:
-            popped = torch.cat(
-                [popped, semiring.zeros(batch_size, missing, num_configurations, dtype=popped.dtype, device=device)],
-                dim=1,
-            )
+            padding = semiring.zeros(body.size(0), missing, body.size(2), dtype=body.dtype, device=body.device)
+            popped = torch.cat([popped, padding], dim=1)
         body = semiring.plus(body, popped)
-    if sizes.window is not None and sizes.bottom_replaceable:
-        bottom_splits = [
-            k for k in (step - 1 - sizes.window, step - sizes.window) if tables.first_column <= k <= step - 2
-        ]
-        if bottom_splits:
-            bottom_slots = torch.tensor([sizes.slot(k) for k in bottom_splits], device=device)
-            popped = bottom_pop_term(
-                [tables.columns[k - tables.first_column] for k in bottom_splits],
-                gamma_prime.index_select(1, bottom_slots),
-                tables.alpha_rows.index_select(1, bottom_slots),
-                _rows(_row_weights(sizes, alpha_rows, semiring), sizes.bottom_rows()),
-                sizes,
-                engine,
-            )
-            body = _plus_at_rows(semiring, body, sizes.bottom_rows(), popped)
+    bottom_splits = layout.bottom_splits(tables.first_column, step)
+    if bottom_splits:
+        popped = bottom_pop_term(
+            kept(bottom_splits),
+            at_slots(gamma_prime, bottom_splits),
+            at_slots(tables.alpha_rows, bottom_splits),  # α of the rows before row t−1 took a slot
+            sizes,
+            engine,
+        )
+        body = _plus_at_rows(semiring, body, layout.bottom_rows(), popped)
 
-    push = push_term(transitions)  # (B, N, N)
-    if sizes.window is None:
-        parts = [body[:, eta_rows:], push]
-        if eta_rows:
-            parts.insert(0, semiring.plus(body[:, :eta_rows], push_vector_term(tables.alpha, transitions, engine)))
-        column = torch.cat(parts, dim=1)
-    else:
-        slots = sizes.slots(step)
-        entering_slot = (torch.arange(slots, device=device) == push_slot).view(1, -1, 1, 1)
-        gamma = body[:, eta_rows:].view(batch_size, slots, num_configurations, num_configurations)
-        gamma = torch.where(entering_slot, push.unsqueeze(1), gamma)
-        parts = [gamma.reshape(batch_size, -1, num_configurations)]
-        if eta_rows:
-            eta = body[:, :eta_rows].view(batch_size, slots, sizes.vector_size, num_configurations)
-            eta = torch.where(entering_slot, push_vector_term(tables.alpha, transitions, engine).unsqueeze(1), eta)
-            parts.insert(0, eta.reshape(batch_size, -1, num_configurations))
-        column = torch.cat(parts, dim=1)
-
-    alpha = alpha_term(alpha_rows, column[:, eta_rows:], engine)
-    eta_total = None
-    if eta_rows:
-        groups = column[:, :eta_rows].view(batch_size, sizes.eta_groups, sizes.vector_size, num_configurations)
-        eta_total = groups[:, 0] if sizes.eta_groups == 1 else semiring.sum(groups, dim=1)
-
-    prepared, shares = engine.prepare(
-        column,
-        alpha,
-        _row_weights(sizes, alpha_rows, semiring),
-        tables.shares,
-        step if sizes.window is None else None,
-        sizes.num_states,
+    push_vector = push_vector_term(tables.alpha, transitions, engine) if sizes.vector_size else None
+    column = layout.entering_push(body, push_term(transitions), push_vector, step, semiring)
+    alpha = alpha_term(alpha_rows, column[:, layout.eta_rows :], engine)
+    prepared = engine.prepare(
+        column, alpha, row_weights, sizes.num_states, tables.columns[-1], layout.column_index(step)
     )
-    columns = tables.columns + (prepared,)
-    first_column = tables.first_column
-    if sizes.window is not None:
-        # The bottom row reaches two split points further back than the other rows.
-        keep_from = min(step, step - sizes.window + (0 if sizes.bottom_replaceable else 2))
-        drop = max(0, keep_from - first_column)
-        columns = columns[drop:]
-        first_column += drop
+    first_column = layout.first_kept(tables.first_column, step)
     return PDATables(
         steps=step,
         first_column=first_column,
-        columns=columns,
+        columns=(tables.columns + (prepared,))[first_column - tables.first_column :],
         alpha_rows=alpha_rows,
         alpha=alpha,
-        eta=eta_total,
-        shares=shares,
+        eta=eta_term(column, sizes, semiring),
     )
 
 
@@ -633,13 +571,6 @@ def from_log(semiring: type[Semiring], log_weights: Tensor) -> Tensor:
     if semiring.zero == -math.inf:
         return log_weights
     return log_weights.exp()
-
-
-def engine_for(semiring: type[Semiring], fast: bool) -> Contraction:
-    """The shifted real-space products for LOG when ``fast``, else every term materialised."""
-    if fast and semiring is LOG:
-        return FAST
-    return ReferenceContraction(semiring)
 
 
 def normalize(semiring: type[Semiring], weights: Tensor, total: Tensor) -> Tensor:

@@ -40,14 +40,13 @@ from torch import Tensor, nn
 
 from stacklm.semiring import LOG, Semiring
 from stacklm.stacks.base import Stack, StackState
+from stacklm.stacks.contraction import Contraction, engine_for
 from stacklm.stacks.kernels import compiled
 from stacklm.stacks.nondeterministic import NondeterministicActions, transitions_from_actions
 from stacklm.stacks.pda import (
-    Contraction,
     PDASizes,
     PDATables,
     advance,
-    engine_for,
     from_log,
     initial_tables,
     normalize,
@@ -103,7 +102,7 @@ class VectorNondeterministicState(StackState[VectorNondeterministicActions]):
         return vector_reading(self.tables.alpha, self.tables.eta, self.engine.semiring)
 
     def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
-        return replace(self, tables=self.tables.transform_tensors(function))
+        return replace(self, tables=self.tables.transform_tensors(function, self.engine))
 
 
 @dataclass(frozen=True)
