@@ -41,10 +41,10 @@ def report_command(args: argparse.Namespace) -> int:
         number = PAPER_TABLES[task][0]
         reproduction = ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells)
         paper = ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task))
-        # the Markdown table also shows every seed's own values, between the mean and the paper's
-        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in settings["final"]["seeds"]]
+        # the Markdown table also shows every seed's own values (with two seeds or more), between the mean and the paper's
+        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in settings["final"]["seeds"]] if seeds > 1 else []
         write_text_atomically(path, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name))
-        markdown_sets = [reproduction, *(per_seed if seeds > 1 else []), paper]
+        markdown_sets = [reproduction, *per_seed, paper]
         write_text_atomically(markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True))
     threshold = settings["report"]["min_test_accuracy"]
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
