@@ -202,36 +202,37 @@ class TaskEvaluator:
             rows.append(MetricValue(split, rule, "partial_accuracy_sampled", sum(matches) / len(matches)))
         return rows, scores.output, partial
 
+    def scored_references(
+        self, test: Sequence[Example], generalization: Sequence[Example]
+    ) -> tuple[list[MetricValue], tuple[list[MetricValue], Tensor, Tensor | None], tuple[list[MetricValue], Tensor, Tensor | None]]:
+        """``references`` of the test set and of the generalization set under each rule (the same
+        samples scored against both rules' targets): the rows, log p(y|x) and the exact partial."""
+        test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
+        test_rows = self.references("test", None, test, [example.target for example in test], test_samples)[0]
+        linear = linear_targets(generalization)
+        both = [[example.target, target] for example, target in zip(generalization, linear)]
+        samples = self.samples(generalization, both) if self.partial.sampled else None
+        hierarchical = self.references("generalization", "hierarchical", generalization, [example.target for example in generalization], samples)
+        return test_rows, hierarchical, self.references("generalization", "linear", generalization, linear, samples)
+
     def checkpoint_scores(self, test: Sequence[Example], generalization: Sequence[Example]) -> dict[str, float]:
         """``{test,hierarchical,linear}_{full,partial}_accuracy``: the points of the generalization
         curves (partial: the exact expectation where the task has one, else the sampled share)."""
-        linear = linear_targets(generalization)
-        test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
-        samples = self.samples(generalization, [[example.target, target] for example, target in zip(generalization, linear)]) if self.partial.sampled else None
+        test_rows, (hierarchical_rows, _, _), (linear_rows, _, _) = self.scored_references(test, generalization)
+        partial = "partial_accuracy" if self.partial.exact else "partial_accuracy_sampled"
         scores: dict[str, float] = {}
-        for name, split, rule, examples, references, drawn in (
-            ("test", "test", None, test, [example.target for example in test], test_samples),
-            ("hierarchical", "generalization", "hierarchical", generalization, [example.target for example in generalization], samples),
-            ("linear", "generalization", "linear", generalization, linear, samples),
-        ):
-            values = {row.metric: row.value for row in self.references(split, rule, examples, references, drawn)[0]}
+        for name, rows in (("test", test_rows), ("hierarchical", hierarchical_rows), ("linear", linear_rows)):
+            values = {row.metric: row.value for row in rows}
             scores[f"{name}_full_accuracy"] = values["full_accuracy"]
-            scores[f"{name}_partial_accuracy"] = values["partial_accuracy" if self.partial.exact else "partial_accuracy_sampled"]
+            scores[f"{name}_partial_accuracy"] = values[partial]
         return scores
 
     def evaluate(self, validation: Sequence[Example], test: Sequence[Example], generalization: Sequence[Example]) -> list[MetricValue]:
         """Every metric: validation cross-entropy; test; generalization under both rules; log ratios."""
-        rows = self.validation(validation)
-        test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
-        rows += self.references("test", None, test, [example.target for example in test], test_samples)[0]
-        linear = linear_targets(generalization)
-        both = [[example.target, target] for example, target in zip(generalization, linear)]
-        samples = self.samples(generalization, both) if self.partial.sampled else None
-        hierarchical_rows, hierarchical, hierarchical_partial = self.references(
-            "generalization", "hierarchical", generalization, [example.target for example in generalization], samples
+        test_rows, (hierarchical_rows, hierarchical, hierarchical_partial), (linear_rows, linear_scores, linear_partial) = self.scored_references(
+            test, generalization
         )
-        linear_rows, linear_scores, linear_partial = self.references("generalization", "linear", generalization, linear, samples)
-        rows += hierarchical_rows + linear_rows
+        rows = self.validation(validation) + test_rows + hierarchical_rows + linear_rows
         ratio = log_mean_exp(hierarchical) - log_mean_exp(linear_scores)
         rows.append(MetricValue("generalization", None, "log_ratio", ratio))
         if hierarchical_partial is not None and linear_partial is not None:
