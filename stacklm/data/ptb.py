@@ -77,6 +77,20 @@ def read_split(directory: str | Path, split: Split) -> list[str]:
     return read_tokens(Path(directory) / ptb_file_name(split), PTB_SHA256[split])
 
 
+def first_lines(tokens: list[str], lines: int | None) -> list[str]:
+    """The tokens of a split's first ``lines`` lines (through the ``lines``-th ``<eos>``): a slice
+    of PTB for a small run; None, or more lines than the split holds, keeps every token."""
+    if lines is None:
+        return tokens
+    if lines < 1:
+        raise StacklmError(f"a slice of PTB needs at least 1 line, got {lines}")
+    ends = (position for position, token in enumerate(tokens) if token == EOS)
+    for count, end in enumerate(ends, start=1):
+        if count == lines:
+            return tokens[: end + 1]
+    return tokens
+
+
 def build_vocabulary(train_tokens: list[str]) -> Vocabulary:
     """Sorted training types other than ``<unk>`` and ``<eos>``, then ``<unk>``; ``<eos>`` last."""
     types = set(train_tokens) - {UNK, EOS}

@@ -30,13 +30,14 @@ the settings' choice. The registry (``stacklm.models.registry``) holds the model
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Callable, Literal, Self, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Literal, Mapping, Self, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from stacklm.errors import StacklmError
+from stacklm.models.config import from_dict
 from stacklm.stacks.base import Stack, StackState
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
@@ -121,6 +122,38 @@ def ptb_model_name(config: PtbModelConfig) -> str:
     if config.vocabulary_size != 10_000 or ptb_config(name) != config:
         raise StacklmError(f"no PTB model name stands for {config}")
     return name
+
+
+STACK_KINDS: dict[str, type[LimitedNondeterministic] | type[Superposition]] = {
+    "limited_nondeterministic": LimitedNondeterministic,
+    "superposition": Superposition,
+}
+
+
+def ptb_config_fields(config: PtbModelConfig) -> dict[str, Any]:
+    """``config`` as plain values (a saved model's), the stack tagged with its ``kind``."""
+    stack = None
+    if config.stack is not None:
+        kind = next(name for name, cls in STACK_KINDS.items() if isinstance(config.stack, cls))
+        stack = {"kind": kind, **asdict(config.stack)}
+    return {"vocabulary_size": config.vocabulary_size, "hidden_units": config.hidden_units, "stack": stack}
+
+
+def ptb_config_from_fields(fields: Mapping[str, Any], source: str) -> PtbModelConfig:
+    """The config ``ptb_config_fields`` gave ``fields``; a ``StacklmError`` naming ``source`` and the key."""
+    if not isinstance(fields, Mapping):
+        raise StacklmError(f"{source}: a PTB model config must be a mapping, got {type(fields).__name__}")
+    config = from_dict(PtbModelConfig, {key: value for key, value in fields.items() if key != "stack"}, source)
+    stack = fields.get("stack")
+    if stack is None:
+        return config
+    if not isinstance(stack, Mapping) or stack.get("kind") not in STACK_KINDS:
+        raise StacklmError(f"{source}: key 'stack.kind' must be one of {', '.join(STACK_KINDS)}")
+    spec = from_dict(STACK_KINDS[stack["kind"]], {key: value for key, value in stack.items() if key != "kind"}, f"{source}: stack")
+    try:
+        return replace(config, stack=spec)
+    except ValueError as error:
+        raise StacklmError(f"{source}: {error}") from None
 
 
 @dataclass(frozen=True)

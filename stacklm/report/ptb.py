@@ -1,9 +1,9 @@
 """The PTB outputs of DuSell & Chiang (2022) §5.2 and App. 11, rendered from the runs' metrics
 Parquet alone (the PTB rows of ``stacklm.tracking.records``, every restart of every model):
 
-- the PTB table: per model, the random restart with the lowest validation perplexity (the
-  paper's selection; the lower seed on a tie), with its parameter count, validation and test
-  perplexity and SG score;
+- the PTB table: per model, its selected random restart (the one of lowest validation
+  perplexity, the paper's selection, made by the experiment and given here as model → restart),
+  with its parameter count, validation and test perplexity and SG score;
 - the circuit table (App. 11): the same restarts' score per circuit, then the SG score;
 - the figure (App. 11): SG score against test perplexity of every restart, a colour per model,
   the selected restart ringed.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -81,12 +81,13 @@ def ptb_runs(metrics: pd.DataFrame, source: str) -> list[PtbRun]:
     return runs
 
 
-def best_runs(runs: Sequence[PtbRun], models: Sequence[str]) -> list[PtbRun]:
-    """Per model of ``models``, in order, the restart of lowest validation perplexity (lower seed on a tie)."""
-    missing = [model for model in models if not any(run.architecture == model for run in runs)]
+def selected_runs(runs: Sequence[PtbRun], selection: Mapping[str, int]) -> list[PtbRun]:
+    """The run of each model of ``selection`` (model → selected restart), in its order."""
+    found = {(run.architecture, run.seed): run for run in runs}
+    missing = [f"{model} restart {seed}" for model, seed in selection.items() if (model, seed) not in found]
     if missing:
         raise StacklmError(f"no PTB run of {', '.join(missing)}")
-    return [min((run for run in runs if run.architecture == model), key=lambda run: (run.validation_perplexity, run.seed)) for model in models]
+    return [found[model, seed] for model, seed in selection.items()]
 
 
 PTB_COLUMNS = (
@@ -141,10 +142,10 @@ def _render(
     return template.render(label=label, caption=caption, headers=headers if markdown else latex_headers, rows=rows, source=source)
 
 
-def render_ptb_table(runs: Sequence[PtbRun], models: Sequence[str], source: str, markdown: bool = False) -> str:
-    """The PTB table (LaTeX, or Markdown): a row per model, its best restart by validation perplexity."""
-    best = best_runs(runs, models)
-    counts = [sum(run.architecture == model for run in runs) for model in models]
+def render_ptb_table(runs: Sequence[PtbRun], selection: Mapping[str, int], source: str, markdown: bool = False) -> str:
+    """The PTB table (LaTeX, or Markdown): a row per model of ``selection``, its selected restart."""
+    best = selected_runs(runs, selection)
+    counts = [sum(run.architecture == model for run in runs) for model in selection]
     restarts = str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
     caption = (
         "Penn Treebank language models: parameters, validation and test perplexity and SG score of each model's "
@@ -154,9 +155,9 @@ def render_ptb_table(runs: Sequence[PtbRun], models: Sequence[str], source: str,
     return _render("ptb", caption, PTB_COLUMNS, best, values, source, markdown)
 
 
-def render_circuit_table(runs: Sequence[PtbRun], models: Sequence[str], source: str, markdown: bool = False) -> str:
+def render_circuit_table(runs: Sequence[PtbRun], selection: Mapping[str, int], source: str, markdown: bool = False) -> str:
     """The circuit table of App. 11: the selected restarts' score per circuit, then the SG score."""
-    best = best_runs(runs, models)
+    best = selected_runs(runs, selection)
     names = list(dict.fromkeys(name for run in best for name, _ in run.circuits))
     if not names:
         raise StacklmError(f"{source}: no selected run was scored on SyntaxGym")
@@ -171,9 +172,9 @@ def scatter_points(runs: Sequence[PtbRun], models: Sequence[str]) -> dict[str, l
     return {model: [(run.test_perplexity, run.sg_score) for run in runs if run.architecture == model and not math.isnan(run.sg_score)] for model in models}
 
 
-def plot_sg_against_perplexity(runs: Sequence[PtbRun], models: Sequence[str], paths: Sequence[str | Path]) -> None:
+def plot_sg_against_perplexity(runs: Sequence[PtbRun], selection: Mapping[str, int], models: Sequence[str], paths: Sequence[str | Path]) -> None:
     """SG score against test perplexity, every scored restart of ``models``; each model's
-    selected restart (lowest validation perplexity) ringed in black. Saved to every path."""
+    selected restart (``selection``: lowest validation perplexity) ringed in black. Saved to every path."""
     # matplotlib loads here: the tables need none of it.
     import matplotlib
 
@@ -183,7 +184,7 @@ def plot_sg_against_perplexity(runs: Sequence[PtbRun], models: Sequence[str], pa
     from stacklm.report.figure_files import save_figure
 
     points = scatter_points(runs, models)
-    selected = {run.architecture: run for run in best_runs(runs, models)}
+    selected = {run.architecture: run for run in selected_runs(runs, {model: selection[model] for model in models})}
     figure, axis = plt.subplots(figsize=(5.5, 4.0))
     ringed = [selected[model] for model in models if not math.isnan(selected[model].sg_score)]
     for index, model in enumerate(models):

@@ -11,6 +11,10 @@
   ``ReduceLROnPlateau`` with patience 0, as §3.4 gives the released code: with its default
   relative threshold, a gain under 0.01 % also divides η); stop after 2 epochs in a row without
   a lower validation perplexity, or after 100 epochs; the best epoch's parameters are restored.
+- A training loss that is not finite (a drawn η too large: the search spans [1, 100]) ends the
+  run there: the epoch is recorded with a NaN training NLL and an infinite validation
+  perplexity, never the best, and the best epoch before it is restored (none: the initial
+  parameters, with no finite validation perplexity, so the restart is never selected).
 
 Resumption (as ``stacklm.training.loop`` for the task runs): with ``checkpoint_path``, the whole
 training state (model, optimizer, schedule, epochs done, the best epoch and its parameters, the
@@ -40,7 +44,7 @@ from torch import Tensor, nn
 
 from stacklm.data.ptb import Chunk
 from stacklm.errors import StacklmError, located
-from stacklm.models.ptb import PtbLanguageModel, PtbState
+from stacklm.models.ptb import PtbLanguageModel, PtbModelConfig, PtbState, ptb_config_fields, ptb_config_from_fields
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.loop import StopRequest, TrainingInterrupted
 from stacklm.training.progress import Progress
@@ -77,6 +81,10 @@ class EpochPosition:
     state: PtbState | None = None  # the state after them, detached: carried into chunk ``chunk`` + 1
 
 
+class Diverged(StacklmError):
+    """A training loss that is not finite."""
+
+
 class EpochInterrupted(TrainingInterrupted):
     """A stop request within an epoch; ``position`` is where the epoch stands."""
 
@@ -109,7 +117,7 @@ def train_epoch(
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
         value = loss.item()
         if not math.isfinite(value):
-            raise StacklmError(f"the training loss is {value} at chunk {index + 1} of {len(chunks)}; the run diverged")
+            raise Diverged(f"the training loss is {value} at chunk {index + 1} of {len(chunks)}; the run diverged")
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip_per_target * chunk.num_targets)
@@ -151,11 +159,18 @@ class EpochRecord:
 @dataclass(frozen=True)
 class TrainingResult:
     epochs: tuple[EpochRecord, ...]
-    best_epoch: int  # whose parameters the model holds afterwards
+    best_epoch: int  # whose parameters the model holds afterwards; 0: the initial ones (diverged in epoch 1)
+    diverged: bool = False  # the last epoch's training loss was not finite
+    wall_time_s: float = field(default=0.0, compare=False)  # training and validation, summed over resumptions
+    targets_trained: int = field(default=0, compare=False)  # training targets of the completed epochs
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.targets_trained / max(self.wall_time_s, 1e-9)
 
     @property
     def best_valid_perplexity(self) -> float:
-        return self.epochs[self.best_epoch - 1].valid_perplexity
+        return self.epochs[self.best_epoch - 1].valid_perplexity if self.best_epoch else math.inf
 
 
 @dataclass
@@ -166,10 +181,13 @@ class _State:
     best_epoch: int = 0  # 0: the initial parameters
     without_best: int = 0  # epochs in a row without a new best
     best_parameters: dict[str, Tensor] = field(default_factory=dict)
+    diverged: bool = False
+    wall_time_s: float = 0.0
+    targets_trained: int = 0
 
     @property
     def finished(self) -> bool:
-        return self.without_best == PATIENCE
+        return self.without_best == PATIENCE or self.diverged
 
 
 def train(
@@ -201,16 +219,29 @@ def train(
         epoch = len(state.records) + 1
         learning_rate = optimizer.param_groups[0]["lr"]
         progress.start_epoch(epoch, position.chunk, len(train_chunks))
+        started = time.monotonic()
         try:
             train_nll = train_epoch(model, train_chunks, optimizer, draw.clip_per_target, progress, stop_request, position)
+        except Diverged as error:
+            progress.close()
+            state.wall_time_s += time.monotonic() - started
+            state.records.append(EpochRecord(epoch, learning_rate, math.nan, math.inf, False))
+            state.diverged, position = True, EpochPosition()
+            progress.line(f"epoch {epoch}: {error}; stopping, the best epoch ({state.best_epoch or 'none'}) restored")
+            if checkpoint_path is not None:
+                _save(checkpoint_path, fingerprint, model, optimizer, schedule, state, position)
+            break
         except EpochInterrupted as error:
             progress.close()
+            state.wall_time_s += time.monotonic() - started
             if checkpoint_path is None:
                 raise TrainingInterrupted(f"{error} of epoch {epoch}") from None
             _save(checkpoint_path, fingerprint, model, optimizer, schedule, state, error.position)
             raise TrainingInterrupted(f"{error} of epoch {epoch}; the training state is saved in {checkpoint_path}: the same call continues") from None
         position = EpochPosition()
         perplexity = evaluate(model, valid_chunks)
+        state.wall_time_s += time.monotonic() - started
+        state.targets_trained += sum(chunk.num_targets for chunk in train_chunks)
         schedule.step(perplexity)
         is_best = state.best_epoch == 0 or perplexity < state.records[state.best_epoch - 1].valid_perplexity
         state.records.append(EpochRecord(epoch, learning_rate, train_nll, perplexity, is_best))
@@ -226,7 +257,7 @@ def train(
             _save(checkpoint_path, fingerprint, model, optimizer, schedule, state, position)
     progress.close()
     model.load_state_dict(state.best_parameters)
-    return TrainingResult(tuple(state.records), state.best_epoch)
+    return TrainingResult(tuple(state.records), state.best_epoch, state.diverged, state.wall_time_s, state.targets_trained)
 
 
 def train_resumably(
@@ -281,6 +312,9 @@ def _save(
             "best_epoch": state.best_epoch,
             "without_best": state.without_best,
             "best_parameters": state.best_parameters,
+            "diverged": state.diverged,
+            "wall_time_s": state.wall_time_s,
+            "targets_trained": state.targets_trained,
             "position": {
                 "chunk": position.chunk,
                 "total_nll": position.total_nll,
@@ -311,7 +345,15 @@ def _restore(
         model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         schedule.load_state_dict(payload["schedule"])
-        state = _State([EpochRecord(**record) for record in payload["records"]], payload["best_epoch"], payload["without_best"], payload["best_parameters"])
+        state = _State(
+            [EpochRecord(**record) for record in payload["records"]],
+            payload["best_epoch"],
+            payload["without_best"],
+            payload["best_parameters"],
+            payload["diverged"],
+            payload["wall_time_s"],
+            payload["targets_trained"],
+        )
         saved = payload["position"]
         carried = None if saved["state"] is None else _carried_state(model, train_chunks[: saved["chunk"]], saved["state"])
         position = EpochPosition(saved["chunk"], saved["total_nll"], saved["targets"], carried)
@@ -332,3 +374,63 @@ def _carried_state(model: PtbLanguageModel, done: Sequence[Chunk], tensors: Sequ
         for chunk in done:
             _, like = model(torch.zeros(1, chunk.inputs.size(1), dtype=torch.long, device=device), like)
     return like.with_tensors([tensor.to(device) for tensor in tensors])
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained PTB model's file (``model.pt`` of a run): what evaluation needs without the training
+# run, as tensors and plain values that load with ``torch.load(weights_only=True)``
+# (``stacklm.training.checkpoint``), as the task runs' ``model.pt`` (``stacklm.training.run_files``).
+
+
+@dataclass(frozen=True)
+class SavedPtbModel:
+    config: PtbModelConfig
+    vocabulary: tuple[str, ...]  # ordinary tokens in index order; <eos> follows
+    parameters: dict[str, Tensor]  # the best epoch's
+    metadata: dict[str, Any]  # RunMetadata fields
+    clip_per_target: float  # the drawn c
+    best_valid_perplexity: float  # of the parameters saved (∞ when no epoch reached a finite one)
+
+    def model(self) -> PtbLanguageModel:
+        """The trained model, in eval mode, on the CPU."""
+        model = PtbLanguageModel(self.config)
+        model.load_state_dict(self.parameters)
+        return model.eval()
+
+
+def save_ptb_model(path: str | Path, saved: SavedPtbModel) -> None:
+    checkpoint_file.save(
+        path,
+        {
+            "kind": "ptb",
+            "config": ptb_config_fields(saved.config),
+            "vocabulary": list(saved.vocabulary),
+            "parameters": {name: tensor.detach().cpu() for name, tensor in saved.parameters.items()},
+            "metadata": saved.metadata,
+            "clip_per_target": saved.clip_per_target,
+            "best_valid_perplexity": saved.best_valid_perplexity,
+        },
+    )
+
+
+def load_ptb_model(path: str | Path) -> SavedPtbModel:
+    """The model ``save_ptb_model`` wrote; a ``StacklmError`` naming the file for any other."""
+    if not Path(path).is_file():
+        raise located(path, None, "model file not found (has `stacklm ptb train` finished for this run?)")
+    content = checkpoint_file.load(path)
+    if content.get("kind") != "ptb":
+        raise located(path, None, f"not a PTB model file; {checkpoint_file.ADVICE}")
+    try:
+        saved = SavedPtbModel(
+            config=ptb_config_from_fields(content["config"], f"{path}: config"),
+            vocabulary=tuple(content["vocabulary"]),
+            parameters=content["parameters"],
+            metadata=content["metadata"],
+            clip_per_target=float(content["clip_per_target"]),
+            best_valid_perplexity=float(content["best_valid_perplexity"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise located(path, None, f"not a PTB model file of this stacklm ({type(error).__name__}: {error}); {checkpoint_file.ADVICE}") from None
+    if len(saved.vocabulary) + 1 != saved.config.vocabulary_size:
+        raise located(path, None, f"{len(saved.vocabulary)} tokens and <eos> for a model of V = {saved.config.vocabulary_size}; {checkpoint_file.ADVICE}")
+    return saved

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from stacklm.data.ptb import PTB_SHA256, Chunk, build_vocabulary, chunks, encode, read_split, read_tokens, tokens_of_text
+from stacklm.data.ptb import PTB_SHA256, Chunk, build_vocabulary, chunks, encode, first_lines, read_split, read_tokens, tokens_of_text
 from stacklm.errors import StacklmError
 
 CORPUS = " a b \n c \n a c b \n b \n"  # 4 lines, each starting with a space as PTB's do
@@ -119,3 +119,12 @@ def test_the_ptb_splits_have_the_stated_sizes(upstream_dir: Path, split: str, md
         for row in range(chunk.batch_size):
             rows[row].extend(chunk.targets[row].tolist())
     assert [index for row in rows for index in row] == indices.tolist()
+
+
+def test_a_slice_is_the_first_lines_through_their_eos() -> None:
+    tokens = tokens_of_text(" a b\n c\n d e f\n")
+    assert first_lines(tokens, 1) == ["a", "b", "<eos>"]
+    assert first_lines(tokens, 2) == ["a", "b", "<eos>", "c", "<eos>"]
+    assert first_lines(tokens, 3) == first_lines(tokens, 9) == first_lines(tokens, None) == tokens
+    with pytest.raises(StacklmError, match="at least 1 line, got 0"):
+        first_lines(tokens, 0)

@@ -1,10 +1,12 @@
 """PTB model names: each names the configuration of cfl-and-ptb.md §3.5 with the spec's parameter
 count, reads back to itself, and a bad name or a config no name stands for is refused."""
 
+import json
+
 import pytest
 
 from stacklm.errors import StacklmError
-from stacklm.models.ptb import LimitedNondeterministic, PtbModelConfig, Superposition, ptb_config, ptb_model_name
+from stacklm.models.ptb import LimitedNondeterministic, PtbModelConfig, Superposition, ptb_config, ptb_config_fields, ptb_config_from_fields, ptb_model_name
 
 SPEC_COUNTS = {
     "lstm": 5_656_336, "lstm-258": 5_704_576, "lstm-267": 5_922_448, "jm-hidden": 5_684_828, "jm-learned": 5_685_289,
@@ -39,3 +41,24 @@ def test_a_bad_name_is_refused_naming_it(name: str) -> None:
 def test_a_config_no_name_stands_for_is_refused(config: PtbModelConfig) -> None:
     with pytest.raises(StacklmError, match="no PTB model name stands for"):
         ptb_model_name(config)
+
+
+@pytest.mark.parametrize("name", ["lstm", "lstm-267", "jm-hidden", "jm-learned", "ns-1-11", "rns-4-3"])
+def test_a_config_as_plain_fields_reads_back_as_itself(name: str) -> None:
+    config = ptb_config(name)
+    fields = ptb_config_fields(config)
+    assert json.loads(json.dumps(fields)) == fields and ptb_config_from_fields(fields, "model.pt") == config
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "tape"}}, "model.pt: key 'stack.kind' must be one of limited_nondeterministic, superposition"),
+        ({"vocabulary_size": 10, "hidden_units": 4, "depth": 2, "stack": None}, "unknown key 'model.pt.depth'"),
+        ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "superposition", "push": "hidden", "vector_size": 3}}, "model.pt: pushing h_t needs m = H = 4"),
+        ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "limited_nondeterministic", "num_states": 2}}, "missing key"),
+    ],
+)
+def test_bad_fields_are_refused_naming_the_source(fields: dict, message: str) -> None:
+    with pytest.raises(StacklmError, match=message):
+        ptb_config_from_fields(fields, "model.pt")

@@ -120,3 +120,58 @@ def test_training_learns_a_periodic_stream() -> None:
     result = train(model, split, split, SearchDraw(learning_rate=10.0, clip_per_target=1.0), max_epochs=8)
     assert before > 3.5 and result.best_valid_perplexity < 1.5
     assert evaluate(model, split) == pytest.approx(result.best_valid_perplexity)  # the best epoch restored
+
+
+def test_a_diverged_epoch_ends_the_run_and_the_best_epoch_before_it_is_restored(monkeypatch) -> None:
+    model, stream = model_and_stream()
+    split = chunks(stream, EOS, batch_size=4, bptt=4)
+    real_epoch = ptb_training.train_epoch
+
+    def diverging(model, chunks, optimizer, clip_per_target, *rest):
+        if optimizer.param_groups[0]["lr"] < 3.0:  # the third epoch, after the schedule divided η
+            with torch.no_grad():
+                model.output.bias[2] = float("nan")
+        return real_epoch(model, chunks, optimizer, clip_per_target, *rest)
+
+    monkeypatch.setattr(ptb_training, "train_epoch", diverging)
+    curve = iter([10.0, 11.0])
+    monkeypatch.setattr(ptb_training, "evaluate", lambda model, chunks: next(curve))
+    result = train(model, split, split, SearchDraw(learning_rate=3.0, clip_per_target=1.0), max_epochs=10)
+    assert [(r.epoch, r.valid_perplexity, r.is_best) for r in result.epochs] == [(1, 10.0, True), (2, 11.0, False), (3, math.inf, False)]
+    assert math.isnan(result.epochs[2].train_nll) and result.diverged and result.best_epoch == 1
+    assert not torch.isnan(model.output.bias).any()  # epoch 1's parameters, not the NaN ones
+
+
+def test_a_run_diverged_in_its_first_epoch_keeps_the_initial_parameters(monkeypatch) -> None:
+    model, stream = model_and_stream()
+    with torch.no_grad():
+        model.output.bias[2] = float("nan")  # the first chunk's loss is NaN
+    initial = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    result = train(model, chunks(stream, EOS, batch_size=4, bptt=4), [], SearchDraw(learning_rate=3.0, clip_per_target=1.0))
+    assert result.best_epoch == 0 and result.best_valid_perplexity == math.inf and len(result.epochs) == 1
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, initial[name], rtol=0, atol=0, equal_nan=True)
+
+
+def test_the_saved_model_loads_without_code_and_rebuilds_the_trained_model(tmp_path) -> None:
+    from stacklm.training.checkpoint import save
+    from stacklm.training.ptb import SavedPtbModel, load_ptb_model, save_ptb_model
+
+    model, stream = model_and_stream()
+    saved = SavedPtbModel(model.config, ("a", "b", "c", "d", "<unk>"), model.state_dict(), {"task": "ptb"}, 1e-4, 12.5)
+    save_ptb_model(tmp_path / "model.pt", saved)
+    loaded = load_ptb_model(tmp_path / "model.pt")
+    assert (loaded.config, loaded.vocabulary, loaded.metadata, loaded.clip_per_target, loaded.best_valid_perplexity) == (
+        model.config, saved.vocabulary, {"task": "ptb"}, 1e-4, 12.5,
+    )
+    split = chunks(stream, EOS, batch_size=4, bptt=4)
+    assert evaluate(loaded.model().double(), split) == evaluate(model, split)
+    save(tmp_path / "other.pt", {"kind": "task"})
+    with pytest.raises(StacklmError, match="other.pt: not a PTB model file"):
+        load_ptb_model(tmp_path / "other.pt")
+    short = SavedPtbModel(model.config, ("a", "b"), model.state_dict(), {}, 1e-4, 12.5)
+    save_ptb_model(tmp_path / "short.pt", short)
+    with pytest.raises(StacklmError, match=r"short.pt: 2 tokens and <eos> for a model of V = 6"):
+        load_ptb_model(tmp_path / "short.pt")
+    with pytest.raises(StacklmError, match="missing.pt: model file not found"):
+        load_ptb_model(tmp_path / "missing.pt")

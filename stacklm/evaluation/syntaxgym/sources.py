@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from stacklm.errors import StacklmError
 from stacklm.evaluation.syntaxgym.circuits import Circuit, SGScores, circuits_from_dict, sg_scores
@@ -89,11 +90,18 @@ class SGResult:
     circuits: tuple[Circuit, ...]  # the circuits scored (those of ``suites`` alone on a subset)
 
 
-def score_all(directory: str | Path, words: frozenset[str], log_probs: TokenLogProbs, suites: tuple[str, ...] | None = None) -> SGResult:
+def score_all(
+    directory: str | Path,
+    words: frozenset[str],
+    log_probs: TokenLogProbs,
+    suites: tuple[str, ...] | None = None,
+    on_suite: Callable[[SuiteResult], None] | None = None,
+) -> SGResult:
     """Every (item, prediction) result of the circuits' suites, and the SG score and circuits.
 
     ``suites`` restricts the run to some suites (a small preset); the circuits then keep only
-    those suites, and a circuit left without any is dropped.
+    those suites, and a circuit left without any is dropped. ``on_suite`` hears of each suite
+    once it is scored (a progress line).
     """
     circuits = read_pinned_circuits(directory)
     if suites is not None:
@@ -102,5 +110,9 @@ def score_all(directory: str | Path, words: frozenset[str], log_probs: TokenLogP
             raise StacklmError(f"suites in no circuit: {unknown}")
         kept = (Circuit(c.name, tuple(s for s in c.suites if s in suites)) for c in circuits)
         circuits = tuple(c for c in kept if c.suites)
-    results = tuple(score_suite(read_pinned_suite(directory, name), words, log_probs) for c in circuits for name in c.suites)
-    return SGResult(results, sg_scores({result.suite: result.accuracy for result in results}, circuits), circuits)
+    results: list[SuiteResult] = []
+    for name in (name for circuit in circuits for name in circuit.suites):
+        results.append(score_suite(read_pinned_suite(directory, name), words, log_probs))
+        if on_suite is not None:
+            on_suite(results[-1])
+    return SGResult(tuple(results), sg_scores({result.suite: result.accuracy for result in results}, circuits), circuits)

@@ -35,3 +35,12 @@ def test_a_run_over_one_suite_scores_it_and_its_circuit(upstream_dir: Path) -> N
     assert result.scores.circuits == (("Agreement", pytest.approx(2 / 38)),)
     with pytest.raises(StacklmError, match=r"suites in no circuit: \['nn-nv-rpl'\]"):
         score_all(upstream_dir / "sg-test-suites", words, lambda inputs, targets: [0.0] * len(targets), ("nn-nv-rpl",))
+
+
+def test_each_suite_is_reported_once_scored_in_the_circuits_order(upstream_dir: Path) -> None:
+    words = frozenset(word for line in (upstream_dir / "ptb" / "ptb.valid.txt").open() for word in line.split())
+    heard: list[str] = []
+    result = score_all(
+        upstream_dir / "sg-test-suites", words, lambda inputs, targets: [-math.log(2)] * len(targets), ("center_embed", "number_orc"), on_suite=lambda suite: heard.append(suite.suite)
+    )
+    assert heard == [suite.suite for suite in result.suites] == ["number_orc", "center_embed"]  # Agreement comes first in circuits.json
