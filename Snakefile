@@ -23,4 +23,4 @@ rule all:
 
 
 onsuccess:
-    print(dag.finished_message(SETTINGS))
+    print(pipeline.finished_message(SETTINGS))

@@ -41,7 +41,7 @@ import yaml
 from stacklm.data.examples import read_examples
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.tasks import get_task
-from stacklm.workflow import resolve
+from stacklm.workflow.settings import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_EXAMPLES = 2000

@@ -41,19 +41,19 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "train": Command("stacklm.training.command", "train one model on a task (App. D schedule of DuSell & Cotterell, 2025); resumes from its checkpoint"),
-    "evaluate": Command("stacklm.evaluation.command", "score a trained run on the test set and the generalization set under both rules"),
+    "train": Command("stacklm.experiments.transformations.train", "train one model on a task (App. D schedule of DuSell & Cotterell, 2025); resumes from its checkpoint"),
+    "evaluate": Command("stacklm.experiments.transformations.evaluate", "score a trained run on the test set and the generalization set under both rules"),
     "models": Command("stacklm.models.cli", "list every architecture with its width and parameter count"),
     "data": Command("stacklm.data.cli", "the datasets of the syntactic-transformation tasks"),
-    "cfl": Command("stacklm.cfl.cli", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
-    "settings": Command("stacklm.workflow", "check the workflow's resolved settings and write them as JSON"),
-    "hparams": Command("stacklm.workflow", "draw the search trials' hyperparameters (one HP.json per trial)"),
-    "select": Command("stacklm.workflow", "choose the search trial with the lowest validation cross-entropy"),
-    "aggregate": Command("stacklm.report.commands", "concatenate the final runs' metrics.parquet files"),
-    "report": Command("stacklm.report.commands", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
+    "cfl": Command("stacklm.experiments.cfl.cli", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
+    "settings": Command("stacklm.workflow.settings", "check the workflow's resolved settings and write them as JSON"),
+    "hparams": Command("stacklm.experiments.transformations.search", "draw the search trials' hyperparameters (one HP.json per trial)"),
+    "select": Command("stacklm.experiments.transformations.search", "choose the search trial with the lowest validation cross-entropy"),
+    "aggregate": Command("stacklm.experiments.transformations.report", "concatenate the final runs' metrics.parquet files"),
+    "report": Command("stacklm.experiments.transformations.report", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
     "curves": Command("stacklm.report.curves", "the generalization curves of a task's final runs (Parquet and a figure)"),
     "html": Command("stacklm.report.pages", "a Markdown table of the report as an HTML page (for snakemake --report)"),
-    "tracking": Command("stacklm.tracking.command", "the MLflow mirror of the runs"),
+    "tracking": Command("stacklm.workflow.tracking", "the MLflow mirror of the runs"),
 }
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     module: tuple(name for name, command in COMMANDS.items() if command.module == module)

@@ -1,7 +1,7 @@
 """Reading the settings file a command is given, and JSON files with errors naming their line.
 
 In the workflow a job reads ``results/settings/<reader>.json``: only the sections of the
-resolved config that this kind of job reads (``stacklm.workflow.SETTINGS_READ``), listed under
+resolved config that this kind of job reads (``stacklm.workflow.settings.SETTINGS_READ``), listed under
 ``"sections"``. A change elsewhere in the config (the tracking URI, the report threshold) then
 leaves that file, and the job, as they were. Asking such a file for a section it does not list
 is an error naming the file and the section, never a silent default. A file without
@@ -42,7 +42,7 @@ class Settings(Mapping[str, Any]):
             return self.values[section]
         if self.sections is not None and section not in self.sections:
             raise located(self.path, None, f"holds the sections {', '.join(self.sections)} only, not {section!r}: "
-                                           "list it among its reader's sections in stacklm.workflow.SETTINGS_READ")
+                                           "list it among its reader's sections in stacklm.workflow.settings.SETTINGS_READ")
         raise KeyError(section)
 
     def __iter__(self) -> Iterator[str]:

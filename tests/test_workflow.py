@@ -15,7 +15,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from stacklm import workflow
+import stacklm.experiments.common as shared
+import stacklm.experiments.transformations.dag as transformations
+import stacklm.workflow.dag as pipeline
+import stacklm.experiments.transformations.search as search_stage
+import stacklm.workflow.settings as resolution
 from stacklm.cli import main
 from stacklm.errors import StacklmError
 
@@ -29,7 +33,7 @@ def config() -> dict[str, Any]:
 
 @pytest.fixture
 def settings(config: dict[str, Any]) -> dict[str, Any]:
-    return workflow.resolve(copy.deepcopy(config))
+    return resolution.resolve(copy.deepcopy(config))
 
 
 def test_full_config_has_the_papers_settings(settings: dict[str, Any]) -> None:
@@ -44,7 +48,7 @@ def test_full_config_has_the_papers_settings(settings: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("preset", ["small", "ci"])
 def test_presets_resolve_and_keep_every_task_architecture_in_small(config: dict[str, Any], preset: str) -> None:
-    settings = workflow.resolve({**copy.deepcopy(config), "preset": preset})
+    settings = resolution.resolve({**copy.deepcopy(config), "preset": preset})
     assert "presets" not in settings and "preset" not in settings
     if preset == "small":
         assert settings["tasks"] == config["tasks"]
@@ -53,11 +57,11 @@ def test_presets_resolve_and_keep_every_task_architecture_in_small(config: dict[
 
 def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
     config = {"preset": "p", "a": {"b": 1, "c": 2}, "presets": {"p": {"a": {"b": 5}}}}
-    assert workflow.apply_preset(config) == {"a": {"b": 5, "c": 2}}
+    assert resolution.apply_preset(config) == {"a": {"b": 5, "c": 2}}
     with pytest.raises(StacklmError, match=r"'presets\.p\.a\.x'"):
-        workflow.apply_preset({"preset": "p", "a": {"b": 1}, "presets": {"p": {"a": {"x": 1}}}})
+        resolution.apply_preset({"preset": "p", "a": {"b": 1}, "presets": {"p": {"a": {"x": 1}}}})
     with pytest.raises(StacklmError, match="'preset': unknown preset 'q'"):
-        workflow.apply_preset({"preset": "q", "presets": {"p": {}}})
+        resolution.apply_preset({"preset": "q", "presets": {"p": {}}})
 
 
 @pytest.mark.parametrize(
@@ -79,7 +83,7 @@ def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
 def test_invalid_settings_name_the_key(settings: dict[str, Any], change: Any, key: str) -> None:
     change(settings)
     with pytest.raises(StacklmError, match=f"config key '{key}'"):
-        workflow.validate_settings(settings)
+        resolution.validate_settings(settings)
 
 
 @pytest.mark.parametrize(
@@ -103,18 +107,18 @@ def test_a_presets_values_are_validated_naming_the_key(config: dict[str, Any], p
     broken = copy.deepcopy(config)
     broken["presets"]["ci"] = {**broken["presets"]["ci"], **preset}
     with pytest.raises(StacklmError, match=f"config key '{key}"):
-        workflow.resolve({**broken, "preset": "ci"})
+        resolution.resolve({**broken, "preset": "ci"})
 
 
 def test_every_schema_error_is_named_and_strings_get_the_configfile_hint(config: dict[str, Any]) -> None:
     user = {"search": {"trials": "3"}, "model": {"dropout": 1.5}, "typo": 1}
     with pytest.raises(StacklmError) as raised:
-        workflow.resolve(snakemake_config(config, user), user)
+        resolution.resolve(snakemake_config(config, user), user)
     assert str(raised.value).splitlines() == [
         "config key 'model.dropout': 1.5 is greater than or equal to the maximum of 1",
         "config key 'search.trials': '3' is not of type 'integer'",
         "config key 'typo': not a key of the settings",
-        workflow.STRING_HINT,
+        resolution.STRING_HINT,
     ]
 
 
@@ -129,30 +133,30 @@ def snakemake_config(config: dict[str, Any], user: dict[str, Any]) -> dict[str, 
 
 def test_the_users_keys_win_over_the_presets(config: dict[str, Any]) -> None:
     user = {"preset": "ci", "search": {"trials": 3}, "final": {"seeds": [7]}}
-    settings = workflow.resolve(snakemake_config(config, user), user)
+    settings = resolution.resolve(snakemake_config(config, user), user)
     assert settings["search"] == {**config["search"], **config["presets"]["ci"]["search"], "trials": 3}
     assert settings["final"] == {"seeds": [7], "max_epochs": 1}  # the preset's max_epochs stays
     assert settings["tasks"] == config["presets"]["ci"]["tasks"]
     # the same keys in config.yaml itself are defaults: the preset wins over them
-    assert workflow.resolve(snakemake_config(config, user))["search"]["trials"] == config["presets"]["ci"]["search"]["trials"]
+    assert resolution.resolve(snakemake_config(config, user))["search"]["trials"] == config["presets"]["ci"]["search"]["trials"]
 
 
 def test_draw_is_a_pure_function_of_task_architecture_trial(settings: dict[str, Any]) -> None:
     search = settings["search"]
-    first = workflow.draw_hyperparameters(search, "question-formation", "Tf+Nd", 3)
-    assert first == workflow.draw_hyperparameters(copy.deepcopy(search), "question-formation", "Tf+Nd", 3)
+    first = search_stage.draw_hyperparameters(search, "question-formation", "Tf+Nd", 3)
+    assert first == search_stage.draw_hyperparameters(copy.deepcopy(search), "question-formation", "Tf+Nd", 3)
     others = {
-        workflow.draw_hyperparameters(search, "question-formation", "Tf+Nd", 4),
-        workflow.draw_hyperparameters(search, "passivization", "Tf+Nd", 3),
-        workflow.draw_hyperparameters(search, "question-formation", "Tf", 3),
-        workflow.draw_hyperparameters({**search, "salt": 1}, "question-formation", "Tf+Nd", 3),
+        search_stage.draw_hyperparameters(search, "question-formation", "Tf+Nd", 4),
+        search_stage.draw_hyperparameters(search, "passivization", "Tf+Nd", 3),
+        search_stage.draw_hyperparameters(search, "question-formation", "Tf", 3),
+        search_stage.draw_hyperparameters({**search, "salt": 1}, "question-formation", "Tf+Nd", 3),
     }
     assert first not in others and len(others) == 4
     assert first.max_epochs is None  # the search's: to convergence
 
 
 def test_draw_follows_the_distributions_of_appendix_d(settings: dict[str, Any]) -> None:
-    draws = [workflow.draw_hyperparameters(settings["search"], "t", "Tf", trial) for trial in range(1, 4001)]
+    draws = [search_stage.draw_hyperparameters(settings["search"], "t", "Tf", trial) for trial in range(1, 4001)]
     batches = [draw.tokens_per_batch for draw in draws]
     assert min(batches) >= 512 and max(batches) <= 2048 and all(isinstance(b, int) for b in batches)
     assert min(batches) < 530 and max(batches) > 2030  # the whole range is reached
@@ -164,66 +168,66 @@ def test_draw_follows_the_distributions_of_appendix_d(settings: dict[str, Any]) 
 
 
 def test_select_trial_takes_the_lowest_finite_score_first_on_ties() -> None:
-    assert workflow.select_trial([2.0, 1.5, 1.5, 3.0]) == 1
-    assert workflow.select_trial([float("nan"), float("inf"), 4.0]) == 2
+    assert shared.select_lowest([2.0, 1.5, 1.5, 3.0], "search trial") == 1
+    assert shared.select_lowest([float("nan"), float("inf"), 4.0], "search trial") == 2
     with pytest.raises(StacklmError, match="no search trial"):
-        workflow.select_trial([float("nan")])
+        shared.select_lowest([float("nan")], "search trial")
 
 
 def test_lowest_validation_cross_entropy_reads_the_best_checkpoint() -> None:
     curve = pd.DataFrame({"validation_cross_entropy": [2.0, 0.7, 0.9]})
-    assert workflow.lowest_validation_cross_entropy(curve) == 0.7
+    assert search_stage.lowest_validation_cross_entropy(curve) == 0.7
 
 
 def test_hparams_path_by_phase() -> None:
-    assert workflow.hparams_path("qf", "tf", "search", "3") == "results/search/qf/tf/trial3.json"
-    assert workflow.hparams_path("qf", "tf", "final", "2") == "results/search/qf/tf/best.json"
+    assert transformations.hparams_path("qf", "tf", "search", "3") == "results/search/qf/tf/trial3.json"
+    assert transformations.hparams_path("qf", "tf", "final", "2") == "results/search/qf/tf/best.json"
     with pytest.raises(StacklmError, match="unknown phase"):
-        workflow.hparams_path("qf", "tf", "warmup", "1")
+        transformations.hparams_path("qf", "tf", "warmup", "1")
 
 
 def test_slugs_round_trip(settings: dict[str, Any]) -> None:
-    slugs = [workflow.architecture_slug(name) for name in settings["architectures"]]
+    slugs = [shared.architecture_slug(name) for name in settings["architectures"]]
     assert len(set(slugs)) == len(slugs) and all("/" not in slug for slug in slugs)
-    assert [workflow.architecture_name(slug) for slug in slugs] == settings["architectures"]
+    assert [shared.architecture_name(slug) for slug in slugs] == settings["architectures"]
 
 
 def test_train_resources_by_family_grow_with_each_attempt(settings: dict[str, Any]) -> None:
-    slug = workflow.architecture_slug
-    assert workflow.train_resources(settings, slug("Tf+Nd"), 1) == workflow.JobResources(1440, 16000)
-    assert workflow.train_resources(settings, slug("LSTM+Sup+R"), 1) == workflow.JobResources(480, 8000)
-    assert workflow.train_resources(settings, slug("RNN"), 1) == workflow.JobResources(240, 4000)
-    assert workflow.train_resources(settings, slug("Tf+Nd"), 3) == workflow.JobResources(4 * 1440, 4 * 16000)
+    slug = shared.architecture_slug
+    assert transformations.train_resources(settings, slug("Tf+Nd"), 1) == transformations.JobResources(1440, 16000)
+    assert transformations.train_resources(settings, slug("LSTM+Sup+R"), 1) == transformations.JobResources(480, 8000)
+    assert transformations.train_resources(settings, slug("RNN"), 1) == transformations.JobResources(240, 4000)
+    assert transformations.train_resources(settings, slug("Tf+Nd"), 3) == transformations.JobResources(4 * 1440, 4 * 16000)
 
 
 def test_only_search_runs_name_their_trial() -> None:
-    assert workflow.trial_option("search", "7") == " --trial 7"
-    assert workflow.trial_option("final", "2") == ""
+    assert transformations.trial_option("search", "7") == " --trial 7"
+    assert transformations.trial_option("final", "2") == ""
 
 
 def test_device_from_the_gpu_resource() -> None:
-    assert workflow.device(0) == "cpu"
-    assert workflow.device(1) == "cuda"
+    assert shared.device(0) == "cpu"
+    assert shared.device(1) == "cuda"
 
 
 def test_targets_cover_every_final_run_and_the_report(settings: dict[str, Any]) -> None:
-    runs = workflow.final_runs(settings)
+    runs = transformations.final_runs(settings)
     assert len(runs) == 7 * len(settings["architectures"]) * 5
-    assert "results/runs/question-formation/tf+nd/final/3/metrics.parquet" in workflow.final_metrics(settings)
-    targets = workflow.all_targets(settings)
-    assert workflow.METRICS in targets and workflow.REPORT_DOCUMENT in targets
+    assert "results/runs/question-formation/tf+nd/final/3/metrics.parquet" in transformations.final_metrics(settings)
+    targets = pipeline.all_targets(settings)
+    assert transformations.METRICS in targets and transformations.REPORT_DOCUMENT in targets
     assert "results/report/tables/german-passivization.tex" in targets
     assert {"results/report/figures/figure3.png", "results/report/figures/figure3.pdf"} <= set(targets)
 
 
 def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: dict[str, Any]) -> None:
-    settings_path = tmp_path / "settings.json"
+    settings_path = tmp_path / "resolution.json"
     assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
     assert json.loads(settings_path.read_text()) == settings
     trial_paths = [str(tmp_path / f"trial{trial}.json") for trial in range(1, 11)]
     assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *trial_paths]) == 0
     drawn = [json.loads(Path(path).read_text()) for path in trial_paths]
-    assert drawn[1] == {**workflow.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
+    assert drawn[1] == {**search_stage.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
     curves = []
     for trial, loss in enumerate([3.0, 1.0, 0.5, 2.0, 4.0, 5.0, 6.0, 7.0, 0.6, 9.0], start=1):
         curves.append(str(tmp_path / f"curve{trial}.parquet"))
@@ -244,22 +248,22 @@ sys.exit(f"imported {heavy}" if heavy else status)
 
 def test_hparams_imports_neither_torch_nor_pandas(tmp_path: Path, settings: dict[str, Any]) -> None:
     """hparams runs once per task and architecture: each job starts in a fraction of a second."""
-    settings_path = tmp_path / "settings.json"
+    settings_path = tmp_path / "resolution.json"
     assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
     run = [sys.executable, "-c", LIGHT_RUN]
-    out = [str(tmp_path / f"trial{trial}.json") for trial in workflow.trials(settings)]
+    out = [str(tmp_path / f"trial{trial}.json") for trial in transformations.trials(settings)]
     result = subprocess.run([*run, "hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *out],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert json.loads(Path(out[1]).read_text()) == {**workflow.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
+    assert json.loads(Path(out[1]).read_text()) == {**search_stage.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
 
 
 def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Path, settings: dict[str, Any]) -> None:
-    assert workflow.trained_trials(settings) == list(range(1, 11))
+    assert transformations.trained_trials(settings) == list(range(1, 11))
     settings["search"]["trials"] = 1
-    assert workflow.trials(settings) == [1] and workflow.trained_trials(settings) == []
-    assert not [path for path in workflow.tracking_records(settings, "passivization")["curves"] if "/search/" in path]
-    settings_path = tmp_path / "settings.json"
+    assert transformations.trials(settings) == [1] and transformations.trained_trials(settings) == []
+    assert not [path for path in pipeline.tracking_records(settings, "passivization")["curves"] if "/search/" in path]
+    settings_path = tmp_path / "resolution.json"
     assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
     trial = str(tmp_path / "trial1.json")
     assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", trial]) == 0

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stacklm.cfl.experiment import DELTA
+from stacklm.experiments.cfl.experiment import DELTA
 from stacklm.errors import StacklmError
 from stacklm.tracking.mlflow_mirror import MirroredRun
 from stacklm.tracking.records import BUILT_MODEL, METADATA_SCHEMA, commit

@@ -17,6 +17,7 @@ from typing import Any, get_args
 import torch
 
 from stacklm.data.examples import Example, read_examples
+from stacklm.data.splits import SPLITS
 from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError, located
 from stacklm.models.base import LanguageModel
@@ -26,8 +27,6 @@ from stacklm.models.registry import ModelConfig, get_architecture, model_for_con
 from stacklm.settings_file import read_json, read_settings  # noqa: F401  (the commands' readers, re-exported)
 from stacklm.tasks import Task
 from stacklm.training import checkpoint as checkpoint_file
-
-SPLITS = ("train", "validation", "test", "generalization")
 
 
 def split_paths(data_dir: str | Path) -> list[Path]:

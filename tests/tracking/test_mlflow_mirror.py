@@ -20,7 +20,7 @@ import pytest
 
 from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import MetricValue
-from stacklm.tracking.command import register
+from stacklm.workflow.tracking import register
 from stacklm.tracking.mlflow_mirror import TrackingSettings
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
 from stacklm.training.loop import CheckpointRecord

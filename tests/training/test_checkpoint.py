@@ -23,7 +23,7 @@ from stacklm.cli import main
 from stacklm.errors import StacklmError
 from stacklm.models.registry import build_model
 from stacklm.training import checkpoint
-from stacklm.training.command import resumable_training
+from stacklm.experiments.transformations.train import resumable_training
 from stacklm.training.loop import train
 from stacklm.training.progress import Progress
 from stacklm.training.run_files import SavedModel, load_model, save_model

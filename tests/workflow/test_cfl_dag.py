@@ -15,8 +15,11 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from stacklm import workflow
-from stacklm.cfl.experiment import CFL_MODELS, VECTOR_MODELS, CflSettings
+import stacklm.experiments.cfl.dag as cfl_dag
+import stacklm.experiments.common as shared
+import stacklm.workflow.dag as pipeline
+import stacklm.workflow.settings as resolution
+from stacklm.experiments.cfl.experiment import CFL_MODELS, VECTOR_MODELS, CflSettings
 from stacklm.errors import StacklmError
 
 from tests.workflow.snakemake_runs import ROOT, run_snakemake
@@ -29,40 +32,40 @@ def config() -> dict[str, Any]:
 
 
 def resolve(config: dict[str, Any], preset: str | None) -> dict[str, Any]:
-    return workflow.resolve({**copy.deepcopy(config), "preset": preset})
+    return resolution.resolve({**copy.deepcopy(config), "preset": preset})
 
 
 def test_the_full_config_runs_the_papers_grid(config: dict[str, Any]) -> None:
-    assert workflow.cfl_settings(resolve(config, None)) == CflSettings()
+    assert cfl_dag.cfl_settings(resolve(config, None)) == CflSettings()
 
 
 def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, Any]) -> None:
     small = resolve(config, "small")
-    pairs = workflow.cfl_pairs(small)
-    assert len(pairs) == 5 * 7 and {pair["model"] for pair in pairs} == {workflow.architecture_slug(name) for name in CFL_MODELS}
+    pairs = cfl_dag.cfl_pairs(small)
+    assert len(pairs) == 5 * 7 and {pair["model"] for pair in pairs} == {shared.architecture_slug(name) for name in CFL_MODELS}
     for pair in pairs:
-        assert len(workflow.cfl_run_files(small, pair["language"], pair["model"], workflow.CFL_RUN_CURVE)) == 1
-    assert workflow.CFL_METRICS in workflow.all_targets(small)
-    assert workflow.tracking_experiments(small) == [*small["tasks"], *workflow.cfl_settings(small).languages]
-    assert {workflow.TRACKING_MANIFEST.format(experiment=name) for name in workflow.tracking_experiments(small)} <= set(workflow.all_targets(small))
-    records = workflow.tracking_records(small, "dyck-2")  # every grid run's curve, every model's evaluation
-    assert records["curves"] == [path for pair in pairs if pair["language"] == "dyck-2" for path in workflow.cfl_run_files(small, "dyck-2", pair["model"], workflow.CFL_RUN_CURVE)]
-    assert records["metrics"] == [workflow.CFL_EVALUATION.format(language="dyck-2", model=pair["model"]) for pair in pairs if pair["language"] == "dyck-2"]
+        assert len(cfl_dag.cfl_run_files(small, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)) == 1
+    assert cfl_dag.CFL_METRICS in pipeline.all_targets(small)
+    assert pipeline.tracking_experiments(small) == [*small["tasks"], *cfl_dag.cfl_settings(small).languages]
+    assert {pipeline.TRACKING_MANIFEST.format(experiment=name) for name in pipeline.tracking_experiments(small)} <= set(pipeline.all_targets(small))
+    records = pipeline.tracking_records(small, "dyck-2")  # every grid run's curve, every model's evaluation
+    assert records["curves"] == [path for pair in pairs if pair["language"] == "dyck-2" for path in cfl_dag.cfl_run_files(small, "dyck-2", pair["model"], cfl_dag.CFL_RUN_CURVE)]
+    assert records["metrics"] == [cfl_dag.CFL_EVALUATION.format(language="dyck-2", model=pair["model"]) for pair in pairs if pair["language"] == "dyck-2"]
     assert len(records["curves"]) == len(records["metrics"]) == 7
     ci = resolve(config, "ci")
-    assert workflow.cfl_targets(ci) == [] and workflow.cfl_pairs(ci) == []
-    assert not any(target.startswith("results/cfl/") for target in workflow.all_targets(ci))
+    assert cfl_dag.targets(ci) == [] and cfl_dag.cfl_pairs(ci) == []
+    assert not any(target.startswith("results/cfl/") for target in pipeline.all_targets(ci))
 
 
 def test_run_files_and_train_options_follow_the_grid(config: dict[str, Any]) -> None:
     settings = resolve(config, None)
-    files = workflow.cfl_run_files(settings, "dyck-2", "cfl-jm", workflow.CFL_RUN_MODEL)
+    files = cfl_dag.cfl_run_files(settings, "dyck-2", "cfl-jm", cfl_dag.CFL_RUN_MODEL)
     assert len(files) == 4 * 3 * 5
     assert "results/cfl/runs/dyck-2/cfl-jm/lr0.0005-m40-r5/model.pt" in files
-    assert len(workflow.cfl_run_files(settings, "dyck-2", "cfl-ns+s+u", workflow.CFL_RUN_MODEL)) == 4 * 5
-    assert workflow.cfl_train_options("lr0.0005-m40-r5") == "--learning-rate 0.0005 --vector-size 40 --restart 5"
-    assert workflow.cfl_train_options("lr0.01-r2") == "--learning-rate 0.01 --restart 2"
-    assert workflow.cfl_figures("validation") == ["results/cfl/figures/validation.png", "results/cfl/figures/validation.pdf"]
+    assert len(cfl_dag.cfl_run_files(settings, "dyck-2", "cfl-ns+s+u", cfl_dag.CFL_RUN_MODEL)) == 4 * 5
+    assert cfl_dag.cfl_train_options("lr0.0005-m40-r5") == "--learning-rate 0.0005 --vector-size 40 --restart 5"
+    assert cfl_dag.cfl_train_options("lr0.01-r2") == "--learning-rate 0.01 --restart 2"
+    assert cfl_dag.cfl_figures("validation") == ["results/cfl/figures/validation.png", "results/cfl/figures/validation.pdf"]
 
 
 def test_a_preset_with_an_unknown_cfl_model_is_rejected_naming_the_key(config: dict[str, Any]) -> None:
@@ -75,7 +78,7 @@ def test_a_preset_with_an_unknown_cfl_model_is_rejected_naming_the_key(config: d
 def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[[dict[str, Any]], Path], config: dict[str, Any]) -> None:
     directory = workflow_copy({})
     start = time.perf_counter()
-    result = run_snakemake(directory, "-n", "--workflow-profile", "none", workflow.CFL_METRICS)
+    result = run_snakemake(directory, "-n", "--workflow-profile", "none", cfl_dag.CFL_METRICS)
     elapsed_s = time.perf_counter() - start
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
@@ -100,12 +103,12 @@ def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[
         "cfl_figures": 1,
     }
     assert len(re.findall(r"^(?:local)?rule cfl_train:$", output, flags=re.MULTILINE)) == 1100
-    print(f"\nsnakemake -n {workflow.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")
+    print(f"\nsnakemake -n {cfl_dag.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")
 
 
 def test_a_test_set_is_generated_with_only_the_strings_per_length_that_are_scored(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({})
-    target = workflow.CFL_TEST.format(language="hardest-cfl")
+    target = cfl_dag.CFL_TEST.format(language="hardest-cfl")
     for config, expected in (([], 100), (["--config", "preset=small"], 2)):
         result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", *config, "--", target)
         output = result.stdout + result.stderr

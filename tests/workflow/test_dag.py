@@ -9,7 +9,10 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from stacklm import workflow
+import stacklm.experiments.common as shared
+import stacklm.experiments.transformations.dag as transformations
+import stacklm.workflow.dag as pipeline
+import stacklm.workflow.settings as resolution
 from stacklm.errors import StacklmError
 
 from tests.workflow.snakemake_runs import ROOT, run_snakemake
@@ -59,15 +62,15 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
     counts = job_counts(output)
     listed = re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
     assert len(listed) == counts["total"]
-    settings = workflow.resolve(yaml.safe_load((ROOT / "config.yaml").read_text()))
+    settings = resolution.resolve(yaml.safe_load((ROOT / "config.yaml").read_text()))
     pairs = len(settings["tasks"]) * len(settings["architectures"])
     seeds = len(settings["final"]["seeds"])
     expected = {
-        "settings": len(workflow.SETTINGS_READ),  # one file per kind of job, its sections only
+        "settings": len(resolution.SETTINGS_READ),  # one file per kind of job, its sections only
         "tracking": 1,
         "tracking_sync": len(settings["tasks"]) + len(settings["cfl"]["languages"]),  # one per MLflow experiment
         "hparams": pairs,
-        "train": pairs * (len(workflow.trained_trials(settings)) + seeds),
+        "train": pairs * (len(transformations.trained_trials(settings)) + seeds),
         "select": pairs,
         "evaluate": pairs * seeds,
         "aggregate": 1,
@@ -80,34 +83,34 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
 
 def test_models_metrics_and_report_need_no_mlflow_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({"preset": "ci"})
-    targets = [workflow.REPORT_DOCUMENT, "results/runs/question-formation/tf/final/1/metrics.parquet"]
+    targets = [transformations.REPORT_DOCUMENT, "results/runs/question-formation/tf/final/1/metrics.parquet"]
     result = run_snakemake(directory, *targets, "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     counts = job_counts(output)
     assert counts["report"] == 1 and counts["train"] > 0 and counts["evaluate"] > 0
     assert "tracking" not in counts and "tracking_sync" not in counts
-    result = run_snakemake(directory, workflow.TRACKING_MANIFEST.format(experiment="question-formation"), "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
+    result = run_snakemake(directory, pipeline.TRACKING_MANIFEST.format(experiment="question-formation"), "-n", "--workflow-profile", "none", "--configfile", "test.yaml")
     counts = job_counts(result.stdout + result.stderr)
     assert counts["tracking"] == 1 and counts["tracking_sync"] == 1 and counts["train"] > 0 and counts["evaluate"] > 0
     assert "report" not in counts
 
 
 def test_tracking_sync_reads_every_run_of_its_experiment() -> None:
-    settings = workflow.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "ci"})
+    settings = resolution.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "ci"})
     task = settings["tasks"][0]
-    records = workflow.tracking_records(settings, task)
+    records = pipeline.tracking_records(settings, task)
     assert sorted(records["curves"]) == sorted(
-        workflow.RUN_CURVE.format(task=task, architecture=workflow.architecture_slug(name), phase=phase, index=index)
+        transformations.RUN_CURVE.format(task=task, architecture=shared.architecture_slug(name), phase=phase, index=index)
         for name in settings["architectures"]
-        for phase, indices in (("search", workflow.trials(settings)), ("final", settings["final"]["seeds"]))
+        for phase, indices in (("search", transformations.trials(settings)), ("final", settings["final"]["seeds"]))
         for index in indices
     )
-    assert records["metrics"] == [path for path in workflow.final_metrics(settings) if f"/{task}/" in path]
-    assert workflow.tracking_experiments(settings) == [*settings["tasks"], *settings["cfl"]["languages"]]
-    assert f"results/tracking/{task}.json" in workflow.all_targets(settings)
+    assert records["metrics"] == [path for path in transformations.final_metrics(settings) if f"/{task}/" in path]
+    assert pipeline.tracking_experiments(settings) == [*settings["tasks"], *settings["cfl"]["languages"]]
+    assert f"results/tracking/{task}.json" in pipeline.all_targets(settings)
     with pytest.raises(StacklmError, match="no task or CFL language is named 'no-such-task'"):
-        workflow.tracking_records(settings, "no-such-task")
+        pipeline.tracking_records(settings, "no-such-task")
 
 
 @pytest.mark.parametrize(

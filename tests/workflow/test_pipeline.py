@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from stacklm import workflow
+import stacklm.workflow.settings as resolution
 from stacklm.tracking.runs import task_run_key
 from tests.workflow.snakemake_runs import copy_workflow, run_snakemake, snakemake_command, snakemake_environment
 from tests.workflow.test_dag import job_counts
@@ -103,7 +103,7 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Pipelines:
     again = run_snakemake(resumed, *arguments)
     assert again.returncode == 0, (again.stdout + again.stderr)[-5000:]
     (resumed / "resumed.out").write_text(again.stdout + again.stderr)
-    settings = workflow.resolve(yaml.safe_load((straight / "config.yaml").read_text()) | {"preset": "ci"})
+    settings = resolution.resolve(yaml.safe_load((straight / "config.yaml").read_text()) | {"preset": "ci"})
     return Pipelines(straight, resumed, killed_while, settings)
 
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from stacklm import workflow as dag
+import stacklm.workflow.settings as resolution
 from stacklm.errors import StacklmError
 
 from tests.workflow.snakemake_runs import ROOT, run_snakemake
@@ -78,7 +78,7 @@ def resolved(overrides: dict[str, Any]) -> dict[str, Any] | None:
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(config, copy.deepcopy(overrides))  # Snakemake's `config`
     try:
-        return dag.resolve(config, overrides)
+        return resolution.resolve(config, overrides)
     except StacklmError:
         return None
 

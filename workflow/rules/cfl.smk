@@ -4,10 +4,10 @@
 # keeps and scores only the first cfl.test_strings_per_length strings of each length, and
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
 # Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`; the light
-# `cfl_select` runs the same command as `python -m stacklm.cfl.experiment select` (no torch).
+# `cfl_select` runs the same command as `python -m stacklm.experiments.cfl.experiment select` (no torch).
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
-CFL_FIGURES = {figure: dag.cfl_figures(figure) for figure in dag.CFL_FIGURES}
+CFL_FIGURES = {figure: cfl_dag.cfl_figures(figure) for figure in cfl_dag.CFL_FIGURES}
 HIERARCHY = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the category of `snakemake --report`
 
 
@@ -24,9 +24,9 @@ wildcard_constraints:
 
 rule cfl_generate:
     output:
-        dag.CFL_TEST,
+        cfl_dag.CFL_TEST,
     params:
-        strings_per_length=dag.cfl_settings(SETTINGS).test_strings_per_length,
+        strings_per_length=cfl_dag.cfl_settings(SETTINGS).test_strings_per_length,
     log:
         "logs/cfl/generate/{language}.log",
     threads: 1
@@ -39,18 +39,18 @@ rule cfl_generate:
 
 rule cfl_train:
     input:
-        settings=dag.settings_file("cfl_train"),
+        settings=settings_file("cfl_train"),
     output:
-        model=dag.CFL_RUN_MODEL,
-        curve=dag.CFL_RUN_CURVE,
+        model=cfl_dag.CFL_RUN_MODEL,
+        curve=cfl_dag.CFL_RUN_CURVE,
     params:
-        architecture=lambda wildcards: dag.architecture_name(wildcards.model),
-        options=lambda wildcards: dag.cfl_train_options(wildcards.setting),
-        run_dir=dag.CFL_RUN_DIR,
-        checkpoint=dag.CFL_CHECKPOINT,
-        device=lambda wildcards, resources: dag.device(resources.gpu),
+        architecture=lambda wildcards: common.architecture_name(wildcards.model),
+        options=lambda wildcards: cfl_dag.cfl_train_options(wildcards.setting),
+        run_dir=cfl_dag.CFL_RUN_DIR,
+        checkpoint=cfl_dag.CFL_CHECKPOINT,
+        device=lambda wildcards, resources: common.device(resources.gpu),
     log:
-        dag.CFL_TRAIN_LOG,
+        cfl_dag.CFL_TRAIN_LOG,
     threads: 1
     resources:
         gpu=0,
@@ -64,30 +64,30 @@ rule cfl_train:
 
 rule cfl_select:
     input:
-        lambda wildcards: dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, dag.CFL_RUN_CURVE),
+        lambda wildcards: cfl_dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, cfl_dag.CFL_RUN_CURVE),
     output:
-        dag.CFL_SELECTED,
+        cfl_dag.CFL_SELECTED,
     log:
         "logs/cfl/select/{language}/{model}.log",
     conda:
         CONDA_ENV
     shell:
-        "python -m stacklm.cfl.experiment select --curves {input} --out {output} > {log} 2>&1"
+        "python -m stacklm.experiments.cfl.experiment select --curves {input} --out {output} > {log} 2>&1"
 
 
 rule cfl_evaluate:
     input:
-        selection=dag.CFL_SELECTED,
-        models=lambda wildcards: dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, dag.CFL_RUN_MODEL),
-        test=dag.CFL_TEST,
-        settings=dag.settings_file("cfl_evaluate"),
+        selection=cfl_dag.CFL_SELECTED,
+        models=lambda wildcards: cfl_dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, cfl_dag.CFL_RUN_MODEL),
+        test=cfl_dag.CFL_TEST,
+        settings=settings_file("cfl_evaluate"),
     output:
-        dag.CFL_EVALUATION,
+        cfl_dag.CFL_EVALUATION,
     params:
-        runs=dag.CFL_RUNS,
-        device=lambda wildcards, resources: dag.device(resources.gpu),
+        runs=cfl_dag.CFL_RUNS,
+        device=lambda wildcards, resources: common.device(resources.gpu),
     log:
-        dag.CFL_EVALUATE_LOG,
+        cfl_dag.CFL_EVALUATE_LOG,
     threads: 1
     resources:
         gpu=0,
@@ -100,11 +100,11 @@ rule cfl_evaluate:
 
 rule cfl_figures:
     input:
-        curves=dag.cfl_pair_files(SETTINGS, dag.CFL_SELECTED),
-        metrics=dag.cfl_pair_files(SETTINGS, dag.CFL_EVALUATION),
+        curves=cfl_dag.cfl_pair_files(SETTINGS, cfl_dag.CFL_SELECTED),
+        metrics=cfl_dag.cfl_pair_files(SETTINGS, cfl_dag.CFL_EVALUATION),
     output:
-        curves=dag.CFL_CURVES,
-        metrics=dag.CFL_METRICS,
+        curves=cfl_dag.CFL_CURVES,
+        metrics=cfl_dag.CFL_METRICS,
         validation=[report(path, caption="../report/cfl-validation.rst", category=HIERARCHY) for path in CFL_FIGURES["validation"]],
         test=[report(path, caption="../report/cfl-test-by-length.rst", category=HIERARCHY) for path in CFL_FIGURES["test-by-length"]],
     log:

@@ -1,6 +1,5 @@
 # Data stage (datasets.md): upstream files (fetched, repaired) -> the four splits -> summaries.
-# Wiring only; the lookups live in stacklm.data.settings. Rule data_X runs `stacklm data X`.
-import stacklm.data.settings as data_stage
+# Wiring only; the lookups live in stacklm.experiments.transformations.data. Rule data_X runs `stacklm data X`.
 
 
 rule data_fetch:

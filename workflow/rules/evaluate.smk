@@ -6,14 +6,14 @@
 rule evaluate:
     input:
         model=dag.RUN_MODEL,
-        data=lambda wildcards: dag.data_files(wildcards.task),
-        settings=dag.settings_file("evaluate"),
+        data=lambda wildcards: data_stage.data_files(wildcards.task),
+        settings=settings_file("evaluate"),
     output:
         dag.RUN_METRICS,
     params:
         data_dir=lambda wildcards, input: os.path.dirname(input.data[0]),
         run_dir=lambda wildcards, input: os.path.dirname(input.model),
-        device=lambda wildcards, resources: dag.device(resources.gpu),
+        device=lambda wildcards, resources: common.device(resources.gpu),
     log:
         dag.EVALUATE_LOG,
     threads: 1

@@ -30,7 +30,7 @@ rule aggregate:
 rule report:
     input:
         metrics=dag.METRICS,
-        settings=dag.settings_file("report"),
+        settings=settings_file("report"),
     output:
         tables=REPORT["tables"],
         markdown=REPORT["markdown"],

@@ -3,7 +3,7 @@
 # most search.max_epochs; `select` keeps the trial with the lowest validation cross-entropy.
 # A search of one trial (the small preset) trains no search model: its draw is the selection.
 # Both rules are light and run hundreds of times: `stacklm hparams|select` imports
-# stacklm.workflow only, never torch.
+# stacklm.experiments.transformations.search only, never torch.
 
 TRIALS = dag.trials(SETTINGS)
 
@@ -15,11 +15,11 @@ localrules:
 
 rule hparams:
     input:
-        settings=dag.settings_file("hparams"),
+        settings=settings_file("hparams"),
     output:
         expand(dag.TRIAL_HPARAMS, trial=TRIALS, allow_missing=True),
     params:
-        architecture=lambda wildcards: dag.architecture_name(wildcards.architecture),
+        architecture=lambda wildcards: common.architecture_name(wildcards.architecture),
     log:
         "logs/hparams/{task}/{architecture}.log",
     conda:
@@ -31,7 +31,7 @@ rule hparams:
 
 rule select:
     input:
-        settings=dag.settings_file("select"),
+        settings=settings_file("select"),
         hparams=expand(dag.TRIAL_HPARAMS, trial=TRIALS, allow_missing=True),
         curves=expand(dag.RUN_CURVE, phase="search", index=dag.trained_trials(SETTINGS), allow_missing=True),
     output:

@@ -1,5 +1,5 @@
 # The resolved settings (preset applied), one JSON file per kind of job holding only the
-# sections it reads (stacklm.workflow.SETTINGS_READ): a change of config rewrites the files
+# sections it reads (stacklm.workflow.settings.SETTINGS_READ): a change of config rewrites the files
 # whose sections changed, and reruns only the jobs that read them.
 
 
@@ -9,11 +9,11 @@ localrules:
 
 rule settings:
     output:
-        dag.SETTINGS_FILE,
+        SETTINGS_FILE,
     params:
-        settings=lambda wildcards: json.dumps(dag.settings_for(SETTINGS, wildcards.reader), sort_keys=True),
+        settings=lambda wildcards: json.dumps(settings_for(SETTINGS, wildcards.reader), sort_keys=True),
     wildcard_constraints:
-        reader="|".join(dag.SETTINGS_READ),
+        reader="|".join(SETTINGS_READ),
     log:
         "logs/settings/{reader}.log",
     conda:

@@ -18,9 +18,9 @@ wildcard_constraints:
 
 rule tracking:
     input:
-        settings=dag.settings_file("tracking"),
+        settings=settings_file("tracking"),
     output:
-        touch(dag.TRACKING_MARKER),
+        touch(pipeline.TRACKING_MARKER),
     log:
         "logs/tracking.log",
     conda:
@@ -31,13 +31,13 @@ rule tracking:
 
 rule tracking_sync:
     input:
-        unpack(lambda wildcards: dag.tracking_inputs(SETTINGS, wildcards.experiment)),
-        settings=dag.settings_file("tracking"),
-        store=dag.TRACKING_MARKER,
+        unpack(lambda wildcards: pipeline.tracking_inputs(SETTINGS, wildcards.experiment)),
+        settings=settings_file("tracking"),
+        store=pipeline.TRACKING_MARKER,
     output:
-        dag.TRACKING_MANIFEST,
+        pipeline.TRACKING_MANIFEST,
     params:
-        logs=lambda wildcards: dag.tracking_log_options(SETTINGS, wildcards.experiment),
+        logs=lambda wildcards: pipeline.tracking_log_options(SETTINGS, wildcards.experiment),
     log:
         "logs/tracking/{experiment}.log",
     conda:

@@ -6,20 +6,20 @@
 
 rule train:
     input:
-        data=lambda wildcards: dag.data_files(wildcards.task),
+        data=lambda wildcards: data_stage.data_files(wildcards.task),
         hparams=lambda wildcards: dag.hparams_path(
             wildcards.task, wildcards.architecture, wildcards.phase, wildcards.index
         ),
-        settings=dag.settings_file("train"),
+        settings=settings_file("train"),
     output:
         model=dag.RUN_MODEL,
         curve=dag.RUN_CURVE,
     params:
-        architecture=lambda wildcards: dag.architecture_name(wildcards.architecture),
-        data_dir=dag.DATA_DIR,
+        architecture=lambda wildcards: common.architecture_name(wildcards.architecture),
+        data_dir=data_stage.DATA_DIR,
         run_dir=dag.RUN_DIR,
         checkpoint=dag.CHECKPOINT,
-        device=lambda wildcards, resources: dag.device(resources.gpu),
+        device=lambda wildcards, resources: common.device(resources.gpu),
         trial=lambda wildcards: dag.trial_option(wildcards.phase, wildcards.index),
     log:
         dag.TRAIN_LOG,

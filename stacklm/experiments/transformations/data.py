@@ -100,6 +100,8 @@ def fetch_options(settings: Mapping[str, Any]) -> str:
 
 
 def data_files(task: str) -> list[str]:
+    """The four splits of ``task``, which training and evaluation both read (the data version
+    is a hash of all four)."""
     return [DATA_FILE.format(task=task, split=split) for split in SPLITS]
 
 

@@ -13,15 +13,15 @@ import pandas as pd
 import pytest
 import torch
 
-from stacklm.cfl.cli import register
-from stacklm.cfl.commands import model_options
+from stacklm.experiments.cfl.cli import register
+from stacklm.experiments.cfl.commands import model_options
 from stacklm.cfl.datasets import CflDataset, write_split
-from stacklm.cfl.experiment import DELTA, CflRun, run_seeds
+from stacklm.experiments.cfl.experiment import DELTA, CflRun, run_seeds
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.cfl.run_data import sample_run_data
+from stacklm.experiments.cfl.run_data import sample_run_data
 from stacklm.errors import StacklmError
 from stacklm.models.registry import model_for_config
-from stacklm.tracking.command import register as register_tracking
+from stacklm.workflow.tracking import register as register_tracking
 from stacklm.tracking.records import CURVE_SCHEMA, METRICS_SCHEMA
 from stacklm.training.run_files import load_model
 

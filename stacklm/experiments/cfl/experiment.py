@@ -22,15 +22,14 @@ PDA sizes of the NS models (App. 8): |Q| = 2, |Γ| = 3 for the reversal and Dyck
 |Q| = 3, |Γ| = 3 for padded reversal and the hardest CFL.
 
 This module imports no torch: the Snakefile and ``stacklm.workflow`` read the grid from it,
-and the rule ``cfl_select`` runs ``python -m stacklm.cfl.experiment select`` (the same command
+and the rule ``cfl_select`` runs ``python -m stacklm.experiments.cfl.experiment select`` (the same command
 as ``stacklm cfl select``) without the seconds of start-up that torch costs each job.
-A run's data are sampled by :mod:`stacklm.cfl.run_data`.
+A run's data are sampled by :mod:`stacklm.experiments.cfl.run_data`.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import math
 import sys
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from stacklm.atomic import write_bytes_atomically
 from stacklm.cli import run_light
 from stacklm.errors import StacklmError
+from stacklm.experiments.common import derived_seed, select_lowest
 from stacklm.models.config import from_dict
 
 if TYPE_CHECKING:
@@ -153,8 +153,7 @@ def run_seeds(run: CflRun) -> RunSeeds:
     """Seeds in [0, 2⁶³) that depend on the run's grid point and nothing else (not on PYTHONHASHSEED)."""
 
     def seed(purpose: str) -> int:
-        key = "\x1f".join(("cfl", run.language, run.model, repr(run.learning_rate), str(run.vector_size), str(run.restart), purpose))
-        return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 1
+        return derived_seed("cfl", run.language, run.model, run.learning_rate, run.vector_size, run.restart, purpose) >> 1
 
     return RunSeeds(data=seed("data"), parameters=seed("parameters"), shuffle=seed("shuffle"))
 
@@ -169,11 +168,7 @@ def best_delta(curve: pd.DataFrame) -> float:
 
 def select_run(curves: Sequence[pd.DataFrame]) -> int:
     """Index of the run with the lowest finite validation Δ at its best epoch (the first on ties)."""
-    scores = [best_delta(curve) for curve in curves]
-    finite = [(score, position) for position, score in enumerate(scores) if math.isfinite(score)]
-    if not finite:
-        raise StacklmError("no CFL run reached a finite validation Δ")
-    return min(finite)[1]
+    return select_lowest([best_delta(curve) for curve in curves], "CFL run")
 
 
 def select_command(args: argparse.Namespace) -> int:
@@ -197,8 +192,8 @@ def register_select(commands: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m stacklm.cfl.experiment select``: ``stacklm cfl select`` without importing torch."""
-    return run_light("python -m stacklm.cfl.experiment", main.__doc__.splitlines()[0], [register_select], argv)
+    """``python -m stacklm.experiments.cfl.experiment select``: ``stacklm cfl select`` without importing torch."""
+    return run_light("python -m stacklm.experiments.cfl.experiment", main.__doc__.splitlines()[0], [register_select], argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """``stacklm cfl generate``: sample and score one split of a CFL task and write it as TSV; the
-experiment's ``train``, ``select``, ``evaluate`` and ``figures`` are in :mod:`stacklm.cfl.commands`."""
+experiment's ``train``, ``select``, ``evaluate`` and ``figures`` are in :mod:`stacklm.experiments.cfl.commands`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 
 import torch
 
-from stacklm.cfl import commands as experiment_commands
+from stacklm.experiments.cfl import commands as experiment_commands
 from stacklm.cfl.datasets import SPLIT_LENGTHS, generate_split, write_split
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.errors import StacklmError

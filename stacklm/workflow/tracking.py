@@ -25,7 +25,9 @@ from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError
 from stacklm.tracking.mlflow_mirror import TrackingSettings, initialize_store, sync
 from stacklm.tracking.runs import cfl_runs, task_runs
-from stacklm.workflow import cfl_settings, read_settings, tracking_experiments
+from stacklm.experiments.cfl.dag import cfl_settings
+from stacklm.settings_file import read_settings
+from stacklm.workflow.dag import tracking_experiments
 
 
 def init_command(args: argparse.Namespace) -> int:

@@ -15,10 +15,10 @@ from stacklm import cli
 from stacklm.data.examples import write_examples
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.errors import StacklmError
-from stacklm.evaluation import command as evaluate_command
+from stacklm.experiments.transformations import evaluate as evaluate_command
 from stacklm.tasks import get_task
 from stacklm.training import checkpoint
-from stacklm.training import command as train_command
+from stacklm.experiments.transformations import train as train_command
 from stacklm.training.run_files import load_model
 
 MAX_SOURCE_TOKENS = 9  # the short sentences of the grammar ("her newt does giggle . quest"), so that CPU training is quick

@@ -13,7 +13,7 @@ from stacklm.errors import StacklmError
 from stacklm.report.aggregate import aggregate, summarize
 from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
 from stacklm.report.tables import ColumnSet, render_document, render_table
-from stacklm.workflow import read_settings
+from stacklm.settings_file import read_settings
 
 def aggregate_command(args: argparse.Namespace) -> int:
     combined = aggregate(args.runs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stacklm.data.settings import DataSettings, data_settings, data_targets, fetch_options, generate_inputs, generate_options
+from stacklm.experiments.transformations.data import DataSettings, data_settings, data_targets, fetch_options, generate_inputs, generate_options
 from stacklm.data.splits import SplitSizes
 from stacklm.errors import StacklmError
 
@@ -65,9 +65,9 @@ def test_config_yaml_data_section_resolves(preset):
 
     import yaml
 
-    from stacklm.workflow import apply_preset
+    from stacklm.workflow.settings import apply_preset
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config.yaml").read_text())
+    config = yaml.safe_load((Path(__file__).resolve().parents[3] / "config.yaml").read_text())
     config["preset"] = preset
     data = data_settings(apply_preset(config))
     assert data.source == "generate"

@@ -20,7 +20,7 @@ from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator
 from stacklm.tasks import get_task
 from stacklm.tracking.records import RunMetadata, data_version, metrics_table, write_table
-from stacklm.training.command import add_resource_arguments
+from stacklm.experiments.transformations.train import add_resource_arguments
 from stacklm.training.run_files import choose_device, load_model, read_settings, read_splits, rebuild_model, set_threads, split_paths
 
 

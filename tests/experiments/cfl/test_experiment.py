@@ -1,4 +1,4 @@
-"""stacklm.cfl.experiment and stacklm.cfl.run_data: the grid, the seeds, a run's data, selection."""
+"""stacklm.experiments.cfl.experiment and stacklm.experiments.cfl.run_data: the grid, the seeds, a run's data, selection."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from stacklm.cfl.datasets import SPLIT_LENGTHS, sample_strings
-from stacklm.cfl.experiment import DELTA, CflRun, CflSettings, best_delta, grid, parse_setting, run_seeds, select_run
+from stacklm.experiments.cfl.experiment import DELTA, CflRun, CflSettings, best_delta, grid, parse_setting, run_seeds, select_run
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.cfl.run_data import first_strings_per_length, sample_run_data
+from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.cfl.sampling import LengthSampler
 from stacklm.errors import StacklmError
 
@@ -71,7 +71,7 @@ def test_seeds_depend_on_every_part_of_the_grid_point() -> None:
 
 
 def test_seeds_do_not_depend_on_the_interpreter_hash_seed() -> None:
-    code = "from stacklm.cfl.experiment import CflRun, run_seeds; print(run_seeds(CflRun('marked-reversal', 'cfl/JM', 0.005, 20, 3)))"
+    code = "from stacklm.experiments.cfl.experiment import CflRun, run_seeds; print(run_seeds(CflRun('marked-reversal', 'cfl/JM', 0.005, 20, 3)))"
     outputs = {
         subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": value}, capture_output=True, text=True, check=True).stdout
         for value in ("1", "2")
@@ -125,7 +125,7 @@ def test_selection_takes_the_lowest_delta_at_each_runs_best_epoch() -> None:
     assert [best_delta(run) for run in runs[:3]] == [0.4, 0.45, 0.41]
     assert select_run(runs) == 0
     assert select_run([runs[1], runs[0], curve([0.9], [0.4])]) == 1  # the first on ties
-    with pytest.raises(StacklmError, match="no CFL run reached a finite validation Δ"):
+    with pytest.raises(StacklmError, match="no CFL run reached a finite validation score"):
         select_run([runs[3]])
     with pytest.raises(StacklmError, match="no checkpoint"):
         best_delta(curve([], []))
@@ -138,7 +138,7 @@ def test_python_m_select_writes_the_selected_curve_without_importing_torch(tmp_p
         run.to_parquet(paths[-1], index=False)
     out = tmp_path / "selected" / "best.parquet"
     code = (
-        "import sys; from stacklm.cfl.experiment import main; "
+        "import sys; from stacklm.experiments.cfl.experiment import main; "
         f"code = main(['select', '--curves', {', '.join(repr(str(path)) for path in paths)}, '--out', {str(out)!r}]); "
         "print(code, 'torch' in sys.modules)"
     )

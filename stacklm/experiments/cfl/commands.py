@@ -1,4 +1,4 @@
-"""The commands of the CFL rules ``cfl_train``, ``cfl_select`` (defined in :mod:`stacklm.cfl.experiment`),
+"""The commands of the CFL rules ``cfl_train``, ``cfl_select`` (defined in :mod:`stacklm.experiments.cfl.experiment`),
 ``cfl_evaluate`` and ``cfl_figures``.
 
     stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
@@ -36,16 +36,16 @@ import pyarrow as pa
 import torch
 
 from stacklm.cfl.datasets import read_split, true_cross_entropy
-from stacklm.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, register_select, run_seeds
+from stacklm.experiments.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, register_select, run_seeds
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.cfl.run_data import first_strings_per_length, sample_run_data
+from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.errors import StacklmError
 from stacklm.evaluation.cfl import score_cfl_dataset
 from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
-from stacklm.training.command import add_resource_arguments, resumable_training, run_metadata, save_trained_model
+from stacklm.experiments.transformations.train import add_resource_arguments, resumable_training, run_metadata, save_trained_model
 from stacklm.training.config import TrainingSettings, cfl_train_config
 from stacklm.training.run_files import choose_device, load_model, read_settings, set_threads
 
@@ -176,7 +176,7 @@ def figures_command(args: argparse.Namespace) -> int:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
-    from stacklm.cfl.figures import plot_test_by_length, plot_validation_curves
+    from stacklm.experiments.cfl.figures import plot_test_by_length, plot_validation_curves
 
     plot_validation_curves(pd.read_parquet(args.out_curves), args.validation_figures)
     plot_test_by_length(pd.read_parquet(args.out_metrics), args.test_figures)

@@ -1,0 +1,196 @@
+"""``stacklm ptb``: the commands of the rules ``ptb_train``, ``ptb_evaluate``, ``ptb_select`` and
+``ptb_report`` (DuSell & Chiang (2022) §5.2, App. 10–11).
+
+    stacklm ptb train --model M --restart K --data MIRROR/ptb [--salt S] [--lines N] [--max-epochs E]
+        [--progress-interval-s T] --checkpoint CKPT --out RUN_DIR
+    stacklm ptb evaluate --run RUN_DIR --data MIRROR/ptb --syntaxgym MIRROR/sg-test-suites
+        [--lines N] [--suites NAME ...] --out RUN_DIR/metrics.parquet
+    stacklm ptb select --curves RUN_DIR/train.parquet ... --out SELECTED.json
+    stacklm ptb report --metrics RUN_DIR/metrics.parquet ... --selected SELECTED.json ...
+        --figure-models lstm rns-2-3 --out-metrics results/ptb/metrics.parquet
+        --tables ptb.tex circuits.tex --markdown ptb.md circuits.md --figures F.png F.pdf
+
+The workflow passes the ``ptb`` settings as these options (``stacklm.experiments.ptb.dag``), so
+that a job reruns when an option it takes changes, and only then; by hand, every default is the
+paper's. ``train`` and ``evaluate`` import torch when they run; ``select`` and ``report`` never
+do. No command touches MLflow: ``stacklm tracking sync`` mirrors the Parquet files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from stacklm.errors import StacklmError, located
+from stacklm.experiments.common import select_lowest, write_json
+from stacklm.settings_file import read_json
+
+SELECTION_KEYS = ("model", "restart", "validation_perplexity", "restarts")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _device_and_threads(args: argparse.Namespace) -> Any:
+    """The job's torch device, with torch's threads set (``--device``, ``--threads``)."""
+    from stacklm.training.run_files import choose_device, set_threads
+
+    set_threads(args.threads)
+    return choose_device(args.device)
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from stacklm.experiments.ptb.runs import train_restart
+
+    device = _device_and_threads(args)
+    train_restart(
+        args.model, args.restart, args.data, args.out, args.checkpoint,
+        salt=args.salt, lines=args.lines, max_epochs=args.max_epochs, progress_interval_s=args.progress_interval_s, device=device,
+    )
+    return 0
+
+
+def evaluate_command(args: argparse.Namespace) -> int:
+    from stacklm.experiments.ptb.runs import evaluate_restart
+
+    device = _device_and_threads(args)
+    evaluate_restart(args.run, args.data, args.syntaxgym, args.out, lines=args.lines, suites=tuple(args.suites) if args.suites else None, device=device)
+    return 0
+
+
+def best_validation_perplexity(curve: Any) -> float:
+    """A restart's lowest finite validation perplexity over its epochs; ∞ when it has none (it diverged)."""
+    values = [float(value) for value in curve["validation_perplexity"] if math.isfinite(float(value))]
+    return min(values, default=math.inf)
+
+
+def select_command(args: argparse.Namespace) -> int:
+    """The restart of lowest finite validation perplexity (the first on ties) among ``--curves``."""
+    import pandas as pd  # here: the DAG's lookups import this module
+
+    curves = [pd.read_parquet(path) for path in args.curves]
+    restarts: dict[int, float] = {}
+    models = set()
+    for path, curve in zip(args.curves, curves):
+        if curve.empty:
+            raise located(path, None, "the curve has no epoch")
+        models |= set(curve["architecture"])
+        restart = int(curve["seed"].iloc[0])
+        if restart in restarts:
+            raise located(path, None, f"restart {restart} is given twice")
+        restarts[restart] = best_validation_perplexity(curve)
+    if len(models) != 1:
+        raise StacklmError(f"--curves: restarts of {len(models)} models ({', '.join(sorted(models))}), not of one")
+    (model,) = models
+    scores = list(restarts.values())
+    chosen = list(restarts)[select_lowest(scores, f"restart of {model}")]
+    selection = {
+        "model": model,
+        "restart": chosen,
+        "validation_perplexity": restarts[chosen],
+        "restarts": {str(restart): (score if math.isfinite(score) else None) for restart, score in restarts.items()},  # null: diverged
+    }
+    write_json(args.out, selection)
+    print(f"{model}: restart {chosen} of {len(scores)} (validation perplexity {restarts[chosen]:.2f}, the lowest)")
+    return 0
+
+
+def read_selection(path: str | Path) -> tuple[str, int]:
+    """(model, restart) of a file ``stacklm ptb select`` wrote."""
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str) or not isinstance(data.get("restart"), int):
+        raise located(path, None, f"not a PTB selection (a JSON object with the keys {', '.join(SELECTION_KEYS)})")
+    return data["model"], data["restart"]
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """Every restart's metrics into one Parquet file, and the tables and figure rendered from it."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stacklm.atomic import write_text_atomically
+    from stacklm.report.ptb import plot_sg_against_perplexity, ptb_runs, render_circuit_table, render_ptb_table
+    from stacklm.tracking.records import PTB_METRICS_SCHEMA, write_table
+
+    selection: dict[str, int] = {}
+    for path in args.selected:
+        model, restart = read_selection(path)
+        if model in selection:
+            raise located(path, None, f"a second selection of {model}")
+        selection[model] = restart
+    unknown = [model for model in args.figure_models if model not in selection]
+    if unknown:
+        raise StacklmError(f"--figure-models: no selection of {', '.join(unknown)} among --selected")
+    tables = []
+    for path in args.metrics:
+        try:
+            tables.append(pq.read_table(path).select(PTB_METRICS_SCHEMA.names).cast(PTB_METRICS_SCHEMA))
+        except (OSError, KeyError, pa.ArrowException) as error:
+            raise located(path, None, f"not the metrics of a PTB restart ({error})") from None
+    write_table(pa.concat_tables(tables), args.out_metrics)
+    source = str(args.out_metrics)
+    runs = ptb_runs(pd.read_parquet(args.out_metrics), source)
+    for path, text in zip(args.tables, (render_ptb_table(runs, selection, source), render_circuit_table(runs, selection, source))):
+        write_text_atomically(path, text)
+    markdown = (render_ptb_table(runs, selection, source, markdown=True), render_circuit_table(runs, selection, source, markdown=True))
+    for path, text in zip(args.markdown, markdown):
+        write_text_atomically(path, text)
+    plot_sg_against_perplexity(runs, selection, args.figure_models, args.figures)
+    print(f"{len(runs)} PTB restarts of {len(selection)} models -> {args.out_metrics}, {', '.join(map(str, args.tables + args.markdown + args.figures))}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ptb = subparsers.add_parser("ptb")
+    commands = ptb.add_subparsers(dest="ptb_command", required=True, metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train one random restart of a PTB model (App. 10); resumes from --checkpoint")
+    train.add_argument("--model", required=True, help="lstm, lstm-H, jm-hidden, jm-learned, ns-Q-S or rns-Q-S")
+    train.add_argument("--restart", required=True, type=_positive, help="the restart, 1-based: its draw and initial parameters")
+    train.add_argument("--data", required=True, type=Path, help="the folder of ptb.{train,valid,test}.txt (checked against their sha256)")
+    train.add_argument("--salt", type=int, default=0, help="another salt draws another set of restarts")
+    train.add_argument("--lines", type=_positive, default=None, help="train and validate on each split's first lines only (default: all)")
+    train.add_argument("--max-epochs", type=_positive, default=100)
+    train.add_argument("--progress-interval-s", type=float, default=60.0, help="seconds between progress lines")
+    train.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
+    train.add_argument("--out", required=True, type=Path, help="run folder: model.pt, train.parquet")
+    _resource_arguments(train)
+    train.set_defaults(func=train_command)
+
+    evaluate = commands.add_parser("evaluate", help="test perplexity and SG score of one trained restart")
+    evaluate.add_argument("--run", required=True, type=Path, help="the run folder (`stacklm ptb train`)")
+    evaluate.add_argument("--data", required=True, type=Path, help="the folder of ptb.{train,valid,test}.txt")
+    evaluate.add_argument("--syntaxgym", required=True, type=Path, help="the folder of circuits.json and syntaxgym-format/")
+    evaluate.add_argument("--lines", type=_positive, default=None, help="test on the test split's first lines only (default: all)")
+    evaluate.add_argument("--suites", nargs="*", default=None, help="the suites scored (default: all 33)")
+    evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
+    _resource_arguments(evaluate)
+    evaluate.set_defaults(func=evaluate_command)
+
+    select = commands.add_parser("select", help="the restart of one model with the lowest validation perplexity")
+    select.add_argument("--curves", required=True, nargs="+", help="the restarts' train.parquet files")
+    select.add_argument("--out", required=True, help="the selection (JSON): model, restart, its validation perplexity, every restart's")
+    select.set_defaults(func=select_command)
+
+    report = commands.add_parser("report", help="the PTB table, the circuit table and the SG-against-perplexity figure")
+    report.add_argument("--metrics", required=True, nargs="+", type=Path, help="every restart's metrics.parquet")
+    report.add_argument("--selected", required=True, nargs="+", type=Path, help="each model's selection, in the tables' row order")
+    report.add_argument("--figure-models", required=True, nargs="+", help="the models whose every restart the figure shows")
+    report.add_argument("--out-metrics", required=True, type=Path, help="every restart's metrics in one Parquet file (the tables' source)")
+    report.add_argument("--tables", required=True, nargs=2, type=Path, metavar=("PTB_TEX", "CIRCUITS_TEX"))
+    report.add_argument("--markdown", required=True, nargs=2, type=Path, metavar=("PTB_MD", "CIRCUITS_MD"))
+    report.add_argument("--figures", required=True, nargs="+", type=Path, help="the figure's files (.png, .pdf)")
+    report.set_defaults(func=report_command)
+
+
+def _resource_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")

@@ -1,0 +1,120 @@
+"""The DAG of the PTB experiment of DuSell & Chiang (2022) (§5.2, App. 10–11), for
+``workflow/rules/ptb.smk``. Per model M of ``ptb.models`` and restart k = 1 … ``ptb.restarts``:
+
+- ``ptb_train``: ``results/ptb/runs/M/k/{model.pt,train.parquet}`` (the draw and the initial
+  parameters derived from (salt, M, k); the resumable state under ``results/ptb/checkpoints``);
+- ``ptb_evaluate``: ``results/ptb/runs/M/k/metrics.parquet``: validation and test perplexity
+  and the SG score (every restart is scored: App. 11's figure shows them all);
+- ``ptb_select``: ``results/ptb/selected/M.json``, the restart of lowest validation perplexity;
+
+then ``ptb_report``: ``results/ptb/metrics.parquet`` (every restart's rows: the source of the
+tables) and from it the PTB table, the circuit table and the figure of SG score against test
+perplexity (``results/ptb/report/``). ``tracking_sync`` mirrors the runs as the experiment
+``ptb``. The settings reach the jobs as options (``train_options``, ``evaluate_options``), so a
+job reruns when one of its options changes (Snakemake's params trigger), and no other.
+
+No torch here: the Snakefile asks this module for every lookup.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from stacklm.experiments.common import FIGURE_EXTENSIONS
+from stacklm.experiments.ptb.settings import PtbSettings
+
+EXPERIMENT = "ptb"  # the MLflow experiment, and the runs' task
+# {ptb_model} is a model's name (rns-2-3), {restart} 1-based.
+RUN_DIR = "results/ptb/runs/{ptb_model}/{restart}"
+RUN_MODEL = RUN_DIR + "/model.pt"
+RUN_CURVE = RUN_DIR + "/train.parquet"
+RUN_METRICS = RUN_DIR + "/metrics.parquet"
+CHECKPOINT = "results/ptb/checkpoints/{ptb_model}/{restart}.pt"
+TRAIN_LOG = "logs/ptb/train/{ptb_model}/{restart}.log"
+EVALUATE_LOG = "logs/ptb/evaluate/{ptb_model}/{restart}.log"
+SELECTED = "results/ptb/selected/{ptb_model}.json"
+METRICS = "results/ptb/metrics.parquet"
+TABLES = ("results/ptb/report/ptb.tex", "results/ptb/report/circuits.tex")  # DuSell & Chiang (2022) §5.2; App. 11
+MARKDOWN = ("results/ptb/report/ptb.md", "results/ptb/report/circuits.md")
+FIGURE = "results/ptb/report/sg-against-perplexity.{extension}"  # App. 11
+
+
+def ptb_settings(settings: dict[str, Any]) -> PtbSettings:
+    """The ``ptb`` section (the paper's grid where absent); an error names the key."""
+    return PtbSettings.from_dict(settings.get("ptb", {}))
+
+
+def data_dir(settings: dict[str, Any]) -> str:
+    return str(Path(ptb_settings(settings).mirror) / "ptb")
+
+
+def syntaxgym_dir(settings: dict[str, Any]) -> str:
+    return str(Path(ptb_settings(settings).mirror) / "sg-test-suites")
+
+
+def runs(settings: dict[str, Any]) -> list[dict[str, str | int]]:
+    """Wildcards of every restart: model × restart."""
+    ptb = ptb_settings(settings)
+    return [{"ptb_model": model, "restart": restart} for model in ptb.models for restart in range(1, ptb.restarts + 1)]
+
+
+def run_files(settings: dict[str, Any], pattern: str, model: str | None = None) -> list[str]:
+    """``pattern`` for every restart (of ``model`` only, when given)."""
+    return [pattern.format(**run) for run in runs(settings) if model is None or run["ptb_model"] == model]
+
+
+def selected_files(settings: dict[str, Any]) -> list[str]:
+    """Every model's selection, in ``ptb.models``' order (the tables' rows)."""
+    return [SELECTED.format(ptb_model=model) for model in ptb_settings(settings).models]
+
+
+def figures() -> list[str]:
+    return [FIGURE.format(extension=extension) for extension in FIGURE_EXTENSIONS]
+
+
+def train_options(settings: dict[str, Any]) -> str:
+    """The options of ``stacklm ptb train`` from the ``ptb`` section."""
+    ptb = ptb_settings(settings)
+    lines = [] if ptb.lines is None else ["--lines", str(ptb.lines)]
+    return shlex.join(
+        ["--data", data_dir(settings), "--salt", str(ptb.salt), *lines, "--max-epochs", str(ptb.max_epochs), "--progress-interval-s", repr(ptb.progress_interval_s)]
+    )
+
+
+def evaluate_options(settings: dict[str, Any]) -> str:
+    """The options of ``stacklm ptb evaluate`` from the ``ptb`` section."""
+    ptb = ptb_settings(settings)
+    lines = [] if ptb.lines is None else ["--lines", str(ptb.lines)]
+    suites = [] if ptb.suites is None else ["--suites", *ptb.suites]
+    return shlex.join(["--data", data_dir(settings), "--syntaxgym", syntaxgym_dir(settings), *lines, *suites])
+
+
+def report_options(settings: dict[str, Any]) -> str:
+    """``--figure-models`` of ``stacklm ptb report``."""
+    return shlex.join(["--figure-models", *ptb_settings(settings).figure_models])
+
+
+def targets(settings: dict[str, Any]) -> list[str]:
+    """The PTB records, tables and figure; none when ``ptb.models`` is empty."""
+    if not ptb_settings(settings).models:
+        return []
+    return [METRICS, *TABLES, *MARKDOWN, *figures()]
+
+
+def tracking_records(settings: dict[str, Any]) -> dict[str, list[str]]:
+    """The files ``stacklm tracking sync`` mirrors for the experiment ``ptb``: every restart's
+    ``train.parquet`` (``curves``) and ``metrics.parquet`` (``metrics``), and the logs of the
+    jobs that wrote them, in the same order."""
+    return {
+        "curves": run_files(settings, RUN_CURVE),
+        "metrics": run_files(settings, RUN_METRICS),
+        "curve_logs": run_files(settings, TRAIN_LOG),
+        "metrics_logs": run_files(settings, EVALUATE_LOG),
+    }
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """The ``ptb`` section as no schema can check it: bounds, suite and model names; an error names the key."""
+    ptb_settings(settings).check_models()

@@ -1,0 +1,90 @@
+"""The ``ptb`` section of the settings (DuSell & Chiang (2022) §5.2, App. 10–11).
+
+Per model of ``models`` (names of ``stacklm.models.ptb``: ``lstm``, ``lstm-H``, ``jm-hidden``,
+``jm-learned``, ``ns-Q-S``, ``rns-Q-S``), ``restarts`` random restarts, restart k drawing its
+learning rate and clipping factor (App. 10) and its initial parameters from seeds derived from
+(``salt``, model, k) alone, so the DAG is static and a rerun reproduces a restart. Each trains
+on PTB (the first ``lines`` lines of each split, or all of them) for at most ``max_epochs``
+epochs, then is scored: test perplexity and the SG score over ``suites`` (all 33 when null).
+The PTB files and the SyntaxGym suites are read from ``mirror``, laid out as the reference
+copies (``ptb/ptb.{train,valid,test}.txt``, ``sg-test-suites/circuits.json`` and
+``sg-test-suites/syntaxgym-format/<suite>.json``), each refused unless its sha256 is the pinned one.
+
+No torch here: the Snakefile reads this module for every lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from stacklm.errors import StacklmError
+from stacklm.models.config import from_dict
+
+# The configurations of the authors' released scripts (cfl-and-ptb.md §3.5): which of them the
+# paper's main table shows and which its appendix table is not recoverable from its text.
+PAPER_PDA_SIZES: tuple[tuple[int, int], ...] = (
+    (1, 2), (1, 3), (1, 4), (1, 5), (1, 6), (1, 7), (1, 11), (2, 2), (2, 3), (2, 4), (2, 5), (3, 2), (3, 3), (3, 4), (4, 3),
+)
+PAPER_MODELS: tuple[str, ...] = (
+    "lstm", "lstm-258", "lstm-267", "jm-hidden", "jm-learned",
+    *(f"ns-{states}-{symbols}" for states, symbols in PAPER_PDA_SIZES),
+    *(f"rns-{states}-{symbols}" for states, symbols in PAPER_PDA_SIZES),
+)
+
+
+@dataclass(frozen=True)
+class PtbSettings:
+    """The ``ptb`` section; an empty ``models`` runs no PTB job."""
+
+    models: tuple[str, ...] = PAPER_MODELS
+    restarts: int = 10  # random-search runs per model (App. 10)
+    salt: int = 0  # change it to draw another set of restarts
+    max_epochs: int = 100  # the released code's cap; early stopping usually ends a run sooner
+    lines: int | None = None  # train, validate and test on each split's first lines only; null: all
+    suites: tuple[str, ...] | None = None  # SyntaxGym suites scored; null: all 33
+    figure_models: tuple[str, ...] = ("lstm", "rns-2-3")  # App. 11's figure: SG score against test perplexity of every restart
+    mirror: str = "../shared/upstream"  # the folder of ptb/ and sg-test-suites/
+    progress_interval_s: float = 60.0  # seconds between progress lines in the training logs
+
+    def __post_init__(self) -> None:
+        from stacklm.evaluation.syntaxgym.sources import SUITE_SHA256  # no torch
+
+        if len(set(self.models)) != len(self.models):
+            raise StacklmError(f"config key 'ptb.models': a model is listed twice in {list(self.models)}")
+        if self.models and not self.figure_models:
+            raise StacklmError("config key 'ptb.figure_models': at least one model, whose restarts App. 11's figure shows")
+        for position, model in enumerate(self.figure_models):
+            if self.models and model not in self.models:
+                raise StacklmError(f"config key 'ptb.figure_models[{position}]': {model!r} is not among ptb.models")
+        for name in ("restarts", "max_epochs"):
+            if getattr(self, name) < 1:
+                raise StacklmError(f"config key 'ptb.{name}': must be at least 1, got {getattr(self, name)!r}")
+        if self.lines is not None and self.lines < 1:
+            raise StacklmError(f"config key 'ptb.lines': must be at least 1 or null, got {self.lines!r}")
+        if self.suites is not None:
+            if not self.suites:
+                raise StacklmError("config key 'ptb.suites': at least one suite, or null for all 33")
+            for position, suite in enumerate(self.suites):
+                if suite not in SUITE_SHA256:
+                    raise StacklmError(f"config key 'ptb.suites[{position}]': unknown suite {suite!r}; known: {', '.join(SUITE_SHA256)}")
+        if self.progress_interval_s <= 0:
+            raise StacklmError(f"config key 'ptb.progress_interval_s': must be positive, got {self.progress_interval_s!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "ptb") -> PtbSettings:
+        return from_dict(cls, data, path)
+
+    def check_models(self) -> None:
+        """Every model a name of ``stacklm.models.ptb``, as that module writes it (``lstm``, not
+        ``lstm-256``). Apart from the other checks: the names are parsed beside the models, which
+        import torch, and the light jobs that read this section (the MLflow mirror's) never do."""
+        from stacklm.models.ptb import ptb_config, ptb_model_name
+
+        for position, model in enumerate(self.models):
+            try:
+                canonical = ptb_model_name(ptb_config(model))
+            except StacklmError as error:
+                raise StacklmError(f"config key 'ptb.models[{position}]': {error}") from None
+            if canonical != model:
+                raise StacklmError(f"config key 'ptb.models[{position}]': the model {model!r} is called {canonical!r}")

@@ -1,0 +1,195 @@
+"""The DAG of the syntactic transformations (DuSell & Cotterell (2025) §5, App. D): its paths,
+lookups and targets, for ``workflow/rules/{search,train,evaluate,report}.smk``.
+
+Per task T and architecture A:
+
+- ``hparams``: trial k = 1..K draws B and a learning rate (``search``) — a pure function of
+  (salt, T, A, k), so the DAG is static;
+- ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs (null: to
+  convergence, as the authors' search script trains its trials), seed k — when K > 1: a search
+  of one trial has nothing to compare, and trains no search model;
+- ``select``: the trial with the lowest validation cross-entropy (the only one when K = 1),
+  ``max_epochs`` set to ``final.max_epochs`` (null: to convergence);
+- ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
+- ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures), and ``curves``
+  per task.
+
+The data stage before them is ``stacklm.experiments.transformations.data``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from stacklm.errors import StacklmError
+from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
+from stacklm.experiments.transformations.data import data_settings
+
+Phase = Literal["search", "final"]
+PHASES: tuple[Phase, ...] = ("search", "final")
+
+# Every file of the DAG, as Snakemake patterns: {architecture} is the registry's path slug.
+TRIAL_HPARAMS = "results/search/{task}/{architecture}/trial{trial}.json"
+BEST_HPARAMS = "results/search/{task}/{architecture}/best.json"
+RUN_DIR = "results/runs/{task}/{architecture}/{phase}/{index}"
+RUN_MODEL = RUN_DIR + "/model.pt"
+RUN_CURVE = RUN_DIR + "/train.parquet"
+RUN_METRICS = RUN_DIR + "/metrics.parquet"
+CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
+TRAIN_LOG = "logs/train/{task}/{architecture}/{phase}/{index}.log"  # among a run's artifacts in MLflow
+EVALUATE_LOG = "logs/evaluate/{task}/{architecture}/{phase}/{index}.log"
+METRICS = "results/metrics.parquet"
+REPORT_TABLE = "results/report/tables/{task}.tex"
+REPORT_MARKDOWN = "results/report/tables/{task}.md"
+REPORT_HTML = "results/report/tables/{task}.html"  # the Markdown table as a page of `snakemake --report`
+REPORT_DOCUMENT = "results/report/report.tex"
+REPORT_FIGURE = "results/report/figures/figure3.{extension}"
+CURVES = "results/curves/{task}.parquet"  # the generalization curves of a task's final runs
+CURVE_FIGURE = "results/report/figures/curves-{task}.{extension}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The architectures of the tables, from the model registry (it imports torch: imported where needed).
+
+
+def known_architectures() -> tuple[str, ...]:
+    """The registry names a task table can carry (the CFL models have a grid of their own)."""
+    from stacklm.models.registry import ARCHITECTURES
+
+    return tuple(name for name, entry in ARCHITECTURES.items() if entry.family == "bearing-syntactic-fruit")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lookups of the rules.
+
+
+def trials(settings: dict[str, Any]) -> list[int]:
+    return list(range(1, settings["search"]["trials"] + 1))
+
+
+def trained_trials(settings: dict[str, Any]) -> list[int]:
+    """The trials whose search model is trained: all of them, or none when there is one (its
+    draw is the selection whatever its validation cross-entropy; the small preset's case)."""
+    drawn = trials(settings)
+    return drawn if len(drawn) > 1 else []
+
+
+def hparams_path(task: str, architecture: str, phase: str, index: str | int) -> str:
+    """The ``HP.json`` a run trains with: its trial's draw (search) or the selected one (final)."""
+    if phase == "search":
+        return TRIAL_HPARAMS.format(task=task, architecture=architecture, trial=index)
+    if phase == "final":
+        return BEST_HPARAMS.format(task=task, architecture=architecture)
+    raise StacklmError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+
+
+def trial_option(phase: str, index: str | int) -> str:
+    """The ``--trial`` option of a search run's ``stacklm train`` (empty for a final run)."""
+    return f" --trial {index}" if phase == "search" else ""
+
+
+@dataclass(frozen=True)
+class JobResources:
+    runtime_min: int
+    mem_mb: int
+
+
+def train_resources(settings: dict[str, Any], architecture: str, attempt: int) -> JobResources:
+    """Time and memory of a training job: its family's base values × growth^(attempt − 1).
+
+    An architecture belongs to the first family in ``resources.families`` one of whose
+    components (``Nd``, ``Sup``, …) appears in its name; otherwise to ``resources.default``.
+    """
+    table = settings["resources"]
+    components = set(architecture_name(architecture).split("+"))
+    base = table["default"]
+    for family in table["families"]:
+        if components & set(family["components"]):
+            base = family
+            break
+    factor = table["growth_per_retry"] ** (attempt - 1)
+    return JobResources(runtime_min=math.ceil(base["runtime_min"] * factor), mem_mb=math.ceil(base["mem_mb"] * factor))
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets.
+
+
+def final_runs(settings: dict[str, Any]) -> list[dict[str, str | int]]:
+    """Wildcards of every final run: task × architecture slug × seed."""
+    return [
+        {"task": task, "architecture": architecture_slug(name), "phase": "final", "index": seed}
+        for task in settings["tasks"]
+        for name in settings["architectures"]
+        for seed in settings["final"]["seeds"]
+    ]
+
+
+def final_metrics(settings: dict[str, Any]) -> list[str]:
+    return [RUN_METRICS.format(**run) for run in final_runs(settings)]
+
+
+def final_curves(settings: dict[str, Any], task: str) -> list[str]:
+    return [RUN_CURVE.format(**run) for run in final_runs(settings) if run["task"] == task]
+
+
+def curve_figures(task: str) -> list[str]:
+    return [CURVE_FIGURE.format(task=task, extension=extension) for extension in FIGURE_EXTENSIONS]
+
+
+def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        "tables": [REPORT_TABLE.format(task=task) for task in settings["tasks"]],
+        "markdown": [REPORT_MARKDOWN.format(task=task) for task in settings["tasks"]],
+        "document": [REPORT_DOCUMENT],
+        "figures": [REPORT_FIGURE.format(extension=extension) for extension in FIGURE_EXTENSIONS],
+    }
+
+
+def targets(settings: dict[str, Any]) -> list[str]:
+    """The metrics, the report, its pages and every task's curves (the data stage has its own)."""
+    outputs = report_outputs(settings)
+    return [
+        METRICS,
+        *(path for paths in outputs.values() for path in paths),
+        *(REPORT_HTML.format(task=task) for task in settings["tasks"]),
+        *(path for task in settings["tasks"] for path in [CURVES.format(task=task), *curve_figures(task)]),
+    ]
+
+
+def tracking_records(settings: dict[str, Any], task: str) -> dict[str, list[str]]:
+    """The files ``stacklm tracking sync`` mirrors for ``task``: ``curves``, every run's
+    ``train.parquet``; ``metrics``, the final runs' ``metrics.parquet``; ``curve_logs`` and
+    ``metrics_logs``, the logs of the jobs that wrote them, in the same order."""
+    searched = [
+        {"task": task, "architecture": architecture_slug(name), "phase": "search", "index": trial}
+        for name in settings["architectures"]
+        for trial in trained_trials(settings)
+    ]
+    final = [run for run in final_runs(settings) if run["task"] == task]
+    return {
+        "curves": [RUN_CURVE.format(**run) for run in searched + final],
+        "metrics": [RUN_METRICS.format(**run) for run in final],
+        "curve_logs": [TRAIN_LOG.format(**run) for run in searched + final],
+        "metrics_logs": [EVALUATE_LOG.format(**run) for run in final],
+    }
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """Raise a ``StacklmError`` naming the key of the first setting of this experiment no run
+    could use, among those the schema cannot judge: registry names, task names, the order of
+    the search's bounds, the data section."""
+    known = known_architectures()
+    for position, name in enumerate(settings["architectures"]):
+        if name not in known:
+            raise StacklmError(
+                f"config key 'architectures[{position}]': unknown architecture {name!r}; known: {', '.join(known)}"
+            )
+    search = settings["search"]
+    for key in ("tokens_per_batch", "learning_rate"):
+        low, high = search[key]["low"], search[key]["high"]
+        if low > high:
+            raise StacklmError(f"config key 'search.{key}': low {low!r} exceeds high {high!r}")
+    data_settings(settings)

@@ -1,0 +1,80 @@
+"""The whole DAG: every experiment's targets, the MLflow mirror's experiments and records, and
+what Snakemake prints when a run succeeds.
+
+``tracking_sync`` (per task, and per CFL language) mirrors every run's Parquet files into
+MLflow: a mirror for browsing that the report never reads.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from stacklm.errors import StacklmError
+from stacklm.experiments.cfl import dag as cfl
+from stacklm.experiments.transformations import dag as transformations
+from stacklm.experiments.transformations.data import data_targets
+
+TRACKING_MARKER = "results/tracking/initialised"
+TRACKING_MANIFEST = "results/tracking/{experiment}.json"  # an experiment's runs in MLflow: key → run id
+
+
+def all_targets(settings: dict[str, Any]) -> list[str]:
+    return [
+        *data_targets(settings),
+        *transformations.targets(settings),
+        *cfl.targets(settings),
+        *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
+    ]
+
+
+def finished_message(settings: dict[str, Any]) -> str:
+    """What Snakemake prints when a run succeeds: where the results are and how to open them."""
+    from stacklm.tracking.mlflow_mirror import TrackingSettings
+
+    tables = transformations.REPORT_TABLE.format(task="<task>").removesuffix(".tex")
+    figure = transformations.REPORT_FIGURE.format(extension="png")
+    lines = [
+        "stacklm: the results are in",
+        f"  {tables}.{{tex,md,html}}, {transformations.REPORT_DOCUMENT}, {figure}",
+        f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)",
+        *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings) else []),
+        "  logs/ (one log per job)",
+        "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
+    ]
+    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    if tracking.enabled and tracking.sqlite_path() is not None:
+        lines += [
+            f"The runs in MLflow: mlflow server --backend-store-uri {tracking.resolved_uri()} --host 127.0.0.1 --port 5000 --workers 1",
+            "  then open http://127.0.0.1:5000/#/experiments/1/runs (or switch MLflow's top-left toggle to 'Model training')",
+        ]
+    elif tracking.enabled:
+        lines.append(f"The runs in MLflow: {tracking.uri}")
+    return "\n".join(lines)
+
+
+def tracking_experiments(settings: dict[str, Any]) -> list[str]:
+    """The MLflow experiments: every task, then every CFL language (the CFL runs' ``task``)."""
+    return [*settings.get("tasks", []), *cfl.cfl_settings(settings).languages]  # a CFL-only settings file has no tasks
+
+
+def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
+    """The files ``stacklm tracking sync`` mirrors for ``experiment`` (a task or a CFL language),
+    from the experiment that owns it."""
+    if experiment in cfl.cfl_settings(settings).languages:
+        return cfl.tracking_records(settings, experiment)
+    if experiment not in settings["tasks"]:
+        raise StacklmError(f"no task or CFL language is named {experiment!r}")
+    return transformations.tracking_records(settings, experiment)
+
+
+def tracking_inputs(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
+    """The Parquet files of ``tracking_records``: the rule's inputs (a log is no rule's output)."""
+    records = tracking_records(settings, experiment)
+    return {"curves": records["curves"], "metrics": records["metrics"]}
+
+
+def tracking_log_options(settings: dict[str, Any], experiment: str) -> str:
+    """``--curve-logs … --metrics-logs …`` of ``stacklm tracking sync``: the jobs' logs, artifacts of their runs."""
+    records = tracking_records(settings, experiment)
+    return shlex.join(["--curve-logs", *records["curve_logs"], "--metrics-logs", *records["metrics_logs"]])

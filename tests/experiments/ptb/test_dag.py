@@ -1,0 +1,85 @@
+"""The ``ptb`` section and the PTB DAG's lookups: the paper's grid by default (cfl-and-ptb.md
+§3.5: 35 configurations × 10 restarts), each bad value named by its key, the jobs' options as
+the settings give them (quoted), the targets and the MLflow mirror's files."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from stacklm.errors import StacklmError
+from stacklm.experiments.ptb import dag
+from stacklm.experiments.ptb.settings import PAPER_MODELS, PtbSettings
+from stacklm.models.ptb import ptb_config
+
+SMALL = {"ptb": {"models": ["lstm", "rns-2-3"], "restarts": 2, "lines": 50, "max_epochs": 2, "suites": ["number_src", "cleft"], "mirror": "my mirror"}}
+
+
+def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> None:
+    settings = PtbSettings()
+    assert (settings.restarts, settings.max_epochs, settings.lines, settings.suites) == (10, 100, None, None)
+    assert len(PAPER_MODELS) == 35 and len(set(PAPER_MODELS)) == 35
+    # cfl-and-ptb.md §3.5's table, by parameter count: 3 LSTMs, 2 JMs, 15 NS and 15 RNS configurations
+    counts = {name: ptb_config(name).parameter_count() for name in PAPER_MODELS}
+    assert [counts[name] for name in ("lstm", "lstm-258", "lstm-267", "jm-hidden", "jm-learned")] == [5_656_336, 5_704_576, 5_922_448, 5_684_828, 5_685_289]
+    assert counts["ns-1-11"] == 5_732_621 and counts["ns-4-3"] == 5_745_760 and counts["rns-4-3"] == 5_754_976 and counts["rns-1-7"] == counts["ns-1-7"]
+    settings.check_models()
+    assert len(dag.runs({})) == 350 and dag.runs({})[:2] == [{"ptb_model": "lstm", "restart": 1}, {"ptb_model": "lstm", "restart": 2}]
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"models": ["lstm", "lstm"]}, "config key 'ptb.models': a model is listed twice"),
+        ({"restarts": 0}, "config key 'ptb.restarts': must be at least 1, got 0"),
+        ({"max_epochs": 0}, "config key 'ptb.max_epochs': must be at least 1"),
+        ({"lines": 0}, "config key 'ptb.lines': must be at least 1 or null"),
+        ({"suites": []}, "config key 'ptb.suites': at least one suite"),
+        ({"suites": ["cleft", "nn-nv-rpl"]}, "config key 'ptb.suites\\[1\\]': unknown suite 'nn-nv-rpl'"),
+        ({"models": ["lstm"], "figure_models": ["rns-2-3"]}, "config key 'ptb.figure_models\\[0\\]': 'rns-2-3' is not among ptb.models"),
+        ({"figure_models": []}, "config key 'ptb.figure_models': at least one model"),
+        ({"progress_interval_s": 0}, "config key 'ptb.progress_interval_s': must be positive"),
+        ({"restart": 3}, "unknown key 'ptb.restart'"),
+    ],
+)
+def test_a_bad_value_is_named_by_its_key(section: dict, message: str) -> None:
+    with pytest.raises(StacklmError, match=message):
+        dag.ptb_settings({"ptb": section})
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [(["lstm", "rns-2"], "config key 'ptb.models\\[1\\]': unknown PTB model 'rns-2'"), (["lstm-256"], "the model 'lstm-256' is called 'lstm'")],
+)
+def test_a_model_name_is_checked_with_the_models(models: list[str], message: str) -> None:
+    dag.ptb_settings({"ptb": {"models": models, "figure_models": models[:1]}})  # parsing the section alone imports no model
+    with pytest.raises(StacklmError, match=message):
+        dag.check_settings({"ptb": {"models": models, "figure_models": models[:1]}})
+
+
+def test_the_jobs_options_come_from_the_section_quoted() -> None:
+    assert shlex.split(dag.train_options(SMALL)) == [
+        "--data", "my mirror/ptb", "--salt", "0", "--lines", "50", "--max-epochs", "2", "--progress-interval-s", "60.0",
+    ]
+    assert shlex.split(dag.evaluate_options(SMALL)) == [
+        "--data", "my mirror/ptb", "--syntaxgym", "my mirror/sg-test-suites", "--lines", "50", "--suites", "number_src", "cleft",
+    ]
+    assert shlex.split(dag.train_options({})) == ["--data", "../shared/upstream/ptb", "--salt", "0", "--max-epochs", "100", "--progress-interval-s", "60.0"]
+    assert shlex.split(dag.evaluate_options({})) == ["--data", "../shared/upstream/ptb", "--syntaxgym", "../shared/upstream/sg-test-suites"]
+    assert shlex.split(dag.report_options(SMALL)) == ["--figure-models", "lstm", "rns-2-3"]
+
+
+def test_the_files_of_the_dag() -> None:
+    assert dag.run_files(SMALL, dag.RUN_CURVE) == [f"results/ptb/runs/{model}/{restart}/train.parquet" for model in ("lstm", "rns-2-3") for restart in (1, 2)]
+    assert dag.run_files(SMALL, dag.RUN_METRICS, "rns-2-3") == ["results/ptb/runs/rns-2-3/1/metrics.parquet", "results/ptb/runs/rns-2-3/2/metrics.parquet"]
+    assert dag.selected_files(SMALL) == ["results/ptb/selected/lstm.json", "results/ptb/selected/rns-2-3.json"]
+    assert dag.targets(SMALL) == [
+        "results/ptb/metrics.parquet",
+        "results/ptb/report/ptb.tex", "results/ptb/report/circuits.tex", "results/ptb/report/ptb.md", "results/ptb/report/circuits.md",
+        "results/ptb/report/sg-against-perplexity.png", "results/ptb/report/sg-against-perplexity.pdf",
+    ]
+    assert dag.targets({"ptb": {"models": []}}) == []
+    records = dag.tracking_records(SMALL)
+    assert records["curves"] == dag.run_files(SMALL, dag.RUN_CURVE) and records["metrics"] == dag.run_files(SMALL, dag.RUN_METRICS)
+    assert records["curve_logs"][0] == "logs/ptb/train/lstm/1.log" and records["metrics_logs"][-1] == "logs/ptb/evaluate/rns-2-3/2.log"

@@ -1,0 +1,102 @@
+# The Penn Treebank experiment of DuSell & Chiang (2022), §5.2 and App. 10-11 (stacklm.experiments.ptb.dag):
+# per model and random restart, `ptb_train` (its draw of learning rate and clipping threshold and its
+# initial parameters derived from (salt, model, restart); resumable) and `ptb_evaluate` (test
+# perplexity and the SG score); per model, `ptb_select` (the restart of lowest validation
+# perplexity); then `ptb_report`: results/ptb/metrics.parquet, the PTB and circuit tables and the
+# figure of SG score against test perplexity, from that Parquet alone. The `ptb` settings reach the
+# jobs as options, so a job reruns when one of its own options changes. Rule ptb_X runs
+# `stacklm ptb X`; select and report import no torch. No job touches MLflow: `tracking_sync`
+# mirrors the experiment `ptb` once every restart is scored. The PTB files and the suites are read
+# from ptb.mirror and refused by the jobs unless their sha256 is the pinned one; they are no inputs
+# of the DAG, which is built (and dry-run) without them.
+import stacklm.experiments.ptb.dag as ptb_dag
+
+LANGUAGE_MODELLING = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the category of `snakemake --report`
+
+
+localrules:
+    ptb_select,
+    ptb_report,
+
+
+wildcard_constraints:
+    ptb_model=r"lstm(-[1-9][0-9]*)?|jm-(hidden|learned)|r?ns-[1-9][0-9]*-[1-9][0-9]*",
+    restart=r"[1-9][0-9]*",
+
+
+rule ptb_train:
+    output:
+        model=ptb_dag.RUN_MODEL,
+        curve=ptb_dag.RUN_CURVE,
+    params:
+        options=ptb_dag.train_options(SETTINGS),
+        run_dir=ptb_dag.RUN_DIR,
+        checkpoint=ptb_dag.CHECKPOINT,
+        device=lambda wildcards, resources: common.device(resources.gpu),
+    log:
+        ptb_dag.TRAIN_LOG,
+    threads: 1
+    resources:
+        gpu=0,
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm ptb train --model {wildcards.ptb_model} --restart {wildcards.restart} {params.options}"
+        " --checkpoint {params.checkpoint} --out {params.run_dir} --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+rule ptb_evaluate:
+    input:
+        ptb_dag.RUN_MODEL,
+    output:
+        ptb_dag.RUN_METRICS,
+    params:
+        options=ptb_dag.evaluate_options(SETTINGS),
+        run_dir=ptb_dag.RUN_DIR,
+        device=lambda wildcards, resources: common.device(resources.gpu),
+    log:
+        ptb_dag.EVALUATE_LOG,
+    threads: 1
+    resources:
+        gpu=0,
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm ptb evaluate --run {params.run_dir} {params.options} --out {output}"
+        " --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+rule ptb_select:
+    input:
+        lambda wildcards: ptb_dag.run_files(SETTINGS, ptb_dag.RUN_CURVE, wildcards.ptb_model),
+    output:
+        ptb_dag.SELECTED,
+    log:
+        "logs/ptb/select/{ptb_model}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm ptb select --curves {input} --out {output} > {log} 2>&1"
+
+
+rule ptb_report:
+    input:
+        metrics=ptb_dag.run_files(SETTINGS, ptb_dag.RUN_METRICS),
+        selected=ptb_dag.selected_files(SETTINGS),
+    output:
+        metrics=ptb_dag.METRICS,
+        tables=ptb_dag.TABLES,
+        markdown=ptb_dag.MARKDOWN,
+        figures=[
+            report(path, caption="../report/ptb-sg-against-perplexity.rst", category=LANGUAGE_MODELLING, subcategory="Penn Treebank")
+            for path in ptb_dag.figures()
+        ],
+    params:
+        options=ptb_dag.report_options(SETTINGS),
+    log:
+        "logs/ptb/report.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm ptb report --metrics {input.metrics} --selected {input.selected} {params.options} --out-metrics {output.metrics}"
+        " --tables {output.tables} --markdown {output.markdown} --figures {output.figures} > {log} 2>&1"
