@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from stacklm.atomic import write_text_atomically
-from stacklm.data.examples import Example, write_examples
+from stacklm.data.examples import write_examples
 from stacklm.data.splits import SPLITS, SplitSizes, Splits, build_splits
 from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError
 from stacklm.tasks import Task
+from stacklm.tasks.example import Example
 
 COUNTS_FILE = "construction.json"
 

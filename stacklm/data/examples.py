@@ -1,4 +1,4 @@
-"""Examples of the syntactic-transformation tasks, and their TSV files.
+"""The TSV files of the syntactic-transformation tasks' examples (``stacklm.tasks.example``).
 
 One example per line, UTF-8, tokens separated by single spaces:
 
@@ -7,33 +7,16 @@ One example per line, UTF-8, tokens separated by single spaces:
   is the hierarchical-rule output;
 - ``source<TAB>target<TAB>linear`` in the generalization split, which carries both targets:
   the hierarchical-rule output and the linear-rule output.
-
-As a language-model string an example is ``source · target`` (the marker is the separator).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from stacklm.atomic import write_atomically
 from stacklm.errors import located
-
-
-@dataclass(frozen=True)
-class Example:
-    source: tuple[str, ...]  # sentence tokens, then the marker
-    target: tuple[str, ...]  # hierarchical-rule output
-    linear: tuple[str, ...] | None = None  # linear-rule output (generalization split only)
-
-    @property
-    def marker(self) -> str:
-        return self.source[-1]
-
-    def language_model_string(self) -> tuple[str, ...]:
-        """w = source · target, the string a model is trained on (EOS is added by batching)."""
-        return self.source + self.target
+from stacklm.tasks.example import Example
 
 
 def parse_line(line: str, path: str | Path, number: int) -> Example:

@@ -23,10 +23,10 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
-from stacklm.data.examples import Example
 from stacklm.errors import StacklmError
 from stacklm.grammars import CompiledGrammar
 from stacklm.tasks import Task
+from stacklm.tasks.example import Example
 
 SPLITS = ("train", "validation", "test", "generalization")
 # Give up when this many draws in a row add nothing to either pool (the language is exhausted).

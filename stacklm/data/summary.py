@@ -21,9 +21,10 @@ import pandas as pd
 
 from stacklm.atomic import write_bytes_atomically
 from stacklm.data.dataset import COUNTS_FILE
-from stacklm.data.examples import Example, read_examples
+from stacklm.data.examples import read_examples
 from stacklm.data.splits import SPLITS
 from stacklm.tasks import Task
+from stacklm.tasks.example import Example
 
 COLUMNS = ["task", "split", "statistic", "key", "value"]
 

@@ -21,8 +21,9 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stacklm.data.examples import Example, parse_line
+from stacklm.data.examples import parse_line
 from stacklm.errors import StacklmError
+from stacklm.tasks.example import Example
 
 MCCOY = ("tommccoy1/rnn-hierarchical-biases", "f34a87c4fe804cb288d0527daa9c251def0ae24e")
 MUELLER = ("sebschu/multilingual-transformations", "e848833f2df7674022ef02e2b649482d23ade7a7")

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from stacklm.data.examples import Example
 from stacklm.errors import StacklmError, located
 from stacklm.tasks import Task
+from stacklm.tasks.example import Example
 
 
 def validate_splits(task: Task, splits: Mapping[str, Sequence[Example]], origins: Mapping[str, str]) -> None:

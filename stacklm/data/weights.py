@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from stacklm.atomic import write_text_atomically
-from stacklm.data.examples import Example
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.grammars import CompiledGrammar, format_grammar
 from stacklm.grammars.estimate import rule_counts
 from stacklm.grammars.grammar import Grammar
 from stacklm.tasks import Task
+from stacklm.tasks.example import Example
 
 HEADER = (
     "{title}",

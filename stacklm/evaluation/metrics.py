@@ -32,12 +32,12 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from stacklm.data.examples import Example
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.probabilities import ConditionalScores, score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
 from stacklm.models.config import from_dict
+from stacklm.tasks.example import Example
 
 PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
 Match = Callable[[Sequence[str], Sequence[str]], bool]

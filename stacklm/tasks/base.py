@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar, Literal, Mapping, Sequence
 
-from stacklm.data.examples import Example
 from stacklm.errors import StacklmError
 from stacklm.grammars import CompiledGrammar, Parse, Skeleton, compiled
+from stacklm.tasks.example import Example
 
 TransformRule = Literal["hierarchical", "linear"]
 PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]

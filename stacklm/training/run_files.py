@@ -16,7 +16,7 @@ from typing import Any, get_args
 
 import torch
 
-from stacklm.data.examples import Example, read_examples
+from stacklm.data.examples import read_examples
 from stacklm.data.splits import SPLITS
 from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError, located
@@ -26,6 +26,7 @@ from stacklm.models.embedding import FeatureTable
 from stacklm.models.registry import ModelConfig, get_architecture, model_for_config
 from stacklm.settings_file import read_json, read_settings  # noqa: F401  (the commands' readers, re-exported)
 from stacklm.tasks import Task
+from stacklm.tasks.example import Example
 from stacklm.training import checkpoint as checkpoint_file
 
 

@@ -1,7 +1,8 @@
 import pytest
 
-from stacklm.data.examples import Example, read_examples, write_examples
+from stacklm.data.examples import read_examples, write_examples
 from stacklm.errors import StacklmError
+from stacklm.tasks.example import Example
 
 
 def test_round_trip_with_and_without_linear_target(tmp_path):

@@ -6,9 +6,10 @@ import hashlib
 
 import pytest
 
-from stacklm.data.examples import Example, format_example, parse_line
+from stacklm.data.examples import format_example, parse_line
 from stacklm.data.upstream import UPSTREAM, fetch_bytes, repair_example
 from stacklm.errors import StacklmError
+from stacklm.tasks.example import Example
 
 # datasets.md §7: sha256 of the corrected dev and gen files.
 REPAIRED_SHA256 = {

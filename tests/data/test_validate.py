@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from stacklm.data.examples import Example
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError
 from stacklm.tasks import get_task
+from stacklm.tasks.example import Example
 
 TASK = get_task("question-formation")
 SPLITS = build_splits(TASK, SplitSizes(train=40, validation=10, test=10, generalization=10), seed=4)

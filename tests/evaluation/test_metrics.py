@@ -5,13 +5,13 @@ from typing import Sequence
 import pytest
 import torch
 
-from stacklm.data.examples import Example
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.cfl import cross_entropy_difference, cross_entropy_difference_by_length
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset, log_ratio
 from stacklm.evaluation.probabilities import score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
 from stacklm.models.registry import ARCHITECTURES
+from stacklm.tasks.example import Example
 from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
 from tests.training.toy_language_model import ToyLanguageModel
 
