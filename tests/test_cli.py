@@ -1,6 +1,7 @@
 """The ``stacklm`` entry point: each command imports only its own module; ``--help``,
-``--version`` and a typo import none; every command and action documents a working example;
-exit status 1 for a failed command, 2 for a wrong command line."""
+``--version`` and a typo import none; the commands of the DAG's many small jobs import no
+torch, pandas or MLflow; every command and action documents a working example; exit status 1
+for a failed command, 2 for a wrong command line."""
 
 import argparse
 import shlex
@@ -43,6 +44,12 @@ def test_a_command_imports_its_own_module_only(module: str) -> None:
 @pytest.mark.parametrize("argv", [(), ("--help",), ("--version",), ("trian",)])
 def test_help_version_and_a_typo_import_no_command_module(argv: tuple[str, ...]) -> None:
     assert loaded_modules(*argv) == set()
+
+
+@pytest.mark.parametrize("argv", [("cfl", "select"), ("settings",), ("hparams",), ("select",), ("html",)])
+def test_the_commands_of_small_jobs_import_no_torch_pandas_or_mlflow(argv: tuple[str, ...]) -> None:
+    """Each of these jobs would pay seconds of start-up for them: they load in the commands that need them."""
+    assert loaded_modules(*argv) & {"torch", "pandas", "mlflow"} == set()
 
 
 def test_help_lists_every_command_with_its_summary() -> None:

@@ -41,14 +41,10 @@ from stacklm.atomic import write_text_atomically
 from stacklm.cfl.inside import string_weights
 from stacklm.cfl.languages import CflLanguage
 from stacklm.cfl.sampling import LengthSampler
+from stacklm.cfl.splits import BATCH_SIZE, SPLIT_LENGTHS, TEST_STRINGS_PER_LENGTH, TRAIN_BATCHES, VALIDATION_BATCHES
 from stacklm.errors import StacklmError, located
 from stacklm.semiring import LOG
 
-BATCH_SIZE = 10  # strings per (length-homogeneous) batch, train and validation
-TRAIN_BATCHES = 1_000
-VALIDATION_BATCHES = 100
-TEST_STRINGS_PER_LENGTH = 100
-SPLIT_LENGTHS: dict[str, tuple[int, int]] = {"train": (40, 80), "validation": (40, 80), "test": (40, 100)}
 HEADER = "tokens\ttrue_logprob\tlength_bin_logprob"
 
 

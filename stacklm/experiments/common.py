@@ -1,8 +1,10 @@
 """What every experiment shares: one seed derivation, one selection rule, the figure formats,
-the JSON files the rules write, the torch device of a job, and the architectures' path slugs."""
+the JSON files the rules write, the torch device of a job and its command-line options, and
+the architectures' path slugs."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
 import json
@@ -40,6 +42,13 @@ def write_json(path: str | Path, data: Any) -> None:
 def device(gpus: int) -> str:
     """The torch device of a job given its ``gpu`` resource."""
     return "cuda" if gpus > 0 else "cpu"
+
+
+def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--threads`` of a command that runs a model (``stacklm.training.run_files``'
+    ``choose_device`` and ``set_threads`` read them)."""
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")
 
 
 # Architecture names (tables, config) and slugs (paths), from the model registry. The registry

@@ -42,8 +42,8 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stacklm.experiments.cfl.experiment import DELTA
 from stacklm.errors import StacklmError
+from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.tracking.mlflow_mirror import MirroredRun
 from stacklm.tracking.records import BUILT_MODEL, METADATA_SCHEMA, commit
 

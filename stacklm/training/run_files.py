@@ -24,7 +24,6 @@ from stacklm.models.base import LanguageModel
 from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.registry import ModelConfig, get_architecture, model_for_config
-from stacklm.settings_file import read_json, read_settings  # noqa: F401  (the commands' readers, re-exported)
 from stacklm.tasks import Task
 from stacklm.tasks.example import Example
 from stacklm.training import checkpoint as checkpoint_file

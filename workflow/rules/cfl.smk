@@ -3,8 +3,8 @@
 # (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`, which
 # keeps and scores only the first cfl.test_strings_per_length strings of each length, and
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
-# Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X`; the light
-# `cfl_select` runs the same command as `python -m stacklm.experiments.cfl.experiment select` (no torch).
+# Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X` (`stacklm cfl select`
+# without torch).
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
 CFL_FIGURES = {figure: cfl_dag.cfl_figures(figure) for figure in cfl_dag.CFL_FIGURES}
@@ -72,7 +72,7 @@ rule cfl_select:
     conda:
         CONDA_ENV
     shell:
-        "python -m stacklm.experiments.cfl.experiment select --curves {input} --out {output} > {log} 2>&1"
+        "stacklm cfl select --curves {input} --out {output} > {log} 2>&1"
 
 
 rule cfl_evaluate:

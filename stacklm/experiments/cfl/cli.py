@@ -1,16 +1,32 @@
-"""``stacklm cfl generate``: sample and score one split of a CFL task and write it as TSV; the
-experiment's ``train``, ``select``, ``evaluate`` and ``figures`` are in :mod:`stacklm.experiments.cfl.commands`."""
+"""``stacklm cfl``: the command line of the CFL experiments (``generate``, ``train``, ``select``,
+``evaluate``, ``figures``).
+
+Building it imports no torch, pandas or matplotlib: each command loads them when it runs
+(:mod:`stacklm.experiments.cfl.commands`; ``select`` is
+:func:`stacklm.experiments.cfl.experiment.select_command`, which needs pandas only), so that
+``stacklm cfl select``, a job per (language, model), starts without the seconds torch costs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from pathlib import Path
+from typing import Callable
 
-import torch
-
-from stacklm.experiments.cfl import commands as experiment_commands
-from stacklm.cfl.datasets import SPLIT_LENGTHS, generate_split, write_split
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.errors import StacklmError
+from stacklm.cfl.splits import SPLIT_LENGTHS
+from stacklm.experiments.cfl.experiment import PDA_SIZES, select_command
+from stacklm.experiments.common import add_resource_arguments
+
+
+def deferred(name: str) -> Callable[[argparse.Namespace], int]:
+    """The command ``name`` of :mod:`stacklm.experiments.cfl.commands`, imported when it runs."""
+
+    def command(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module("stacklm.experiments.cfl.commands"), name)(args)
+
+    return command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,13 +54,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="torch intra-op threads (default 1: the inside algorithm runs many small tensor operations, "
         "and extra threads mostly wait on each other)",
     )
-    generate.set_defaults(func=run_generate)
-    experiment_commands.register(commands)
+    generate.set_defaults(func=deferred("generate_command"))
 
+    train = commands.add_parser("train", help="train one run of the CFL grid (App. 8 schedule); resumes from --checkpoint")
+    train.add_argument("--language", required=True, choices=sorted(PDA_SIZES))
+    train.add_argument("--architecture", required=True, help="CFL registry name, e.g. cfl/NS+S+U")
+    train.add_argument("--learning-rate", required=True, type=float)
+    train.add_argument("--vector-size", type=int, default=None, help="stack vector size m (Gref and JM only)")
+    train.add_argument("--restart", required=True, type=int, help="restart number, 1-based")
+    train.add_argument("--settings", required=True, type=Path)
+    train.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
+    train.add_argument("--out", required=True, type=Path, help="run directory (model.pt, train.parquet)")
+    add_resource_arguments(train)
+    train.set_defaults(func=deferred("train_command"))
 
-def run_generate(args: argparse.Namespace) -> int:
-    if args.threads < 1:
-        raise StacklmError(f"--threads must be at least 1, not {args.threads}")
-    torch.set_num_threads(args.threads)
-    write_split(generate_split(LANGUAGES[args.language], args.split, args.seed, args.strings_per_length), args.out)
-    return 0
+    select = commands.add_parser("select", help="the run with the lowest validation Δ at its best epoch")
+    select.add_argument("--curves", required=True, nargs="+", help="the runs' train.parquet files")
+    select.add_argument("--out", required=True, help="the selected run's curve (its train.parquet rows)")
+    select.set_defaults(func=select_command)
+
+    evaluate = commands.add_parser("evaluate", help="test Δ overall and per length of a selected run")
+    evaluate.add_argument("--selection", required=True, type=Path, help="written by `stacklm cfl select`")
+    evaluate.add_argument("--runs", required=True, type=Path, help="the folder of the runs of this language and model")
+    evaluate.add_argument("--test", required=True, type=Path, help="the seed-0 test set (`stacklm cfl generate`)")
+    evaluate.add_argument("--settings", required=True, type=Path)
+    evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
+    add_resource_arguments(evaluate)
+    evaluate.set_defaults(func=deferred("evaluate_command"))
+
+    figures = commands.add_parser("figures", help="validation Δ per epoch (Figure 1) and test Δ by length, from Parquet")
+    figures.add_argument("--curves", required=True, nargs="+", help="selected curves (`stacklm cfl select`)")
+    figures.add_argument("--metrics", required=True, nargs="+", help="metrics (`stacklm cfl evaluate`)")
+    figures.add_argument("--out-curves", required=True, type=Path, help="all selected curves, one Parquet")
+    figures.add_argument("--out-metrics", required=True, type=Path, help="all CFL metrics, one Parquet")
+    figures.add_argument("--validation-figures", required=True, nargs="+", help="Figure 1 files (.png, .pdf)")
+    figures.add_argument("--test-figures", required=True, nargs="+", help="test Δ by length files (.png, .pdf)")
+    figures.set_defaults(func=deferred("figures_command"))

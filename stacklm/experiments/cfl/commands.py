@@ -1,6 +1,8 @@
-"""The commands of the CFL rules ``cfl_train``, ``cfl_select`` (defined in :mod:`stacklm.experiments.cfl.experiment`),
-``cfl_evaluate`` and ``cfl_figures``.
+"""The commands of the CFL rules ``cfl_generate``, ``cfl_train``, ``cfl_evaluate`` and ``cfl_figures``
+(their options: :mod:`stacklm.experiments.cfl.cli`; ``cfl_select``'s command is
+:func:`stacklm.experiments.cfl.experiment.select_command`).
 
+    stacklm cfl generate --language L --split test --seed 0 --out TEST.tsv
     stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
         --restart K --settings results/settings/cfl_train.json --checkpoint CKPT --out RUN_DIR
     stacklm cfl select --curves RUN_DIR/train.parquet ... --out SELECTED.parquet
@@ -35,20 +37,30 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from stacklm.cfl.datasets import read_split, true_cross_entropy
-from stacklm.experiments.cfl.experiment import DELTA, PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, register_select, run_seeds
+from stacklm.cfl.datasets import generate_split, read_split, true_cross_entropy, write_split
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.errors import StacklmError
 from stacklm.evaluation.cfl import score_cfl_dataset
+from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
+from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, run_seeds
+from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
+from stacklm.settings_file import read_settings
+from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
-from stacklm.experiments.transformations.train import add_resource_arguments, resumable_training, run_metadata, save_trained_model
 from stacklm.training.config import TrainingSettings, cfl_train_config
-from stacklm.training.run_files import choose_device, load_model, read_settings, set_threads
+from stacklm.training.resumable import resumable_training
+from stacklm.training.run_files import choose_device, load_model, set_threads
 
+
+def generate_command(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        raise StacklmError(f"--threads must be at least 1, not {args.threads}")
+    torch.set_num_threads(args.threads)
+    write_split(generate_split(LANGUAGES[args.language], args.split, args.seed, args.strings_per_length), args.out)
+    return 0
 
 
 def model_options(language: str, model: str, vector_size: int | None) -> ModelOptions:
@@ -183,37 +195,3 @@ def figures_command(args: argparse.Namespace) -> int:
     print(f"{len(args.curves)} selected runs -> {args.out_curves}, {args.out_metrics} and figures")
     return 0
 
-
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``cfl train``, ``cfl select``, ``cfl evaluate`` and ``cfl figures`` to the ``cfl`` parser's subcommands."""
-    train_parser = commands.add_parser("train", help="train one run of the CFL grid (App. 8 schedule); resumes from --checkpoint")
-    train_parser.add_argument("--language", required=True, choices=sorted(PDA_SIZES))
-    train_parser.add_argument("--architecture", required=True, help="CFL registry name, e.g. cfl/NS+S+U")
-    train_parser.add_argument("--learning-rate", required=True, type=float)
-    train_parser.add_argument("--vector-size", type=int, default=None, help="stack vector size m (Gref and JM only)")
-    train_parser.add_argument("--restart", required=True, type=int, help="restart number, 1-based")
-    train_parser.add_argument("--settings", required=True, type=Path)
-    train_parser.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
-    train_parser.add_argument("--out", required=True, type=Path, help="run directory (model.pt, train.parquet)")
-    add_resource_arguments(train_parser)
-    train_parser.set_defaults(func=train_command)
-
-    register_select(commands)
-
-    evaluate = commands.add_parser("evaluate", help="test Δ overall and per length of a selected run")
-    evaluate.add_argument("--selection", required=True, type=Path, help="written by `stacklm cfl select`")
-    evaluate.add_argument("--runs", required=True, type=Path, help="the folder of the runs of this language and model")
-    evaluate.add_argument("--test", required=True, type=Path, help="the seed-0 test set (`stacklm cfl generate`)")
-    evaluate.add_argument("--settings", required=True, type=Path)
-    evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
-    add_resource_arguments(evaluate)
-    evaluate.set_defaults(func=evaluate_command)
-
-    figures = commands.add_parser("figures", help="validation Δ per epoch (Figure 1) and test Δ by length, from Parquet")
-    figures.add_argument("--curves", required=True, nargs="+", help="selected curves (`stacklm cfl select`)")
-    figures.add_argument("--metrics", required=True, nargs="+", help="metrics (`stacklm cfl evaluate`)")
-    figures.add_argument("--out-curves", required=True, type=Path, help="all selected curves, one Parquet")
-    figures.add_argument("--out-metrics", required=True, type=Path, help="all CFL metrics, one Parquet")
-    figures.add_argument("--validation-figures", required=True, nargs="+", help="Figure 1 files (.png, .pdf)")
-    figures.add_argument("--test-figures", required=True, nargs="+", help="test Δ by length files (.png, .pdf)")
-    figures.set_defaults(func=figures_command)

@@ -22,8 +22,8 @@ PDA sizes of the NS models (App. 8): |Q| = 2, |Γ| = 3 for the reversal and Dyck
 |Q| = 3, |Γ| = 3 for padded reversal and the hardest CFL.
 
 This module imports no torch: the Snakefile and ``stacklm.workflow`` read the grid from it,
-and the rule ``cfl_select`` runs ``python -m stacklm.experiments.cfl.experiment select`` (the same command
-as ``stacklm cfl select``) without the seconds of start-up that torch costs each job.
+and ``stacklm cfl select`` (:func:`select_command`, a job per language and model) runs without
+the seconds of start-up that torch costs.
 A run's data are sampled by :mod:`stacklm.experiments.cfl.run_data`.
 """
 
@@ -32,13 +32,12 @@ from __future__ import annotations
 import argparse
 import io
 import math
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from stacklm.atomic import write_bytes_atomically
-from stacklm.cli import run_light
 from stacklm.errors import StacklmError
+from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.experiments.common import derived_seed, select_lowest
 from stacklm.models.config import from_dict
 
@@ -54,7 +53,6 @@ PDA_SIZES: dict[str, tuple[int, int]] = {  # language → (|Q|, |Γ|), App. 8; i
     "dyck-2": (2, 3),
     "hardest-cfl": (3, 3),
 }
-DELTA = "cross_entropy_above_truth"  # the metric name of Δ in the Parquet records
 
 
 @dataclass(frozen=True)
@@ -183,18 +181,3 @@ def select_command(args: argparse.Namespace) -> int:
     print(f"selected {args.curves[best]} of {len(curves)} runs (validation Δ {best_delta(curves[best]):.6f})")
     return 0
 
-
-def register_select(commands: argparse._SubParsersAction) -> None:
-    select = commands.add_parser("select", help="the run with the lowest validation Δ at its best epoch")
-    select.add_argument("--curves", required=True, nargs="+", help="the runs' train.parquet files")
-    select.add_argument("--out", required=True, help="the selected run's curve (its train.parquet rows)")
-    select.set_defaults(func=select_command)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m stacklm.experiments.cfl.experiment select``: ``stacklm cfl select`` without importing torch."""
-    return run_light("python -m stacklm.experiments.cfl.experiment", main.__doc__.splitlines()[0], [register_select], argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

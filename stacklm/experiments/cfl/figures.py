@@ -20,7 +20,8 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from stacklm.experiments.cfl.experiment import CFL_MODELS, DELTA, PDA_SIZES  # noqa: E402
+from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
+from stacklm.experiments.cfl.experiment import CFL_MODELS, PDA_SIZES  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
 from stacklm.report.figure_files import save_figure  # noqa: E402
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import random
 
-from stacklm.cfl.datasets import BATCH_SIZE, SPLIT_LENGTHS, CflDataset, first_positions_per_length, score_strings
+from stacklm.cfl.datasets import CflDataset, first_positions_per_length, score_strings
 from stacklm.cfl.languages import CflLanguage
 from stacklm.cfl.sampling import LengthSampler
+from stacklm.cfl.splits import BATCH_SIZE, SPLIT_LENGTHS
 
 
 def sample_run_data(language: CflLanguage, seed: int, train_batches: int, validation_batches: int) -> tuple[list[list[int]], CflDataset]:

@@ -18,10 +18,11 @@ from pathlib import Path
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator
+from stacklm.experiments.common import add_resource_arguments
+from stacklm.settings_file import read_settings
 from stacklm.tasks import get_task
 from stacklm.tracking.records import RunMetadata, data_version, metrics_table, write_table
-from stacklm.experiments.transformations.train import add_resource_arguments
-from stacklm.training.run_files import choose_device, load_model, read_settings, read_splits, rebuild_model, set_threads, split_paths
+from stacklm.training.run_files import choose_device, load_model, read_splits, rebuild_model, set_threads, split_paths
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -20,38 +20,28 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset
+from stacklm.experiments.common import add_resource_arguments
 from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
+from stacklm.settings_file import read_json, read_settings
 from stacklm.tasks import get_task
 from stacklm.tracking import live
-from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version, curve_table, data_version, write_table
+from stacklm.tracking.finished_run import run_metadata, save_trained_model
+from stacklm.tracking.records import curve_table, data_version, write_table
 from stacklm.tracking.runs import task_run_identity
-from stacklm.training import checkpoint as checkpoint_file
-from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
-from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult, train
-from stacklm.training.progress import Progress
-from stacklm.training.run_files import (
-    SavedModel,
-    choose_device,
-    read_json,
-    read_settings,
-    read_splits,
-    save_model,
-    set_threads,
-    split_paths,
-    token_features,
-)
+from stacklm.training.config import Hyperparameters, TrainingSettings
+from stacklm.training.resumable import resumable_training
+from stacklm.training.run_files import choose_device, read_splits, set_threads, split_paths, token_features
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,11 +62,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--trial", type=int, default=None, help="trial number of a search run")
     add_resource_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,79 +150,3 @@ def chosen_hyperparameters(args: argparse.Namespace) -> Hyperparameters:
         raise UsageError("--learning-rate needs --tokens-per-batch (or give a trial's --hparams HP.json)")
     return Hyperparameters(learning_rate=args.learning_rate, tokens_per_batch=args.tokens_per_batch, max_epochs=args.max_epochs)
 
-
-def resumable_training(
-    model: torch.nn.Module,
-    training_data: Sequence[Sequence[int]],
-    validation_data: Sequence[Sequence[int]],
-    config: TrainConfig,
-    *,
-    fingerprint_source: dict[str, Any],
-    seed: int,
-    eos_index: int,
-    checkpoint: Path,
-    device: torch.device,
-    progress_interval_s: float,
-    checkpoint_scores: CheckpointScores | None = None,
-    on_state: Callable[[Path], None] | None = None,
-) -> TrainResult:
-    """Train as ``stacklm train`` and ``stacklm cfl train`` do: the state is kept beside
-    ``checkpoint`` under the fingerprint of ``fingerprint_source`` (what determines the trained
-    parameters), locked against a second writer, and resumed when it exists
-    (``stacklm.training.checkpoint``); a progress line every ``progress_interval_s``, SIGTERM
-    saving and stopping. A finished run deletes the states of other fingerprints there.
-    ``on_state(path)`` learns the state file before training starts (the live mirror's watcher)."""
-    fingerprint = checkpoint_file.fingerprint(fingerprint_source)
-    state = checkpoint_file.keyed_path(checkpoint, fingerprint)
-    stop_request = StopRequest()
-    stop_request.install()
-    if on_state is not None:
-        on_state(state)
-    with checkpoint_file.exclusive(state):
-        result = train(
-            model,
-            training_data,
-            validation_data,
-            config,
-            seed=seed,
-            eos_index=eos_index,
-            checkpoint_path=state,
-            fingerprint=fingerprint,
-            device=device,
-            progress=Progress(interval_s=progress_interval_s),
-            stop_request=stop_request,
-            checkpoint_scores=checkpoint_scores,
-        )
-    checkpoint_file.remove_others(checkpoint, keep=state)
-    return result
-
-
-def run_metadata(model: torch.nn.Module, result: TrainResult, run_settings: dict[str, Any], **identity: Any) -> RunMetadata:
-    """The metadata columns of a finished run: ``identity`` (task, architecture, phase, trial,
-    seed, learning rate, tokens per batch, data version) and what the run itself measured; its
-    config, the run's settings and the built model's config (``built_model``: the options as
-    the model applied them, e.g. no dropout where a CFL model has none)."""
-    return RunMetadata(
-        **identity,
-        parameters=sum(parameter.numel() for parameter in model.parameters()),
-        code_version=code_version(),
-        wall_time_s=result.wall_time_s,
-        tokens_per_s=result.tokens_per_s,
-        config=json.dumps(run_settings | {BUILT_MODEL: asdict(model.config)}, sort_keys=True),
-    )
-
-
-def save_trained_model(path: Path, model: torch.nn.Module, vocabulary: Sequence[str], metadata: RunMetadata, run_settings: dict[str, Any]) -> None:
-    """The best parameters with everything needed to rebuild and evaluate the model."""
-    save_model(
-        path,
-        SavedModel(
-            task=metadata.task,
-            architecture=metadata.architecture,
-            vocabulary=tuple(vocabulary),
-            model_config=model.config,
-            parameters={name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
-            metadata=asdict(metadata),
-            settings=run_settings,
-        ),
-    )

@@ -16,7 +16,8 @@ import torch
 from stacklm.experiments.cfl.cli import register
 from stacklm.experiments.cfl.commands import model_options
 from stacklm.cfl.datasets import CflDataset, write_split
-from stacklm.experiments.cfl.experiment import DELTA, CflRun, run_seeds
+from stacklm.evaluation.cfl_metric import DELTA
+from stacklm.experiments.cfl.experiment import CflRun, run_seeds
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.experiments.cfl.run_data import sample_run_data
 from stacklm.errors import StacklmError

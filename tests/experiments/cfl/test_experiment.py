@@ -10,8 +10,10 @@ import sys
 import pandas as pd
 import pytest
 
-from stacklm.cfl.datasets import SPLIT_LENGTHS, sample_strings
-from stacklm.experiments.cfl.experiment import DELTA, CflRun, CflSettings, best_delta, grid, parse_setting, run_seeds, select_run
+from stacklm.cfl.datasets import sample_strings
+from stacklm.cfl.splits import SPLIT_LENGTHS
+from stacklm.evaluation.cfl_metric import DELTA
+from stacklm.experiments.cfl.experiment import CflRun, CflSettings, best_delta, grid, parse_setting, run_seeds, select_run
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.cfl.sampling import LengthSampler
@@ -131,15 +133,15 @@ def test_selection_takes_the_lowest_delta_at_each_runs_best_epoch() -> None:
         best_delta(curve([], []))
 
 
-def test_python_m_select_writes_the_selected_curve_without_importing_torch(tmp_path) -> None:
+def test_stacklm_cfl_select_writes_the_selected_curve_without_importing_torch(tmp_path) -> None:
     paths = []
     for index, run in enumerate([curve([1.0, 0.9], [0.5, 0.4]), curve([0.8, 0.85], [0.45, 0.3]), curve([0.6], [0.41])]):
         paths.append(tmp_path / f"run{index}.parquet")
         run.to_parquet(paths[-1], index=False)
     out = tmp_path / "selected" / "best.parquet"
     code = (
-        "import sys; from stacklm.experiments.cfl.experiment import main; "
-        f"code = main(['select', '--curves', {', '.join(repr(str(path)) for path in paths)}, '--out', {str(out)!r}]); "
+        "import sys; from stacklm.cli import main; "
+        f"code = main(['cfl', 'select', '--curves', {', '.join(repr(str(path)) for path in paths)}, '--out', {str(out)!r}]); "
         "print(code, 'torch' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
