@@ -8,7 +8,7 @@ string probability sums over all derivations (parses):
 
 Terminals are the integers 0 … K−1 (K = ``num_terminals``); nonterminals are names (str).
 The grammars of [RNS-RNN App. 8] are built from unnormalised weights, as the authors' code
-does, so :meth:`Grammar.from_weights` renormalises the rules of each left-hand side.
+does, so :meth:`WeightedGrammar.from_weights` renormalises the rules of each left-hand side.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def cont(mean: float) -> float:
 
 
 @dataclass(frozen=True)
-class Rule:
+class WeightedRule:
     """X → α with probability p(X → α); an empty ``rhs`` is X → ε."""
 
     lhs: str
@@ -47,11 +47,11 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class Grammar:
+class WeightedGrammar:
     """A PCFG: ``start`` symbol, ``rules`` (probabilities sum to 1 per left-hand side), K terminals."""
 
     start: str
-    rules: tuple[Rule, ...]
+    rules: tuple[WeightedRule, ...]
     num_terminals: int
 
     def __post_init__(self) -> None:
@@ -73,7 +73,7 @@ class Grammar:
                 raise StacklmError(f"the rules of {lhs!r} sum to {total!r}, not 1")
 
     @classmethod
-    def from_weights(cls, start: str, weighted_rules: Iterable[tuple[str, tuple[Symbol, ...], float]], num_terminals: int) -> Grammar:
+    def from_weights(cls, start: str, weighted_rules: Iterable[tuple[str, tuple[Symbol, ...], float]], num_terminals: int) -> WeightedGrammar:
         """The grammar whose rules X → α have p(X → α) = weight(X → α) / Σ_β weight(X → β).
 
         Rules of weight 0 are left out (they never take part in a derivation).
@@ -85,7 +85,7 @@ class Grammar:
         totals: dict[str, float] = defaultdict(float)
         for lhs, _, weight in weighted:
             totals[lhs] += weight
-        rules = tuple(Rule(lhs, rhs, weight / totals[lhs]) for lhs, rhs, weight in weighted if weight > 0.0)
+        rules = tuple(WeightedRule(lhs, rhs, weight / totals[lhs]) for lhs, rhs, weight in weighted if weight > 0.0)
         return cls(start, rules, num_terminals)
 
     @property
@@ -93,7 +93,7 @@ class Grammar:
         """Left-hand sides in order of first appearance (the start symbol's rules come first by convention)."""
         return tuple(dict.fromkeys(rule.lhs for rule in self.rules))
 
-    def rules_of(self, lhs: str) -> tuple[Rule, ...]:
+    def rules_of(self, lhs: str) -> tuple[WeightedRule, ...]:
         return tuple(rule for rule in self.rules if rule.lhs == lhs)
 
     def __str__(self) -> str:

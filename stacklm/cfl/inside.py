@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from stacklm.cfl.grammar import Grammar, Symbol
+from stacklm.cfl.grammar import Symbol, WeightedGrammar
 from stacklm.errors import StacklmError
 from stacklm.semiring import LOG, Semiring
 
@@ -89,7 +89,7 @@ class Circuit:
     num_terminals: int
 
 
-def compile_grammar(grammar: Grammar) -> Circuit:
+def compile_grammar(grammar: WeightedGrammar) -> Circuit:
     """The circuit of ``grammar``: one item per terminal, nonterminal and right-hand-side prefix."""
     items: list[Item] = [Empty()] + [Terminal(a) for a in range(grammar.num_terminals)]
     labels = ["ε"] + [str(a) for a in range(grammar.num_terminals)]

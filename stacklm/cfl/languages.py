@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stacklm.cfl.grammar import Grammar, Symbol, cont, stop
+from stacklm.cfl.grammar import Symbol, WeightedGrammar, cont, stop
 from stacklm.errors import StacklmError
 
 
@@ -27,7 +27,7 @@ class CflLanguage:
     """A named language: its PCFG and the spelling of its terminals 0 … K−1."""
 
     name: str
-    grammar: Grammar
+    grammar: WeightedGrammar
     terminal_names: tuple[str, ...]  # terminal_names[a] spells terminal a
 
     @property
@@ -55,7 +55,7 @@ def marked_reversal(symbol_types: int = 2, mean_length: float = 60) -> CflLangua
     rules: list[WeightedRule] = [("S", (a, "S", a), cont(mean_length) / symbol_types) for a in range(symbol_types)]
     rules.append(("S", (marker,), stop(mean_length)))
     names = tuple(str(a) for a in range(symbol_types)) + ("#",)
-    return CflLanguage("marked-reversal", Grammar.from_weights("S", rules, symbol_types + 1), names)
+    return CflLanguage("marked-reversal", WeightedGrammar.from_weights("S", rules, symbol_types + 1), names)
 
 
 def unmarked_reversal(symbol_types: int = 2, mean_length: float = 60) -> CflLanguage:
@@ -63,7 +63,7 @@ def unmarked_reversal(symbol_types: int = 2, mean_length: float = 60) -> CflLang
     rules: list[WeightedRule] = [("S", (a, "S", a), cont(mean_length) / symbol_types) for a in range(symbol_types)]
     rules.append(("S", (), stop(mean_length)))
     names = tuple(str(a) for a in range(symbol_types))
-    return CflLanguage("unmarked-reversal", Grammar.from_weights("S", rules, symbol_types), names)
+    return CflLanguage("unmarked-reversal", WeightedGrammar.from_weights("S", rules, symbol_types), names)
 
 
 def padded_reversal(symbol_types: int = 2, mean_content_length: float = 60, mean_padding_length: float = 30) -> CflLanguage:
@@ -73,7 +73,7 @@ def padded_reversal(symbol_types: int = 2, mean_content_length: float = 60, mean
     for a in range(symbol_types):
         rules += [(f"T{a}", (a, f"T{a}"), cont(mean_padding_length)), (f"T{a}", (), stop(mean_padding_length))]
     names = tuple(str(a) for a in range(symbol_types))
-    return CflLanguage("padded-reversal", Grammar.from_weights("S", rules, symbol_types), names)
+    return CflLanguage("padded-reversal", WeightedGrammar.from_weights("S", rules, symbol_types), names)
 
 
 BRACKETS = "()[]{}<>"
@@ -90,7 +90,7 @@ def dyck(bracket_types: int = 2, mean_bracket_splits: float = 1, mean_nesting_de
         rules += [("T", (2 * b, "S", 2 * b + 1), nest / bracket_types), ("T", (2 * b, 2 * b + 1), (1 - nest) / bracket_types)]
     if not 1 <= bracket_types <= len(BRACKETS) // 2:
         raise StacklmError(f"Dyck languages here have 1 to {len(BRACKETS) // 2} bracket types, not {bracket_types}")
-    return CflLanguage("dyck-2" if bracket_types == 2 else f"dyck-{bracket_types}", Grammar.from_weights("S", rules, 2 * bracket_types), tuple(BRACKETS[: 2 * bracket_types]))
+    return CflLanguage("dyck-2" if bracket_types == 2 else f"dyck-{bracket_types}", WeightedGrammar.from_weights("S", rules, 2 * bracket_types), tuple(BRACKETS[: 2 * bracket_types]))
 
 
 OPEN_ROUND, CLOSE_ROUND, OPEN_SQUARE, CLOSE_SQUARE, COMMA, SEMICOLON, DOLLAR = range(7)
@@ -134,7 +134,7 @@ def hardest_cfl(
     ]
     for opening, closing in ((OPEN_ROUND, CLOSE_ROUND), (OPEN_SQUARE, CLOSE_SQUARE)):
         rules += [("T", (opening, "Q", "S", "Q", closing), t / 2), ("T", (opening, "Q", closing), (1 - t) / 2)]
-    return CflLanguage("hardest-cfl", Grammar.from_weights("S'", rules, 7), ("(", ")", "[", "]", ",", ";", "$"))
+    return CflLanguage("hardest-cfl", WeightedGrammar.from_weights("S'", rules, 7), ("(", ")", "[", "]", ",", ";", "$"))
 
 
 LANGUAGES: dict[str, CflLanguage] = {

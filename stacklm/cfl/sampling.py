@@ -20,7 +20,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from stacklm.cfl.grammar import Grammar
+from stacklm.cfl.grammar import WeightedGrammar
 from stacklm.cfl.inside import Alternatives, Circuit, Concatenation, Empty, Terminal, compile_grammar, length_table
 from stacklm.errors import StacklmError
 from stacklm.semiring import LOG
@@ -51,7 +51,7 @@ class LengthSampler:
     choices: dict[tuple[int, int], Choice] = field(default_factory=dict, compare=False, repr=False)  # memo
 
     @classmethod
-    def build(cls, grammar: Grammar, max_length: int) -> LengthSampler:
+    def build(cls, grammar: WeightedGrammar, max_length: int) -> LengthSampler:
         circuit = compile_grammar(grammar)
         table = length_table(circuit, max_length, LOG)
         return cls(circuit, tuple(tuple(row) for row in table.tolist()), max_length)

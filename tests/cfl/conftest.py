@@ -8,10 +8,10 @@ from typing import Callable
 
 import pytest
 
-from stacklm.cfl.grammar import Grammar, Symbol
+from stacklm.cfl.grammar import Symbol, WeightedGrammar
 
 
-def enumerate_derivations(grammar: Grammar, length: int) -> dict[tuple[int, ...], float]:
+def enumerate_derivations(grammar: WeightedGrammar, length: int) -> dict[tuple[int, ...], float]:
     """p_G(w) for every w with |w| = ``length``, by expanding all leftmost derivations.
 
     Independent of the inside algorithm: sentential forms are expanded one rule at a time, and
@@ -47,5 +47,5 @@ def enumerate_derivations(grammar: Grammar, length: int) -> dict[tuple[int, ...]
 
 
 @pytest.fixture(scope="session")
-def derivations() -> Callable[[Grammar, int], dict[tuple[int, ...], float]]:
+def derivations() -> Callable[[WeightedGrammar, int], dict[tuple[int, ...], float]]:
     return enumerate_derivations

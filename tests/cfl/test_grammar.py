@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from stacklm.cfl.grammar import Grammar, Rule, cont, stop
+from stacklm.cfl.grammar import WeightedGrammar, WeightedRule, cont, stop
 from stacklm.errors import StacklmError
 
 
@@ -14,13 +14,13 @@ def test_stop_and_cont_make_a_geometric_count_with_the_given_mean():
 
 
 def test_from_weights_renormalises_each_left_hand_side_and_drops_zero_weights():
-    grammar = Grammar.from_weights("W", [("W", (0,), 1), ("W", (1,), 1), ("W", (2,), 1), ("W", (3,), 1), ("W", (4,), 1), ("W", (0, 0), 0)], 5)
+    grammar = WeightedGrammar.from_weights("W", [("W", (0,), 1), ("W", (1,), 1), ("W", (2,), 1), ("W", (3,), 1), ("W", (4,), 1), ("W", (0, 0), 0)], 5)
     assert [rule.probability for rule in grammar.rules] == [pytest.approx(0.2)] * 5
     assert grammar.nonterminals == ("W",)
 
 
 def test_rules_of_keeps_the_rule_order():
-    grammar = Grammar.from_weights("S", [("S", ("A", 0), 1), ("A", (), 3), ("S", (), 1), ("A", (1,), 1)], 2)
+    grammar = WeightedGrammar.from_weights("S", [("S", ("A", 0), 1), ("A", (), 3), ("S", (), 1), ("A", (1,), 1)], 2)
     assert [rule.rhs for rule in grammar.rules_of("S")] == [("A", 0), ()]
     assert [rule.probability for rule in grammar.rules_of("A")] == [0.75, 0.25]
     assert grammar.nonterminals == ("S", "A")
@@ -29,19 +29,19 @@ def test_rules_of_keeps_the_rule_order():
 @pytest.mark.parametrize(
     "start, rules, num_terminals, message",
     [
-        ("S", (Rule("A", (0,), 1.0),), 1, "start symbol 'S' has no rules"),
-        ("S", (Rule("S", ("B",), 1.0),), 1, "nonterminal 'B', which has no rules"),
-        ("S", (Rule("S", (3,), 1.0),), 2, "terminal 3, outside 0..1"),
-        ("S", (Rule("S", (0,), 0.5), Rule("S", (), 0.4)), 1, "sum to 0.9"),
-        ("S", (Rule("S", (0,), 1.0), Rule("S", (), 0.0)), 1, "not positive"),
-        ("S", (Rule("S", (0,), math.nan),), 1, "not positive"),
+        ("S", (WeightedRule("A", (0,), 1.0),), 1, "start symbol 'S' has no rules"),
+        ("S", (WeightedRule("S", ("B",), 1.0),), 1, "nonterminal 'B', which has no rules"),
+        ("S", (WeightedRule("S", (3,), 1.0),), 2, "terminal 3, outside 0..1"),
+        ("S", (WeightedRule("S", (0,), 0.5), WeightedRule("S", (), 0.4)), 1, "sum to 0.9"),
+        ("S", (WeightedRule("S", (0,), 1.0), WeightedRule("S", (), 0.0)), 1, "not positive"),
+        ("S", (WeightedRule("S", (0,), math.nan),), 1, "not positive"),
     ],
 )
 def test_invalid_grammars_are_rejected_with_the_reason(start, rules, num_terminals, message):
     with pytest.raises(StacklmError, match=message.replace("(", r"\(").replace(".", r"\.")):
-        Grammar(start, rules, num_terminals)
+        WeightedGrammar(start, rules, num_terminals)
 
 
 def test_negative_weights_are_rejected():
     with pytest.raises(StacklmError, match="nonnegative"):
-        Grammar.from_weights("S", [("S", (0,), -1.0)], 1)
+        WeightedGrammar.from_weights("S", [("S", (0,), -1.0)], 1)

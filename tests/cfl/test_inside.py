@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from stacklm.cfl.grammar import Grammar
+from stacklm.cfl.grammar import WeightedGrammar
 from stacklm.cfl.inside import compile_grammar, inside_chart, length_table, one_hot_weights, string_weights
 from stacklm.cfl.languages import LANGUAGES, padded_reversal
 from stacklm.errors import StacklmError
@@ -106,7 +106,7 @@ def test_max_plus_length_table_is_the_most_likely_derivation_of_each_length():
 
 def test_epsilon_and_unary_rules_nested_through_several_symbols(derivations):
     """S → A B | C, A → ε | 0 A, B → A A | 1, C → B: ε reaches S through two levels and a unary chain."""
-    grammar = Grammar.from_weights(
+    grammar = WeightedGrammar.from_weights(
         "S",
         [("S", ("A", "B"), 2), ("S", ("C",), 1), ("A", (), 1), ("A", (0, "A"), 1), ("B", ("A", "A"), 1), ("B", (1,), 3), ("C", ("B",), 1)],
         2,
@@ -133,7 +133,7 @@ def test_epsilon_and_unary_rules_nested_through_several_symbols(derivations):
 )
 def test_grammars_with_same_width_cycles_are_rejected(rules):
     with pytest.raises(StacklmError, match="cycle of unary rules"):
-        compile_grammar(Grammar.from_weights("S", rules, 2))
+        compile_grammar(WeightedGrammar.from_weights("S", rules, 2))
 
 
 def test_width_bounds():
@@ -148,7 +148,7 @@ def test_only_the_left_spine_of_an_unused_start_symbol_is_anchored():
     assert sorted(hardest.labels[p] for p in hardest.anchored) == sorted(["S'", "[R 6]", "[R 6 Q]", "[R 6 Q S]", "[R 6 Q S L]", "[R 6 Q S L 5]"])
     assert compile_grammar(LANGUAGES["dyck-2"].grammar).anchored == frozenset()  # S is used inside T
     # S' → A, A → A 1 | 0: A only ever starts at 0
-    left_recursive = compile_grammar(Grammar.from_weights("S'", [("S'", ("A",), 1), ("A", ("A", 1), 1), ("A", (0,), 1)], 2))
+    left_recursive = compile_grammar(WeightedGrammar.from_weights("S'", [("S'", ("A",), 1), ("A", ("A", 1), 1), ("A", (0,), 1)], 2))
     assert sorted(left_recursive.labels[p] for p in left_recursive.anchored) == ["A", "S'", "[A 1]"]
     assert string_weights(left_recursive, [[0, 1, 1, 1]], REAL).item() == pytest.approx(0.5**4)
 
