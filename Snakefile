@@ -15,6 +15,7 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/cfl.smk"
+include: "workflow/rules/ptb.smk"
 
 
 rule all:

@@ -20,7 +20,7 @@ import argparse
 import importlib
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from stacklm import __version__
 from stacklm.errors import StacklmError, UsageError
@@ -46,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "models": Command("stacklm.models.cli", "list every architecture with its width and parameter count"),
     "data": Command("stacklm.data.cli", "the datasets of the syntactic-transformation tasks"),
     "cfl": Command("stacklm.experiments.cfl.cli", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
+    "ptb": Command("stacklm.experiments.ptb.commands", "the Penn Treebank language models of DuSell & Chiang (2022): perplexity and SG score"),
     "settings": Command("stacklm.workflow.settings", "check the workflow's resolved settings and write them as JSON"),
     "hparams": Command("stacklm.experiments.transformations.search", "draw the search trials' hyperparameters (one HP.json per trial)"),
     "select": Command("stacklm.experiments.transformations.search", "choose the search trial with the lowest validation cross-entropy"),
@@ -84,6 +85,15 @@ EXAMPLES: dict[str, str] = {
     " --settings results/settings/cfl_evaluate.json --out evaluation/dyck-2/ns.parquet",
     "cfl figures": "stacklm cfl figures --curves selected/*/*.parquet --metrics evaluation/*/*.parquet --out-curves curves.parquet"
     " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png",
+    "ptb": "stacklm ptb train --model rns-2-3 --restart 1 --data ../shared/upstream/ptb --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
+    "ptb train": "stacklm ptb train --model rns-2-3 --restart 1 --data ../shared/upstream/ptb --lines 200 --max-epochs 2"
+    " --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
+    "ptb evaluate": "stacklm ptb evaluate --run runs/rns-2-3/1 --data ../shared/upstream/ptb --syntaxgym ../shared/upstream/sg-test-suites"
+    " --suites number_src center_embed --out runs/rns-2-3/1/metrics.parquet",
+    "ptb select": "stacklm ptb select --curves runs/rns-2-3/*/train.parquet --out selected/rns-2-3.json",
+    "ptb report": "stacklm ptb report --metrics runs/*/*/metrics.parquet --selected selected/lstm.json selected/rns-2-3.json"
+    " --figure-models lstm rns-2-3 --out-metrics metrics.parquet --tables ptb.tex circuits.tex --markdown ptb.md circuits.md"
+    " --figures sg.png sg.pdf",
     "settings": "stacklm settings --json '{\"tasks\": [\"question-formation\"], ...}' --out settings.json",
     "hparams": "stacklm hparams --task question-formation --architecture Tf+Nd --settings results/settings/hparams.json"
     " --out trial1.json trial2.json",
@@ -142,16 +152,6 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     except StacklmError as error:
         print(f"stacklm: error: {error}", file=sys.stderr)
         return MISUSED if isinstance(error, UsageError) else FAILED
-
-
-def run_light(prog: str, description: str, registers: Sequence[Callable[[Any], None]], argv: list[str] | None = None) -> int:
-    """``python -m <module>``: only ``registers``' commands, without importing every other
-    command's modules (torch, MLflow), for the DAG's many small jobs."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for register in registers:
-        register(subparsers)
-    return run(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:

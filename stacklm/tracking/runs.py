@@ -23,7 +23,18 @@ run of a (language, model) pair, the pair's evaluation Parquet (``stacklm cfl ev
 - curves: validation Δ by epoch, test Δ by length;
 - tags: language, model, setting and the commit.
 
-Each run carries its key (:func:`task_run_key`, :func:`cfl_run_key`), a short name without the
+A PTB restart (``stacklm ptb train``, ``stacklm ptb evaluate``; DuSell & Chiang (2022) §5.2) is
+mirrored from its ``train.parquet`` and ``metrics.parquet``:
+
+- params: as a task run's (the draw is ``settings.draw.*``);
+- metrics: ``best_validation_perplexity``, ``epochs``, ``wall_time_s``, ``tokens_per_s``,
+  ``validation/perplexity``, ``test/perplexity``, ``syntaxgym/sg_score``, each suite's accuracy
+  (``syntaxgym/suite/<suite>``) and each circuit's score (``syntaxgym/circuit/<circuit>``);
+- curves by epoch: ``validation_perplexity``, ``train_loss``, ``learning_rate`` (a diverged
+  epoch's non-finite values left out);
+- tags: model, restart and the commit.
+
+Each run carries its key (:func:`task_run_key`, :func:`cfl_run_key`, :func:`ptb_run_key`), a short name without the
 experiment's, the sha256 of the bytes of the Parquet files it was built from (so that
 ``stacklm tracking sync`` skips runs whose files did not change), and its files as artifacts:
 ``model.pt`` and the Parquet files, and the jobs' logs where given. Training ended when
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +108,11 @@ def cfl_run_key(language: str, model: str, setting: str) -> str:
     return f"{language}/{model}/{setting}"
 
 
+def ptb_run_key(model: str, restart: int) -> str:
+    """The key of a PTB restart in MLflow (tag ``stacklm.run``)."""
+    return f"ptb/{model}/restart-{restart}"
+
+
 def flat_params(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """``settings`` flattened to MLflow params (``training.max_epochs`` → "1000")."""
     params: dict[str, str] = {}
@@ -136,8 +153,24 @@ def cfl_runs(
     return _runs(language, curves, evaluations, curve_logs, evaluation_logs, _cfl_key, _cfl_run)
 
 
+def ptb_runs(
+    experiment: str,
+    curves: Sequence[str | Path],
+    metrics: Sequence[str | Path],
+    curve_logs: Sequence[str | Path] = (),
+    metric_logs: Sequence[str | Path] = (),
+) -> list[MirroredRun]:
+    """The PTB restarts from their ``train.parquet`` and ``metrics.parquet`` files (``experiment``
+    is their task, ``ptb``), with the logs of the jobs that wrote them."""
+    return _runs(experiment, curves, metrics, curve_logs, metric_logs, _ptb_key, _ptb_run)
+
+
 def _task_key(row: Row) -> str:
     return task_run_key(row["task"], row["architecture"], row["phase"], row["trial"], row["seed"])
+
+
+def _ptb_key(row: Row) -> str:
+    return ptb_run_key(row["architecture"], row["seed"])
 
 
 def _cfl_key(row: Row) -> str:
@@ -267,5 +300,38 @@ def _cfl_run(name: str, curve: Records, evaluation: Records | None, logs: Sequen
         curves={
             "validation_" + DELTA: [(row["epoch"], row[DELTA]) for row in curve.rows],
             "test_" + DELTA + "_by_length": [(row["length"], row["value"]) for row in test if row["length"] is not None],
+        },
+    )
+
+
+def ptb_metric_name(row: Row) -> str:
+    """``test/perplexity``, ``syntaxgym/sg_score``, ``syntaxgym/suite/number_src``, ``syntaxgym/circuit/Agreement``."""
+    if row["suite"] is not None:
+        return f"{row['split']}/suite/{row['suite']}"
+    if row["circuit"] is not None:
+        return f"{row['split']}/circuit/{row['circuit']}"
+    return f"{row['split']}/{row['metric']}"
+
+
+def _ptb_run(name: str, curve: Records, metrics: Records | None, logs: Sequence[tuple[Path, str]]) -> MirroredRun:
+    first, last = curve.rows[0], curve.rows[-1]
+    perplexities = [row["validation_perplexity"] for row in curve.rows if math.isfinite(row["validation_perplexity"])]
+    scores = {ptb_metric_name(row): row["value"] for row in metrics.rows} if metrics is not None else {}
+    columns = {"validation_perplexity": "validation_perplexity", "train_loss": "train_loss", "learning_rate_used": "learning_rate"}
+    return _mirrored(
+        name,
+        f"{first['architecture']} restart-{first['seed']}",
+        {"model": first["architecture"], "restart": str(first["seed"])},
+        curve,
+        metrics,
+        logs,
+        metrics={
+            **({"best_validation_perplexity": min(perplexities)} if perplexities else {}),
+            "epochs": last["epoch"],
+            **{column: first[column] for column in TIMINGS},
+            **scores,
+        },
+        curves={
+            shown: [(row["epoch"], row[column]) for row in curve.rows if math.isfinite(row[column])] for column, shown in columns.items()
         },
     )

@@ -1,8 +1,8 @@
 """The whole DAG: every experiment's targets, the MLflow mirror's experiments and records, and
 what Snakemake prints when a run succeeds.
 
-``tracking_sync`` (per task, and per CFL language) mirrors every run's Parquet files into
-MLflow: a mirror for browsing that the report never reads.
+``tracking_sync`` (per task, per CFL language, and for the PTB experiment) mirrors every run's
+Parquet files into MLflow: a mirror for browsing that the report never reads.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.cfl import dag as cfl
+from stacklm.experiments.ptb import dag as ptb
 from stacklm.experiments.transformations import dag as transformations
 from stacklm.experiments.transformations.data import data_targets
 
@@ -24,6 +25,7 @@ def all_targets(settings: dict[str, Any]) -> list[str]:
         *data_targets(settings),
         *transformations.targets(settings),
         *cfl.targets(settings),
+        *ptb.targets(settings),
         *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
     ]
 
@@ -40,6 +42,7 @@ def finished_message(settings: dict[str, Any]) -> str:
         f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)",
         *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings) else []),
         "  logs/ (one log per job)",
+        *([f"  {ptb.TABLES[0].rsplit('/', 1)[0]}/ (the PTB tables and figure), {ptb.METRICS}"] if ptb.targets(settings) else []),
         "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
     ]
     tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
@@ -54,17 +57,20 @@ def finished_message(settings: dict[str, Any]) -> str:
 
 
 def tracking_experiments(settings: dict[str, Any]) -> list[str]:
-    """The MLflow experiments: every task, then every CFL language (the CFL runs' ``task``)."""
-    return [*settings.get("tasks", []), *cfl.cfl_settings(settings).languages]  # a CFL-only settings file has no tasks
+    """The MLflow experiments: every task, then every CFL language (the CFL runs' ``task``), then ``ptb`` when it has models."""
+    ptb_experiment = [ptb.EXPERIMENT] if ptb.ptb_settings(settings).models else []
+    return [*settings.get("tasks", []), *cfl.cfl_settings(settings).languages, *ptb_experiment]  # a CFL-only settings file has no tasks
 
 
 def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
-    """The files ``stacklm tracking sync`` mirrors for ``experiment`` (a task or a CFL language),
-    from the experiment that owns it."""
+    """The files ``stacklm tracking sync`` mirrors for ``experiment`` (a task, a CFL language or
+    ``ptb``), from the experiment that owns it."""
     if experiment in cfl.cfl_settings(settings).languages:
         return cfl.tracking_records(settings, experiment)
     if experiment not in settings["tasks"]:
-        raise StacklmError(f"no task or CFL language is named {experiment!r}")
+    if experiment == ptb.EXPERIMENT and ptb.ptb_settings(settings).models:
+        return ptb.tracking_records(settings)
+        raise StacklmError(f"no task, CFL language or PTB experiment is named {experiment!r}")
     return transformations.tracking_records(settings, experiment)
 
 

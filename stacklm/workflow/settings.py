@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from stacklm.errors import StacklmError
 from stacklm.experiments.cfl.dag import cfl_settings
 from stacklm.experiments.common import write_json
+from stacklm.experiments.ptb.dag import check_settings as check_ptb
 from stacklm.experiments.transformations.dag import check_settings as check_transformations
 from stacklm.settings_file import SECTIONS
 
@@ -33,7 +34,7 @@ SETTINGS_READ: dict[str, tuple[str, ...]] = {
     "hparams": ("search",),
     "select": ("final",),
     "report": ("tasks", "architectures", "final", "report"),
-    "tracking": ("tasks", "cfl", "tracking"),
+    "tracking": ("tasks", "cfl", "ptb", "tracking"),
     "cfl_train": ("cfl", "training"),
     "cfl_evaluate": ("cfl", "evaluation"),
 }
@@ -143,6 +144,7 @@ def check_settings(settings: Mapping[str, Any]) -> None:
     those the schema cannot judge: each experiment checks its own."""
     check_transformations(settings)
     cfl_settings(settings)
+    check_ptb(settings)
 
 
 def settings_file(reader: str) -> str:

@@ -5,12 +5,13 @@
         --curves RUN_DIR/train.parquet ... [--metrics METRICS.parquet ...]
         [--curve-logs LOG ... --metrics-logs LOG ...] --out results/tracking/E.json
 
-``init`` creates the MLflow store and one experiment per task and per CFL language, once and
+``init`` creates the MLflow store and one experiment per task, per CFL language and for PTB, once and
 serially, before the workflow fans out (a fresh SQLite store written by parallel jobs breaks in
 its schema migration, ``ecosystem.md`` §3). ``sync`` mirrors one experiment's runs from their
 Parquet files alone (``stacklm.tracking.runs``): for a task, every run's ``train.parquet`` and
 the final runs' ``metrics.parquet``; for a CFL language, every grid run's ``train.parquet`` and
-each model's evaluation Parquet, with the logs of the jobs that wrote them (one per file, in the
+each model's evaluation Parquet; for ``ptb``, every restart's ``train.parquet`` and
+``metrics.parquet``; with the logs of the jobs that wrote them (one per file, in the
 same order) among the run's artifacts. It writes the manifest, run key → MLflow run id, as JSON; with
 ``tracking.enabled: false`` an empty one, touching no store. Neither imports torch.
 """
@@ -24,8 +25,9 @@ from pathlib import Path
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError
 from stacklm.tracking.mlflow_mirror import TrackingSettings, initialize_store, sync
-from stacklm.tracking.runs import cfl_runs, task_runs
+from stacklm.tracking.runs import cfl_runs, ptb_runs, task_runs
 from stacklm.experiments.cfl.dag import cfl_settings
+from stacklm.experiments.ptb import dag as ptb
 from stacklm.settings_file import read_settings
 from stacklm.workflow.dag import tracking_experiments
 
@@ -50,8 +52,10 @@ def sync_command(args: argparse.Namespace) -> int:
         runs = cfl_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
     elif args.experiment in settings.get("tasks", []):
         runs = task_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
+    elif args.experiment == ptb.EXPERIMENT and ptb.ptb_settings(settings).models:
+        runs = ptb_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
     else:
-        raise StacklmError(f"--experiment {args.experiment!r} is neither a task nor a CFL language of {args.settings}")
+        raise StacklmError(f"--experiment {args.experiment!r} is neither a task, a CFL language nor the PTB experiment of {args.settings}")
     if tracking.enabled:
         manifest = sync(tracking, args.experiment, runs)
     else:
@@ -70,9 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     mirror = actions.add_parser("sync", help="mirror one experiment's runs into MLflow from their Parquet files")
     mirror.add_argument("--settings", required=True, type=Path)
-    mirror.add_argument("--experiment", required=True, help="a task or a CFL language")
+    mirror.add_argument("--experiment", required=True, help="a task, a CFL language or ptb")
     mirror.add_argument("--curves", required=True, nargs="+", type=Path, help="every run's train.parquet")
-    mirror.add_argument("--metrics", default=[], nargs="*", type=Path, help="final runs' metrics.parquet; a CFL language's evaluation files")
+    mirror.add_argument("--metrics", default=[], nargs="*", type=Path, help="final runs' metrics.parquet; a CFL language's evaluation files; the PTB restarts' metrics.parquet")
     mirror.add_argument("--curve-logs", default=[], nargs="*", type=Path, help="the log of the job that wrote each --curves file")
     mirror.add_argument("--metrics-logs", default=[], nargs="*", type=Path, help="the log of the job that wrote each --metrics file")
     mirror.add_argument("--out", required=True, type=Path, help="the manifest to write: run key → MLflow run id (JSON)")

@@ -288,7 +288,7 @@ def test_disabled_tracking_writes_an_empty_manifest_and_touches_no_store(tmp_pat
 
 def test_an_experiment_of_no_task_or_language_is_refused(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
     settings = write_settings(tmp_path, {"enabled": False})
-    with pytest.raises(StacklmError, match="'german-passivization' is neither a task nor a CFL language"):
+    with pytest.raises(StacklmError, match="'german-passivization' is neither a task, a CFL language nor the PTB experiment"):
         tracking("sync", "--settings", settings, "--experiment", "german-passivization", "--curves", *runs[0], "--out", tmp_path / "m.json")
 
 

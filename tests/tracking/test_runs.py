@@ -79,3 +79,36 @@ def test_every_curve_column_is_mirrored_where_scored_and_logs_pair_with_their_fi
     assert deleted.files == [(tmp_path / "train.parquet", "")]  # a log deleted since: the run is still mirrored
     with pytest.raises(StacklmError, match="2 curve logs given for 1 curve files"):
         task_runs("passivization", [tmp_path / "train.parquet"], [], [tmp_path / "train.log"] * 2)
+
+
+def test_a_ptb_restart_is_mirrored_from_its_curve_and_metrics(tmp_path: Path) -> None:
+    import math
+
+    from stacklm.evaluation.syntaxgym.circuits import Circuit, sg_scores
+    from stacklm.evaluation.syntaxgym.score import PredictionResult, SuiteResult
+    from stacklm.evaluation.syntaxgym.sources import SGResult
+    from stacklm.tracking.records import ptb_curve_table, ptb_metric_rows, ptb_metrics_table
+    from stacklm.tracking.runs import ptb_run_key, ptb_runs
+    from stacklm.training.ptb import EpochRecord
+
+    metadata = replace(METADATA, task="ptb", architecture="rns-2-3", phase="search", seed=4, config=json.dumps({"draw": {"clip_per_target": 1e-4}}))
+    epochs = [EpochRecord(1, 10.0, 6.0, 400.0, True), EpochRecord(2, 10.0, 5.5, 300.0, True), EpochRecord(3, 10.0, math.nan, math.inf, False)]
+    write_table(ptb_curve_table(epochs, metadata, 1e-4), tmp_path / "train.parquet")
+    circuits = (Circuit("Agreement", ("number_src",)), Circuit("Center Embedding", ("center_embed",)))
+    suites = (SuiteResult("number_src", (PredictionResult(1, 1, True), PredictionResult(2, 1, False))), SuiteResult("center_embed", (PredictionResult(1, 1, True),)))
+    sg = SGResult(suites, sg_scores({"number_src": 0.5, "center_embed": 1.0}, circuits), circuits)
+    write_table(ptb_metrics_table(ptb_metric_rows(300.0, 290.0, sg), metadata, 1e-4), tmp_path / "metrics.parquet")
+    (run,) = ptb_runs("ptb", [tmp_path / "train.parquet"], [tmp_path / "metrics.parquet"])
+    assert run.key == ptb_run_key("rns-2-3", 4) == "ptb/rns-2-3/restart-4" and run.name == "rns-2-3 restart-4"
+    assert run.tags["model"] == "rns-2-3" and run.tags["restart"] == "4" and run.params["settings.draw.clip_per_target"] == "0.0001"
+    assert run.metrics == {
+        "best_validation_perplexity": 300.0, "epochs": 3, "wall_time_s": 1.0, "tokens_per_s": 2.0,
+        "validation/perplexity": 300.0, "test/perplexity": 290.0,
+        "syntaxgym/suite/number_src": 0.5, "syntaxgym/suite/center_embed": 1.0,
+        "syntaxgym/circuit/Agreement": 0.5, "syntaxgym/circuit/Center Embedding": 1.0, "syntaxgym/sg_score": 0.75,
+    }
+    assert run.curves == {  # the diverged epoch's NaN and ∞ left out
+        "validation_perplexity": [(1, 400.0), (2, 300.0)], "train_loss": [(1, 6.0), (2, 5.5)], "learning_rate": [(1, 10.0), (2, 10.0), (3, 10.0)],
+    }
+    with pytest.raises(StacklmError, match="does not belong to the experiment 'passivization'"):
+        ptb_runs("passivization", [tmp_path / "train.parquet"], [])

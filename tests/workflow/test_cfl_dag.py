@@ -46,7 +46,7 @@ def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, 
     for pair in pairs:
         assert len(cfl_dag.cfl_run_files(small, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)) == 1
     assert cfl_dag.CFL_METRICS in pipeline.all_targets(small)
-    assert pipeline.tracking_experiments(small) == [*small["tasks"], *cfl_dag.cfl_settings(small).languages]
+    assert pipeline.tracking_experiments(small) == [*small["tasks"], *cfl_dag.cfl_settings(small).languages, "ptb"]
     assert {pipeline.TRACKING_MANIFEST.format(experiment=name) for name in pipeline.tracking_experiments(small)} <= set(pipeline.all_targets(small))
     records = pipeline.tracking_records(small, "dyck-2")  # every grid run's curve, every model's evaluation
     assert records["curves"] == [path for pair in pairs if pair["language"] == "dyck-2" for path in cfl_dag.cfl_run_files(small, "dyck-2", pair["model"], cfl_dag.CFL_RUN_CURVE)]

@@ -26,16 +26,19 @@ def job_counts(output: str) -> dict[str, int]:
 
 # Every job of the full settings and of each preset, by rule: the dry runs listed the same jobs
 # (rule and output) before the preset and the user's keys were resolved as a whole (main @ f539c71).
-# A change here is a change of the DAG.
+# A change here is a change of the DAG. The PTB experiment added, in the full settings, 35 models x
+# 10 restarts (350 ptb_train, 350 ptb_evaluate), 35 ptb_select, 1 ptb_report and its tracking_sync
+# (3,847 -> 4,584 jobs); in the small preset 5 models x 2 restarts (10 + 10), 5 + 1 and the sync
+# (640 -> 667); none in the ci and table1 presets.
 DAG_JOBS: dict[str | None, dict[str, int]] = {
     None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1100, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
-           "cfl_figures": 1, "tracking_sync": 12, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
-           "all": 1, "total": 3847},
+           "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
+           "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "all": 1, "total": 4584},
     "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 35, "data_summarize": 7, "hparams": 119,
               "tracking": 1, "cfl_select": 35, "data_report": 1, "select": 119, "cfl_evaluate": 35, "train": 119,
-              "cfl_figures": 1, "curves": 7, "evaluate": 119, "tracking_sync": 12, "aggregate": 1, "report": 1, "html": 7,
-              "all": 1, "total": 640},
+              "cfl_figures": 1, "curves": 7, "evaluate": 119, "tracking_sync": 13, "aggregate": 1, "report": 1, "html": 7,
+              "ptb_train": 10, "ptb_evaluate": 10, "ptb_select": 5, "ptb_report": 1, "all": 1, "total": 667},
     "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
            "total": 32},
@@ -68,7 +71,10 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
     expected = {
         "settings": len(resolution.SETTINGS_READ),  # one file per kind of job, its sections only
         "tracking": 1,
-        "tracking_sync": len(settings["tasks"]) + len(settings["cfl"]["languages"]),  # one per MLflow experiment
+        "tracking_sync": len(settings["tasks"]) + len(settings["cfl"]["languages"]) + 1,  # one per MLflow experiment, PTB's included
+        "ptb_train": len(settings["ptb"]["models"]) * settings["ptb"]["restarts"],  # the paper's grid: >= 40 training jobs
+        "ptb_evaluate": len(settings["ptb"]["models"]) * settings["ptb"]["restarts"],  # test perplexity and SG score of every restart
+        "ptb_select": len(settings["ptb"]["models"]),
         "hparams": pairs,
         "train": pairs * (len(transformations.trained_trials(settings)) + seeds),
         "select": pairs,
@@ -109,7 +115,7 @@ def test_tracking_sync_reads_every_run_of_its_experiment() -> None:
     assert records["metrics"] == [path for path in transformations.final_metrics(settings) if f"/{task}/" in path]
     assert pipeline.tracking_experiments(settings) == [*settings["tasks"], *settings["cfl"]["languages"]]
     assert f"results/tracking/{task}.json" in pipeline.all_targets(settings)
-    with pytest.raises(StacklmError, match="no task or CFL language is named 'no-such-task'"):
+    with pytest.raises(StacklmError, match="no task, CFL language or PTB experiment is named 'no-such-task'"):
         pipeline.tracking_records(settings, "no-such-task")
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stacklm.errors import StacklmError, located
-from stacklm.experiments.common import select_lowest, write_json
+from stacklm.experiments.common import add_resource_arguments, select_lowest, write_json
 from stacklm.settings_file import read_json
 
 SELECTION_KEYS = ("model", "restart", "validation_perplexity", "restarts")
@@ -162,7 +162,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--progress-interval-s", type=float, default=60.0, help="seconds between progress lines")
     train.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
     train.add_argument("--out", required=True, type=Path, help="run folder: model.pt, train.parquet")
-    _resource_arguments(train)
+    add_resource_arguments(train)
     train.set_defaults(func=train_command)
 
     evaluate = commands.add_parser("evaluate", help="test perplexity and SG score of one trained restart")
@@ -172,7 +172,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--lines", type=_positive, default=None, help="test on the test split's first lines only (default: all)")
     evaluate.add_argument("--suites", nargs="*", default=None, help="the suites scored (default: all 33)")
     evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
-    _resource_arguments(evaluate)
+    add_resource_arguments(evaluate)
     evaluate.set_defaults(func=evaluate_command)
 
     select = commands.add_parser("select", help="the restart of one model with the lowest validation perplexity")
@@ -190,7 +190,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--figures", required=True, nargs="+", type=Path, help="the figure's files (.png, .pdf)")
     report.set_defaults(func=report_command)
 
-
-def _resource_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")

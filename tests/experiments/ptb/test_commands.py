@@ -14,21 +14,16 @@ import pandas as pd
 import pytest
 import torch
 
-from stacklm.cli import run_light
+from stacklm.cli import main
 from stacklm.data.ptb import build_vocabulary, encode, first_lines, read_split
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.syntaxgym.model import PtbScorer
 from stacklm.evaluation.syntaxgym.sources import score_all
 from stacklm.experiments.common import derived_seed
-from stacklm.experiments.ptb.commands import register
 from stacklm.experiments.ptb.runs import restart_draw, restart_seeds
 from stacklm.models.ptb import PtbLanguageModel, ptb_config
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.ptb import draw_hyperparameters, load_ptb_model
-
-def main(argv: list[str]) -> int:
-    return run_light("stacklm", "", [register], argv)
-
 
 LINES = 40  # about 900 tokens a split: one chunk of 32 × 28
 SUITES = ("number_src", "center_embed")

@@ -40,7 +40,7 @@ def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> No
         ({"models": ["lstm"], "figure_models": ["rns-2-3"]}, "config key 'ptb.figure_models\\[0\\]': 'rns-2-3' is not among ptb.models"),
         ({"figure_models": []}, "config key 'ptb.figure_models': at least one model"),
         ({"progress_interval_s": 0}, "config key 'ptb.progress_interval_s': must be positive"),
-        ({"restart": 3}, "unknown key 'ptb.restart'"),
+        ({"restart": 3}, "'ptb.restart'"),  # an unknown key
     ],
 )
 def test_a_bad_value_is_named_by_its_key(section: dict, message: str) -> None:

@@ -12,17 +12,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stacklm.cli import run_light
+from stacklm.cli import main
 from stacklm.evaluation.syntaxgym.circuits import Circuit, sg_scores
 from stacklm.evaluation.syntaxgym.score import PredictionResult, SuiteResult
 from stacklm.evaluation.syntaxgym.sources import SGResult
-from stacklm.experiments.ptb.commands import register
 from stacklm.tracking.records import RunMetadata, ptb_curve_table, ptb_metric_rows, ptb_metrics_table, write_table
 from stacklm.training.ptb import EpochRecord
 
 
 def stacklm(*argv: str) -> int:
-    return run_light("stacklm", "", [register], list(argv))
+    return main(list(argv))
 
 
 def metadata(model: str, restart: int) -> RunMetadata:
