@@ -1,11 +1,17 @@
-"""Shared test fixtures: the reference data beside the checkout, and one thread per worker."""
+"""Shared test fixtures: the reference data beside the checkout, config.yaml and its resolved
+full settings, and one thread per worker."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+import yaml
+
+import stacklm.workflow.settings as resolution
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -21,3 +27,13 @@ def upstream_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"reference data not available: {path} is absent (it lies beside the checkout in development and CI)")
     return path
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+@pytest.fixture
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    return resolution.resolve(copy.deepcopy(config))

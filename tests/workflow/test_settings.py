@@ -1,0 +1,129 @@
+"""stacklm.workflow.settings: presets, the user's keys over them, the checks that name the key, and
+``stacklm settings``."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stacklm.workflow.settings as resolution
+from stacklm.cli import main
+from stacklm.errors import StacklmError
+
+
+def test_full_config_has_the_papers_settings(settings: dict[str, Any]) -> None:
+    assert len(settings["tasks"]) == 7
+    assert {"Tf", "Tf+Nd+Nd", "RNN+Sup+R", "LSTM+Nd+R", "Tf+Syn", "Tf+Nd+Syn"} <= set(settings["architectures"])
+    assert settings["search"]["trials"] == 10
+    assert settings["search"]["max_epochs"] is None  # each trial to convergence, as the authors' search script
+    assert settings["search"]["tokens_per_batch"] == {"low": 512, "high": 2048}
+    assert settings["search"]["learning_rate"] == {"low": 1e-5, "high": 1e-3}
+    assert settings["final"] == {"seeds": [1, 2, 3, 4, 5], "max_epochs": None}
+
+
+@pytest.mark.parametrize("preset", ["small", "ci"])
+def test_presets_resolve_and_keep_every_task_architecture_in_small(config: dict[str, Any], preset: str) -> None:
+    settings = resolution.resolve({**copy.deepcopy(config), "preset": preset})
+    assert "presets" not in settings and "preset" not in settings
+    if preset == "small":
+        assert settings["tasks"] == config["tasks"]
+        assert settings["architectures"] == config["architectures"]
+
+
+def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
+    config = {"preset": "p", "a": {"b": 1, "c": 2}, "presets": {"p": {"a": {"b": 5}}}}
+    assert resolution.apply_preset(config) == {"a": {"b": 5, "c": 2}}
+    with pytest.raises(StacklmError, match=r"'presets\.p\.a\.x'"):
+        resolution.apply_preset({"preset": "p", "a": {"b": 1}, "presets": {"p": {"a": {"x": 1}}}})
+    with pytest.raises(StacklmError, match="'preset': unknown preset 'q'"):
+        resolution.apply_preset({"preset": "q", "presets": {"p": {}}})
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (lambda s: s["architectures"].append("Tf+Quantum"), r"architectures\[17\]"),
+        (lambda s: s["architectures"].__setitem__(0, "cfl/NS+S+U"), r"architectures\[0\]"),
+        (lambda s: s["search"].__setitem__("trials", 0), r"search\.trials"),
+        (lambda s: s["search"].__setitem__("max_epochs", 0), r"search\.max_epochs"),
+        (lambda s: s["search"]["learning_rate"].__setitem__("low", 0.0), r"search\.learning_rate\.low"),
+        (lambda s: s["search"]["tokens_per_batch"].__setitem__("low", 4096), r"search\.tokens_per_batch"),
+        (lambda s: s["final"].__setitem__("seeds", []), r"final\.seeds"),
+        (lambda s: s["final"].__setitem__("max_epochs", 0), r"final\.max_epochs"),
+        (lambda s: s.setdefault("training", {}).__setitem__("parameter_budget", 0), r"training\.parameter_budget"),
+        (lambda s: s.setdefault("training", {}).__setitem__("parameter_budget", -5), r"training\.parameter_budget"),
+        (lambda s: s["report"].__setitem__("min_test_accuracy", 1.5), r"report\.min_test_accuracy"),
+    ],
+)
+def test_invalid_settings_name_the_key(settings: dict[str, Any], change: Any, key: str) -> None:
+    change(settings)
+    with pytest.raises(StacklmError, match=f"config key '{key}'"):
+        resolution.validate_settings(settings)
+
+
+@pytest.mark.parametrize(
+    ("preset", "key"),
+    [
+        ({"search": {"trials": 0}}, r"search\.trials"),
+        ({"search": {"trials": "2"}}, r"search\.trials': '2' is not of type 'integer'"),
+        ({"tasks": []}, r"tasks"),
+        ({"final": {"seeds": [1, 2, 1]}}, r"final\.seeds': \[1, 2, 1\] has non-unique elements"),
+        ({"architectures": ["Tf", "LSTM", "Tf"]}, r"architectures': .* has non-unique elements"),
+        ({"data": {"sizes": {"train": 0}}}, r"data\.sizes\.train"),
+        ({"search": {"tokens_per_batch": {"low": 512.5, "high": 2048}}}, r"search\.tokens_per_batch\.low"),
+        ({"search": {"tokens_per_batch": {"low": 512, "high": 2048.0}}}, r"search\.tokens_per_batch\.high"),
+        ({"model": {"dropout": 1.5}}, r"model\.dropout"),
+        ({"evaluation": {"samples_per_input": 0}}, r"evaluation\.samples_per_input"),
+        ({"report": {"min_test_accuracy": 1.5}}, r"report\.min_test_accuracy"),
+        ({"search": {"tirals": 3}}, r"presets\.ci\.search\.tirals': not a key of the settings"),
+    ],
+)
+def test_a_presets_values_are_validated_naming_the_key(config: dict[str, Any], preset: dict[str, Any], key: str) -> None:
+    broken = copy.deepcopy(config)
+    broken["presets"]["ci"] = {**broken["presets"]["ci"], **preset}
+    with pytest.raises(StacklmError, match=f"config key '{key}"):
+        resolution.resolve({**broken, "preset": "ci"})
+
+
+def test_every_schema_error_is_named_and_strings_get_the_configfile_hint(config: dict[str, Any]) -> None:
+    user = {"search": {"trials": "3"}, "model": {"dropout": 1.5}, "typo": 1}
+    with pytest.raises(StacklmError) as raised:
+        resolution.resolve(snakemake_config(config, user), user)
+    assert str(raised.value).splitlines() == [
+        "config key 'model.dropout': 1.5 is greater than or equal to the maximum of 1",
+        "config key 'search.trials': '3' is not of type 'integer'",
+        "config key 'typo': not a key of the settings",
+        resolution.STRING_HINT,
+    ]
+
+
+def snakemake_config(config: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    """Snakemake's ``config``: config.yaml with the user's keys merged in."""
+    from snakemake.utils import update_config
+
+    merged = copy.deepcopy(config)
+    update_config(merged, copy.deepcopy(user))
+    return merged
+
+
+def test_the_users_keys_win_over_the_presets(config: dict[str, Any]) -> None:
+    user = {"preset": "ci", "search": {"trials": 3}, "final": {"seeds": [7]}}
+    settings = resolution.resolve(snakemake_config(config, user), user)
+    assert settings["search"] == {**config["search"], **config["presets"]["ci"]["search"], "trials": 3}
+    assert settings["final"] == {"seeds": [7], "max_epochs": 1}  # the preset's max_epochs stays
+    assert settings["tasks"] == config["presets"]["ci"]["tasks"]
+    # the same keys in config.yaml itself are defaults: the preset wins over them
+    assert resolution.resolve(snakemake_config(config, user))["search"]["trials"] == config["presets"]["ci"]["search"]["trials"]
+
+
+def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    settings["search"]["trials"] = 0
+    settings["training"]["parameter_budget"] = 0
+    assert main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "s.json")]) == 1
+    error = capsys.readouterr().err
+    assert "'search.trials'" in error and "'training.parameter_budget'" in error
+    assert not (tmp_path / "s.json").exists()
