@@ -41,8 +41,8 @@ def finished_message(settings: dict[str, Any]) -> str:
         f"  {tables}.{{tex,md,html}}, {transformations.REPORT_DOCUMENT}, {figure}",
         f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)",
         *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings) else []),
-        "  logs/ (one log per job)",
         *([f"  {ptb.TABLES[0].rsplit('/', 1)[0]}/ (the PTB tables and figure), {ptb.METRICS}"] if ptb.targets(settings) else []),
+        "  logs/ (one log per job)",
         "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
     ]
     tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
@@ -67,9 +67,9 @@ def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, lis
     ``ptb``), from the experiment that owns it."""
     if experiment in cfl.cfl_settings(settings).languages:
         return cfl.tracking_records(settings, experiment)
-    if experiment not in settings["tasks"]:
     if experiment == ptb.EXPERIMENT and ptb.ptb_settings(settings).models:
         return ptb.tracking_records(settings)
+    if experiment not in settings["tasks"]:
         raise StacklmError(f"no task, CFL language or PTB experiment is named {experiment!r}")
     return transformations.tracking_records(settings, experiment)
 
