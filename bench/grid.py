@@ -108,7 +108,7 @@ def mean_scored_length(task: str) -> float:
 
 
 def project(settings: dict[str, Any], cpu: dict[str, Throughput], gpu: dict[str, Throughput], arguments: argparse.Namespace) -> list[dict[str, Any]]:
-    sizes = SplitSizes.from_dict(settings["data"]["sizes"])
+    sizes = SplitSizes(**settings["data"]["sizes"])
     search_epochs = settings["search"]["max_epochs"] or arguments.epochs_to_convergence
     final_epochs = settings["final"]["max_epochs"] or arguments.epochs_to_convergence
     trials = settings["search"]["trials"] if settings["search"]["trials"] > 1 else 0  # one trial: drawn, not trained

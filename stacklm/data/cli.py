@@ -20,11 +20,11 @@ import pandas as pd
 from stacklm.atomic import write_bytes_atomically
 from stacklm.data.dataset import make_splits, write_dataset
 from stacklm.data.examples import read_examples, write_examples
-from stacklm.data.splits import SplitSizes
+from stacklm.data.splits import SPLITS, SplitSizes
 from stacklm.data.summary import describe, summarize_folder, write_parquet
 from stacklm.data.upstream import fetch_bytes, read_upstream, repair_example, upstream_file
 from stacklm.data.weights import estimate_weights, grammar_texts, write_grammar_files
-from stacklm.errors import StacklmError, located
+from stacklm.errors import StacklmError, UsageError, located
 from stacklm.grammars import grammar_path
 from stacklm.tasks import TASK_NAMES, get_task
 
@@ -89,7 +89,10 @@ def _task(parser: argparse.ArgumentParser) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     task = get_task(args.task)
-    sizes = SplitSizes.from_dict({split: getattr(args, split) for split in ("train", "validation", "test", "generalization")}, where="--")
+    try:
+        sizes = SplitSizes(**{split: getattr(args, split) for split in SPLITS})
+    except ValueError as error:
+        raise UsageError(f"--{error}") from None
     given = {"validation": args.validation_file, "generalization": args.generalization_file}
     if any(given.values()) and not all(given.values()):
         raise StacklmError("--validation-file and --generalization-file go together")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, fields
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Iterable, Mapping
 
 from stacklm.errors import StacklmError
 from stacklm.grammars import CompiledGrammar
@@ -40,15 +40,10 @@ class SplitSizes:
     test: int = 10_000
     generalization: int = 10_000
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], where: str = "sizes") -> "SplitSizes":
-        known = {field.name for field in fields(cls)}
-        for key, value in values.items():
-            if key not in known:
-                raise StacklmError(f"config key '{where}.{key}': unknown; expected one of {', '.join(sorted(known))}")
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise StacklmError(f"config key '{where}.{key}': expected an integer >= 0, found {value!r}")
-        return cls(**values)
+    def __post_init__(self) -> None:
+        for split in SPLITS:
+            if getattr(self, split) < 0:
+                raise ValueError(f"{split}: expected an integer >= 0, got {getattr(self, split)!r}")
 
     @property
     def in_distribution(self) -> int:

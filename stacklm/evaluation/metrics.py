@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -36,7 +36,6 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.probabilities import ConditionalScores, score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
-from stacklm.models.config import from_dict
 from stacklm.tasks.example import Example
 
 PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
@@ -60,10 +59,6 @@ class EvaluationSettings:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
         if self.curve_examples < 0:
             raise ValueError(f"curve_examples must not be negative, got {self.curve_examples!r}")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "evaluation") -> EvaluationSettings:
-        return from_dict(cls, data, path)
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,8 @@ which that paper adopts by reference ("as in our earlier paper"); these options 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Self
+from typing import Literal
 
-from stacklm.models.config import from_dict
 
 PushedVector = Literal["sigmoid", "raw"]
 Initialization = Literal["paper", "reference"]
@@ -46,10 +45,6 @@ class ReferenceBehaviour:
 
     pushed_vector: PushedVector = "raw"
     initialization: Initialization = "reference"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        return from_dict(cls, data)
 
 
 @dataclass(frozen=True)
@@ -78,7 +73,3 @@ class ModelOptions:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.width is not None and self.width < 1:
             raise ValueError(f"width must be positive, got {self.width}")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        return from_dict(cls, data)

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from stacklm.errors import StacklmError
-from stacklm.models.config import from_dict
+from stacklm.settings_file import build
 from stacklm.stacks.base import Stack, StackState
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
@@ -143,13 +143,13 @@ def ptb_config_from_fields(fields: Mapping[str, Any], source: str) -> PtbModelCo
     """The config ``ptb_config_fields`` gave ``fields``; a ``StacklmError`` naming ``source`` and the key."""
     if not isinstance(fields, Mapping):
         raise StacklmError(f"{source}: a PTB model config must be a mapping, got {type(fields).__name__}")
-    config = from_dict(PtbModelConfig, {key: value for key, value in fields.items() if key != "stack"}, source)
+    config = build(PtbModelConfig, {key: value for key, value in fields.items() if key != "stack"}, source=source)
     stack = fields.get("stack")
     if stack is None:
         return config
     if not isinstance(stack, Mapping) or stack.get("kind") not in STACK_KINDS:
         raise StacklmError(f"{source}: key 'stack.kind' must be one of {', '.join(STACK_KINDS)}")
-    spec = from_dict(STACK_KINDS[stack["kind"]], {key: value for key, value in stack.items() if key != "kind"}, f"{source}: stack")
+    spec = build(STACK_KINDS[stack["kind"]], {key: value for key, value in stack.items() if key != "kind"}, "stack", source=source)
     try:
         return replace(config, stack=spec)
     except ValueError as error:

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Self
+from typing import Any, Callable, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import LanguageModel, Layers, ModelState, uniform_, xavier_
-from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackSpec, build_interface
@@ -63,10 +62,6 @@ class RecurrentConfig:
             raise ValueError("reading_to_output needs a stack")
         if self.variant == "rns-rnn" and (self.syntax_feature_width is not None or self.reading_to_output or self.dropout):
             raise ValueError("the rns-rnn variant has one-hot inputs, no +R and no dropout")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        return from_dict(cls, data)
 
     @property
     def reading_size(self) -> int:

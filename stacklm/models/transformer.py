@@ -21,14 +21,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Self
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
-from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
@@ -51,10 +50,6 @@ class TransformerConfig:
             raise ValueError(f"width {self.width} must be even and divisible by num_heads = {self.num_heads}")
         if not self.layers:
             raise ValueError("a transformer needs at least one layer")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        return from_dict(cls, data)
 
 
 def sinusoidal_encoding(positions: Tensor, width: int) -> Tensor:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from stacklm.errors import StacklmError
-from stacklm.models.config import from_dict
 
 KEY_TAG = "stacklm.run"
 DIGEST_TAG = "stacklm.digest"
@@ -47,10 +46,6 @@ class TrackingSettings:
     request_timeout_s: int = 30  # per HTTP request to a tracking server
     request_retries: int = 2  # HTTP retries before giving up (MLflow's default of 7 waits minutes)
     artifacts: bool = True  # copy each run's files into the store; False: only the tag with the run's folder
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "tracking") -> TrackingSettings:
-        return from_dict(cls, data, path)
 
     def resolved_uri(self) -> str:
         """The URI with a relative SQLite path made absolute (MLflow stores paths absolute anyway)."""

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Literal
 
 from stacklm.errors import StacklmError
-from stacklm.models.config import from_dict
 
 
 # What the token budget B counts per string of a batch padded to length n (``batching``):
@@ -62,10 +61,6 @@ class TrainConfig:
         if not 0 <= self.improvement_threshold < 1:
             raise StacklmError(f"improvement_threshold must lie in [0, 1), got {self.improvement_threshold!r}")
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "") -> TrainConfig:
-        return from_dict(cls, data, path)
-
 
 def cfl_train_config(learning_rate: float) -> TrainConfig:
     """The CFL schedule of DuSell & Chiang (2022) App. 8 (``cfl-and-ptb.md`` §2.5)."""
@@ -92,10 +87,6 @@ class Hyperparameters:
     tokens_per_batch: int
     max_epochs: int | None
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "hparams") -> Hyperparameters:
-        return from_dict(cls, data, path)
-
 
 @dataclass(frozen=True)
 class TrainingSettings:
@@ -110,10 +101,6 @@ class TrainingSettings:
     early_stopping_patience: int = 3
     progress_interval_s: float = 60.0  # seconds between plain progress lines when stderr is not a terminal
     token_budget: TokenBudget = "raw"  # what B counts: raw lengths (authors' code) or EOS too (paper text)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "training") -> TrainingSettings:
-        return from_dict(cls, data, path)
 
     def train_config(self, hyperparameters: Hyperparameters) -> TrainConfig:
         return TrainConfig(

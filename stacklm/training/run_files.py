@@ -21,9 +21,9 @@ from stacklm.data.splits import SPLITS
 from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError, located
 from stacklm.models.base import LanguageModel
-from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.registry import ModelConfig, get_architecture, model_for_config
+from stacklm.settings_file import build
 from stacklm.tasks import Task
 from stacklm.tasks.example import Example
 from stacklm.training import checkpoint as checkpoint_file
@@ -97,7 +97,7 @@ def load_model(path: str | Path) -> SavedModel:
     content = checkpoint_file.load(path)
     try:
         config = content["model_config"]
-        content["model_config"] = from_dict(MODEL_CONFIGS[config["class"]], config["fields"], "model_config")
+        content["model_config"] = build(MODEL_CONFIGS[config["class"]], config["fields"], "model_config")
         content["vocabulary"] = tuple(content["vocabulary"])
         return SavedModel(**content)
     except (KeyError, TypeError, StacklmError) as error:

@@ -32,6 +32,7 @@ def all_targets(settings: dict[str, Any]) -> list[str]:
 
 def finished_message(settings: dict[str, Any]) -> str:
     """What Snakemake prints when a run succeeds: where the results are and how to open them."""
+    from stacklm.settings_file import build
     from stacklm.tracking.mlflow_mirror import TrackingSettings
 
     tables = transformations.REPORT_TABLE.format(task="<task>").removesuffix(".tex")
@@ -45,7 +46,7 @@ def finished_message(settings: dict[str, Any]) -> str:
         "  logs/ (one log per job)",
         "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
     ]
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    tracking = build(TrackingSettings, settings.get("tracking", {}), "tracking")
     if tracking.enabled and tracking.sqlite_path() is not None:
         lines += [
             f"The runs in MLflow: mlflow server --backend-store-uri {tracking.resolved_uri()} --host 127.0.0.1 --port 5000 --workers 1",

@@ -34,7 +34,7 @@ from stacklm.workflow.dag import tracking_experiments
 
 def init_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    tracking = settings.section("tracking", TrackingSettings)
     if not tracking.enabled:
         print("tracking is disabled (tracking.enabled: false); nothing to create", file=sys.stderr)
         return 0
@@ -47,7 +47,7 @@ def init_command(args: argparse.Namespace) -> int:
 
 def sync_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    tracking = TrackingSettings.from_dict(settings.get("tracking", {}))
+    tracking = settings.section("tracking", TrackingSettings)
     if args.experiment in cfl_settings(settings).languages:
         runs = cfl_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
     elif args.experiment in settings.get("tasks", []):

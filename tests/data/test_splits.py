@@ -7,6 +7,7 @@ import pytest
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError
+from stacklm.settings_file import build
 from stacklm.grammars import CompiledGrammar
 from stacklm.tasks import TASK_NAMES, get_task
 
@@ -80,9 +81,9 @@ def test_an_exhausted_language_is_an_error(monkeypatch):
         build_splits(task, SplitSizes(train=2, validation=0, test=0, generalization=0), seed=0, grammars=(one_sentence, one_sentence))
 
 
-def test_sizes_from_dict_names_the_key():
-    assert SplitSizes.from_dict({"train": 5}) == SplitSizes(train=5)
+def test_sizes_built_from_settings_name_the_key():
+    assert build(SplitSizes, {"train": 5}) == SplitSizes(train=5)
     with pytest.raises(StacklmError, match="config key 'data.sizes.trian'"):
-        SplitSizes.from_dict({"trian": 5}, where="data.sizes")
-    with pytest.raises(StacklmError, match="config key 'data.sizes.test': expected an integer >= 0"):
-        SplitSizes.from_dict({"test": -1}, where="data.sizes")
+        build(SplitSizes, {"trian": 5}, "data.sizes")
+    with pytest.raises(StacklmError, match="config key 'data.sizes': test: expected an integer >= 0"):
+        build(SplitSizes, {"test": -1}, "data.sizes")

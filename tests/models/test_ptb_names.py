@@ -54,9 +54,9 @@ def test_a_config_as_plain_fields_reads_back_as_itself(name: str) -> None:
     ("fields", "message"),
     [
         ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "tape"}}, "model.pt: key 'stack.kind' must be one of limited_nondeterministic, superposition"),
-        ({"vocabulary_size": 10, "hidden_units": 4, "depth": 2, "stack": None}, "unknown key 'model.pt.depth'"),
+        ({"vocabulary_size": 10, "hidden_units": 4, "depth": 2, "stack": None}, "model.pt: config key 'depth': unknown key"),
         ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "superposition", "push": "hidden", "vector_size": 3}}, "model.pt: pushing h_t needs m = H = 4"),
-        ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "limited_nondeterministic", "num_states": 2}}, "missing key"),
+        ({"vocabulary_size": 10, "hidden_units": 4, "stack": {"kind": "limited_nondeterministic", "num_states": 2}}, "model.pt: config key 'stack.num_symbols': required"),
     ],
 )
 def test_bad_fields_are_refused_naming_the_source(fields: dict, message: str) -> None:

@@ -10,7 +10,6 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.models.base import LanguageModel
-from stacklm.models.config import from_dict
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
@@ -22,6 +21,7 @@ from stacklm.models.stack_interface import (
     VectorNondeterministicSpec,
 )
 from stacklm.models.transformer import StackAttention, Transformer, TransformerConfig
+from stacklm.settings_file import build
 
 PAPER_NAMES = (
     "Tf", "Tf+Sup", "Tf+Sup+Sup", "Tf+Nd", "Tf+Nd+Nd", "RNN", "RNN+Sup", "RNN+Sup+R", "RNN+Nd", "RNN+Nd+R",
@@ -83,21 +83,21 @@ def test_stack_layers_sit_where_the_paper_puts_them() -> None:
 
 
 def test_config_from_dict_round_trip_and_unknown_keys() -> None:
-    config = TransformerConfig.from_dict(
-        {"vocabulary_size": 5, "width": 8, "layers": [None, {"kind": "superposition", "vector_size": 3}], "reference": {"pushed_vector": "raw"}}
+    config = build(
+        TransformerConfig, {"vocabulary_size": 5, "width": 8, "layers": [None, {"kind": "superposition", "vector_size": 3}], "reference": {"pushed_vector": "raw"}}
     )
     assert config.layers == (None, SuperpositionSpec(vector_size=3)) and config.reference.pushed_vector == "raw"
     with pytest.raises(StacklmError, match="'reference.pushed_vektor'"):
-        TransformerConfig.from_dict({"vocabulary_size": 5, "width": 8, "layers": [None], "reference": {"pushed_vektor": "raw"}})
-    with pytest.raises(StacklmError, match=r"layers\[0\]\.kind: expected one of"):
-        TransformerConfig.from_dict({"vocabulary_size": 5, "width": 8, "layers": [{"kind": "queue"}]})
+        build(TransformerConfig, {"vocabulary_size": 5, "width": 8, "layers": [None], "reference": {"pushed_vektor": "raw"}})
+    with pytest.raises(StacklmError, match=r"layers\[0\]\.kind': expected one of"):
+        build(TransformerConfig, {"vocabulary_size": 5, "width": 8, "layers": [{"kind": "queue"}]})
     with pytest.raises(StacklmError, match="'hidden_unit'"):
-        RecurrentConfig.from_dict({"vocabulary_size": 5, "hidden_unit": 8})
-    with pytest.raises(StacklmError, match="missing key 'hidden_units'"):
-        RecurrentConfig.from_dict({"vocabulary_size": 5})
+        build(RecurrentConfig, {"vocabulary_size": 5, "hidden_unit": 8})
+    with pytest.raises(StacklmError, match="'hidden_units': required"):
+        build(RecurrentConfig, {"vocabulary_size": 5})
     with pytest.raises(StacklmError, match="expected int"):
-        ModelOptions.from_dict({"width": True})
-    assert ModelOptions.from_dict({"dropout": 0, "reference": {"initialization": "reference"}}) == ModelOptions(
+        build(ModelOptions, {"width": True})
+    assert build(ModelOptions, {"dropout": 0, "reference": {"initialization": "reference"}}) == ModelOptions(
         dropout=0.0, reference=ReferenceBehaviour(initialization="reference")
     )
 
@@ -162,6 +162,6 @@ def test_configs_and_feature_tables_round_trip_through_dicts(architecture_name: 
     architecture = ARCHITECTURES[architecture_name]
     config = architecture.config(12, 24, ModelOptions(reference=ReferenceBehaviour(pushed_vector="raw")))
     assert isinstance(config, architecture.config_class)
-    assert architecture.config_class.from_dict(dataclasses.asdict(config)) == config
+    assert build(architecture.config_class, dataclasses.asdict(config)) == config
     table = FeatureTable.from_rows([{"pos": "N", "case": "none", "subword": "whole"}])
-    assert from_dict(FeatureTable, dataclasses.asdict(table)) == table
+    assert build(FeatureTable, dataclasses.asdict(table)) == table

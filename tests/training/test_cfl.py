@@ -1,6 +1,7 @@
 """The CFL schedule (DuSell & Chiang (2022) App. 8) through the same loop, scored by the CFL metric Δ."""
 
 import io
+from dataclasses import replace
 
 import torch
 
@@ -8,7 +9,7 @@ from stacklm.cfl.datasets import CflDataset, generate_split
 from stacklm.cfl.languages import marked_reversal
 from stacklm.evaluation.cfl import score_cfl_dataset
 from stacklm.models.registry import build_model
-from stacklm.training.config import TrainConfig, cfl_train_config
+from stacklm.training.config import cfl_train_config
 from stacklm.training.loop import train
 from stacklm.training.progress import Progress
 
@@ -21,7 +22,7 @@ def test_an_lstm_trained_on_marked_reversal_with_the_cfl_schedule_moves_towards_
     language = marked_reversal()
     data = generate_split(language, "validation", seed=0)  # 100 batches of 10 strings of one length each, lengths 41 … 79
     training, validation = part(data, 0, 300), part(data, 300, 400)
-    config = TrainConfig.from_dict({**vars(cfl_train_config(0.01)), "max_epochs": 3})
+    config = replace(cfl_train_config(0.01), max_epochs=3)
     model = build_model("cfl/LSTM", language.vocabulary_size, generator=torch.Generator().manual_seed(0))
     before = score_cfl_dataset(model, validation, eos_index=language.eos, tokens_per_batch=2048)
     torch.manual_seed(0)

@@ -79,7 +79,7 @@ def test_a_nan_loss_stops_the_run_naming_the_step() -> None:
 
 def test_the_cfl_schedule_runs_through_the_same_loop() -> None:
     strings = [[0] * k + [1] * k for k in (1, 2, 3) for _ in range(20)]
-    config = TrainConfig.from_dict({**vars(cfl_train_config(0.01)), "max_epochs": 4})
+    config = dataclasses.replace(cfl_train_config(0.01), max_epochs=4)
     model = ToyLanguageModel(3)
     model.initialize(torch.Generator().manual_seed(0))
     result = train(model, strings, strings[::2], config, seed=0, eos_index=2, progress=Progress(io.StringIO()))

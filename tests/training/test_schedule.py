@@ -3,6 +3,7 @@ import math
 import pytest
 
 from stacklm.errors import StacklmError
+from stacklm.settings_file import build
 from stacklm.training.config import TrainConfig, TrainingSettings, Hyperparameters, cfl_train_config
 from stacklm.training.schedule import ScheduleState, after_checkpoint, should_stop
 
@@ -49,9 +50,9 @@ def test_cfl_schedule_matches_reduce_lr_on_plateau_with_a_relative_threshold() -
 
 def test_configs_reject_unknown_keys_by_name_and_bad_values() -> None:
     with pytest.raises(StacklmError, match="training.examples_per_checkpoints"):
-        TrainingSettings.from_dict({"examples_per_checkpoints": 10})
-    with pytest.raises(StacklmError, match="hparams.batch"):
-        Hyperparameters.from_dict({"learning_rate": 0.1, "tokens_per_batch": 10, "max_epochs": None, "batch": 1})
+        build(TrainingSettings, {"examples_per_checkpoints": 10}, "training")
+    with pytest.raises(StacklmError, match="HP.json: config key 'batch'"):
+        build(Hyperparameters, {"learning_rate": 0.1, "tokens_per_batch": 10, "max_epochs": None, "batch": 1}, source="HP.json")
     with pytest.raises(StacklmError, match="learning_rate"):
         TrainConfig(learning_rate=math.inf, tokens_per_batch=10)
     with pytest.raises(StacklmError, match="exactly one"):
@@ -59,7 +60,7 @@ def test_configs_reject_unknown_keys_by_name_and_bad_values() -> None:
 
 
 def test_hyperparameters_without_max_epochs_train_to_the_settings_cap() -> None:
-    settings = TrainingSettings.from_dict({"max_epochs": 7})
+    settings = TrainingSettings(max_epochs=7)
     assert settings.train_config(Hyperparameters(1e-4, 600, None)).max_epochs == 7
     assert settings.train_config(Hyperparameters(1e-4, 600, 5)).max_epochs == 5
     assert settings.train_config(Hyperparameters(1e-4, 600, 5)).tokens_per_batch == 600

@@ -21,6 +21,7 @@ import stacklm.workflow.dag as pipeline
 import stacklm.workflow.settings as resolution
 from stacklm.experiments.cfl.experiment import CFL_MODELS, VECTOR_MODELS, CflSettings
 from stacklm.errors import StacklmError
+from stacklm.settings_file import build
 
 from tests.workflow.snakemake_runs import ROOT, run_snakemake
 from tests.workflow.test_dag import job_counts
@@ -83,7 +84,7 @@ def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     counts = job_counts(output)
-    cfl = CflSettings.from_dict(config["cfl"])
+    cfl = build(CflSettings, config["cfl"], "cfl")
     pairs = len(cfl.languages) * len(cfl.models)
     runs_per_language = sum(
         len(cfl.learning_rates) * cfl.restarts * (len(cfl.vector_sizes) if model in VECTOR_MODELS else 1) for model in cfl.models

@@ -76,8 +76,8 @@ def model_options(language: str, model: str, vector_size: int | None) -> ModelOp
 
 def train_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    cfl = CflSettings.from_dict(settings.get("cfl", {}))
-    training = TrainingSettings.from_dict(settings.get("training", {}))
+    cfl = settings.section("cfl", CflSettings)
+    training = settings.section("training", TrainingSettings)
     if get_architecture(args.architecture).family != "rns-rnn":
         raise StacklmError(f"--architecture {args.architecture!r} is not a CFL model (cfl/LSTM, cfl/Gref, …)")
     run = CflRun(args.language, args.architecture, args.learning_rate, args.vector_size, args.restart)
@@ -149,8 +149,8 @@ def with_run_columns(table: pa.Table, run: CflRun) -> pa.Table:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    cfl = CflSettings.from_dict(settings.get("cfl", {}))
-    evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
+    cfl = settings.section("cfl", CflSettings)
+    evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
     selection = pd.read_parquet(args.selection)

@@ -12,6 +12,7 @@ from typing import Any
 
 from stacklm.experiments.cfl.experiment import CflSettings, grid, parse_setting
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
+from stacklm.settings_file import build
 
 # {language}, {model} (the registry's path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).
 CFL_TEST = "results/cfl/data/{language}/test.tsv"
@@ -32,7 +33,7 @@ CFL_FIGURES: tuple[str, ...] = ("validation", "test-by-length")  # Figure 1; tes
 
 def cfl_settings(settings: dict[str, Any]) -> CflSettings:
     """The ``cfl`` section (the paper's grid where absent); an error names the key."""
-    return CflSettings.from_dict(settings.get("cfl", {}))
+    return build(CflSettings, settings.get("cfl", {}), "cfl")
 
 
 def cfl_pairs(settings: dict[str, Any]) -> list[dict[str, str]]:

@@ -33,13 +33,12 @@ import argparse
 import io
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError
 from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.experiments.common import derived_seed, select_lowest
-from stacklm.models.config import from_dict
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,10 +92,6 @@ class CflSettings:
                 raise StacklmError(f"config key 'cfl.{name}': must be at least 1, got {getattr(self, name)!r}")
         if not 1 <= self.test_strings_per_length <= 100:
             raise StacklmError(f"config key 'cfl.test_strings_per_length': must lie in 1..100, got {self.test_strings_per_length!r}")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "cfl") -> CflSettings:
-        return from_dict(cls, data, path)
 
 
 @dataclass(frozen=True)

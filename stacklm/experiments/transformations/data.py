@@ -13,12 +13,13 @@ Paths of the stage (Snakemake patterns):
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from stacklm.data.splits import SPLITS, SplitSizes
 from stacklm.data.upstream import REPAIRED_TASKS, UPSTREAM_SPLITS
 from stacklm.errors import StacklmError
+from stacklm.settings_file import build
 from stacklm.tasks import TASK_NAMES
 
 UPSTREAM_RAW = "results/upstream/{task}/{split}.tsv"
@@ -29,7 +30,6 @@ CONSTRUCTION = "results/data/{task}/construction.json"
 SUMMARY = "results/data/{task}/summary.parquet"
 REPORT = "results/data/report.txt"
 UPSTREAM_LINES = {"validation": 1_000, "generalization": 10_000}  # every task's pinned files
-SOURCES = ("generate", "upstream")
 
 
 @dataclass(frozen=True)
@@ -39,26 +39,12 @@ class DataSettings:
     sizes: SplitSizes = field(default_factory=SplitSizes)
     upstream_mirror: str | None = None  # folder <mirror>/<task>/<upstream file>; None: download
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], where: str = "data") -> "DataSettings":
-        known = {item.name for item in fields(cls)}
-        for key in values:
-            if key not in known:
-                raise StacklmError(f"config key '{where}.{key}': unknown; expected one of {', '.join(sorted(known))}")
-        settings = cls(**{key: value for key, value in values.items() if key != "sizes"},
-                       sizes=SplitSizes.from_dict(values.get("sizes", {}), where=f"{where}.sizes"))
-        if settings.source not in SOURCES:
-            raise StacklmError(f"config key '{where}.source': {settings.source!r} is not one of {', '.join(SOURCES)}")
-        if not isinstance(settings.seed, int) or isinstance(settings.seed, bool):
-            raise StacklmError(f"config key '{where}.seed': expected an integer, found {settings.seed!r}")
-        if settings.upstream_mirror is not None and not isinstance(settings.upstream_mirror, str):
-            raise StacklmError(f"config key '{where}.upstream_mirror': expected a folder path or null, found {settings.upstream_mirror!r}")
-        if settings.source == "upstream":
+    def __post_init__(self) -> None:
+        if self.source == "upstream":
             for split, lines in UPSTREAM_LINES.items():
-                if getattr(settings.sizes, split) > lines:
-                    raise StacklmError(f"config key '{where}.sizes.{split}': upstream has {lines} {split} examples per task, "
-                                       f"{getattr(settings.sizes, split)} requested")
-        return settings
+                if getattr(self.sizes, split) > lines:
+                    raise StacklmError(f"config key 'data.sizes.{split}': upstream has {lines} {split} examples per task, "
+                                       f"{getattr(self.sizes, split)} requested")
 
 
 def data_settings(settings: Mapping[str, Any]) -> DataSettings:
@@ -66,7 +52,7 @@ def data_settings(settings: Mapping[str, Any]) -> DataSettings:
     for position, name in enumerate(settings["tasks"]):
         if name not in TASK_NAMES:
             raise StacklmError(f"config key 'tasks[{position}]': unknown task {name!r}; known: {', '.join(TASK_NAMES)}")
-    return DataSettings.from_dict(settings.get("data", {}))
+    return build(DataSettings, settings.get("data", {}), "data")
 
 
 def upstream_path(task: str, split: str) -> str:

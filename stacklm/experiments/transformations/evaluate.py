@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
+    evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
     saved = load_model(args.run / "model.pt")

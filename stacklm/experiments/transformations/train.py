@@ -30,10 +30,9 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
 from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.experiments.common import add_resource_arguments
-from stacklm.models.config import from_dict
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
-from stacklm.settings_file import read_json, read_settings
+from stacklm.settings_file import build, read_json, read_settings
 from stacklm.tasks import get_task
 from stacklm.tracking import live
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
@@ -65,10 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings) if args.settings is not None else {}
-    training = TrainingSettings.from_dict(settings.get("training", {}))
-    evaluation = EvaluationSettings.from_dict(settings.get("evaluation", {}))
-    options = from_dict(ModelOptions, settings.get("model", {}), "model")
+    settings = read_settings(args.settings) if args.settings is not None else None
+    training = settings.section("training", TrainingSettings) if settings is not None else TrainingSettings()
+    evaluation = settings.section("evaluation", EvaluationSettings) if settings is not None else EvaluationSettings()
+    options = settings.section("model", ModelOptions) if settings is not None else ModelOptions()
     hyperparameters = chosen_hyperparameters(args)
     config = training.train_config(hyperparameters)
     checkpoint = args.checkpoint if args.checkpoint is not None else args.out / "checkpoint.pt"
@@ -145,7 +144,7 @@ def chosen_hyperparameters(args: argparse.Namespace) -> Hyperparameters:
     if args.hparams is not None:
         if args.tokens_per_batch is not None or args.max_epochs is not None:
             raise UsageError("--hparams holds tokens_per_batch and max_epochs: leave out --tokens-per-batch and --max-epochs")
-        return Hyperparameters.from_dict(read_json(args.hparams), path=str(args.hparams))
+        return build(Hyperparameters, read_json(args.hparams), source=args.hparams)
     if args.tokens_per_batch is None:
         raise UsageError("--learning-rate needs --tokens-per-batch (or give a trial's --hparams HP.json)")
     return Hyperparameters(learning_rate=args.learning_rate, tokens_per_batch=args.tokens_per_batch, max_epochs=args.max_epochs)

@@ -18,6 +18,7 @@ from stacklm.cfl.languages import LANGUAGES
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.cfl.sampling import LengthSampler
 from stacklm.errors import StacklmError
+from stacklm.settings_file import build
 
 RUN = CflRun("marked-reversal", "cfl/JM", 0.005, 20, 3)
 
@@ -31,19 +32,19 @@ def test_default_settings_are_the_paper_grid() -> None:
 
 
 def test_settings_reject_unknown_keys_and_values_naming_the_key() -> None:
-    with pytest.raises(StacklmError, match="unknown key 'cfl.restart'"):
-        CflSettings.from_dict({"restart": 2})
+    with pytest.raises(StacklmError, match="config key 'cfl.restart': unknown key"):
+        build(CflSettings, {"restart": 2}, "cfl")
     with pytest.raises(StacklmError, match=r"cfl.models\[1\].*'cfl/Tf'"):
-        CflSettings.from_dict({"models": ["cfl/LSTM", "cfl/Tf"]})
+        build(CflSettings, {"models": ["cfl/LSTM", "cfl/Tf"]}, "cfl")
     with pytest.raises(StacklmError, match=r"cfl.languages\[0\]"):
-        CflSettings.from_dict({"languages": ["dyck-3"]})
+        build(CflSettings, {"languages": ["dyck-3"]}, "cfl")
     with pytest.raises(StacklmError, match=r"cfl.learning_rates\[0\]"):
-        CflSettings.from_dict({"learning_rates": [0]})
+        build(CflSettings, {"learning_rates": [0]}, "cfl")
     with pytest.raises(StacklmError, match="cfl.vector_sizes"):
-        CflSettings.from_dict({"models": ["cfl/Gref"], "vector_sizes": []})
+        build(CflSettings, {"models": ["cfl/Gref"], "vector_sizes": []}, "cfl")
     with pytest.raises(StacklmError, match="cfl.test_strings_per_length"):
-        CflSettings.from_dict({"test_strings_per_length": 101})
-    assert CflSettings.from_dict({"languages": []}).languages == ()
+        build(CflSettings, {"test_strings_per_length": 101}, "cfl")
+    assert build(CflSettings, {"languages": []}, "cfl").languages == ()
 
 
 def test_settings_round_trip_through_the_run_folder_name() -> None:

@@ -7,6 +7,7 @@ import pytest
 from stacklm.experiments.transformations.data import DataSettings, data_settings, data_targets, fetch_options, generate_inputs, generate_options
 from stacklm.data.splits import SplitSizes
 from stacklm.errors import StacklmError
+from stacklm.settings_file import build
 
 
 def settings(**data):
@@ -14,8 +15,8 @@ def settings(**data):
 
 
 def test_defaults_and_typed_fields():
-    assert DataSettings.from_dict({}) == DataSettings("generate", 1, SplitSizes(), None)
-    parsed = DataSettings.from_dict({"source": "upstream", "seed": 3, "sizes": {"train": 10}, "upstream_mirror": "/m"})
+    assert build(DataSettings, {}) == DataSettings("generate", 1, SplitSizes(), None)
+    parsed = build(DataSettings, {"source": "upstream", "seed": 3, "sizes": {"train": 10}, "upstream_mirror": "/m"})
     assert parsed.sizes == SplitSizes(train=10) and parsed.upstream_mirror == "/m"
 
 
@@ -23,9 +24,9 @@ def test_defaults_and_typed_fields():
     ("data", "tasks", "message"),
     [
         ({"sead": 1}, None, "config key 'data.sead': unknown"),
-        ({"source": "web"}, None, "config key 'data.source': 'web' is not one of generate, upstream"),
-        ({"seed": "one"}, None, "config key 'data.seed': expected an integer"),
-        ({"upstream_mirror": 3}, None, "config key 'data.upstream_mirror': expected a folder path or null"),
+        ({"source": "web"}, None, "config key 'data.source': 'web' is not one of 'generate', 'upstream'"),
+        ({"seed": "one"}, None, "config key 'data.seed': expected int"),
+        ({"upstream_mirror": 3}, None, "config key 'data.upstream_mirror': expected str, got 3"),
         ({"sizes": {"tests": 3}}, None, "config key 'data.sizes.tests': unknown"),
         ({"source": "upstream", "sizes": {"validation": 2000}}, None, "config key 'data.sizes.validation': upstream has 1000"),
         ({}, ["question-formation", "passivisation"], r"config key 'tasks\[1\]': unknown task 'passivisation'"),
