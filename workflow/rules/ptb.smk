@@ -52,7 +52,7 @@ rule ptb_evaluate:
         ptb_dag.RUN_METRICS,
     params:
         options=ptb_dag.evaluate_options(SETTINGS),
-        run_dir=ptb_dag.RUN_DIR,
+        run_dir=lambda wildcards, input: os.path.dirname(input[0]),
         device=lambda wildcards, resources: common.device(resources.gpu),
     log:
         ptb_dag.EVALUATE_LOG,
