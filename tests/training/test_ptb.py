@@ -175,3 +175,30 @@ def test_the_saved_model_loads_without_code_and_rebuilds_the_trained_model(tmp_p
         load_ptb_model(tmp_path / "short.pt")
     with pytest.raises(StacklmError, match="missing.pt: model file not found"):
         load_ptb_model(tmp_path / "missing.pt")
+
+
+def test_a_diverged_run_resumed_from_its_state_stays_stopped(monkeypatch, tmp_path) -> None:
+    model, stream = model_and_stream()
+    split = chunks(stream, EOS, batch_size=4, bptt=4)
+    real_epoch = ptb_training.train_epoch
+
+    def diverging(model, chunks, optimizer, clip_per_target, *rest):
+        if len(calls) == 1:  # the second epoch
+            with torch.no_grad():
+                model.output.bias[2] = float("nan")
+        calls.append(1)
+        return real_epoch(model, chunks, optimizer, clip_per_target, *rest)
+
+    calls: list[int] = []
+    monkeypatch.setattr(ptb_training, "train_epoch", diverging)
+    draw = SearchDraw(learning_rate=3.0, clip_per_target=1.0)
+    first = train(model, split, split, draw, max_epochs=10, checkpoint_path=tmp_path / "state.pt", fingerprint="f")
+    assert first.diverged and [r.epoch for r in first.epochs] == [1, 2] and first.best_epoch == 1
+    again, _ = model_and_stream()
+    second = train(again, split, split, draw, max_epochs=10, checkpoint_path=tmp_path / "state.pt", fingerprint="f")
+    assert len(calls) == 2  # no epoch trained on resuming
+    assert (second.best_epoch, second.diverged, second.epochs[0]) == (first.best_epoch, first.diverged, first.epochs[0])
+    assert (second.epochs[1].valid_perplexity, math.isnan(second.epochs[1].train_nll)) == (math.inf, True)  # NaN != NaN: compared apart
+    assert second.wall_time_s == first.wall_time_s and second.targets_trained == first.targets_trained == sum(c.num_targets for c in split)
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name  # epoch 1's parameters, restored from the state
