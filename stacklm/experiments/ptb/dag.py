@@ -24,6 +24,7 @@ from typing import Any
 
 from stacklm.experiments.common import FIGURE_EXTENSIONS
 from stacklm.experiments.ptb.settings import PtbSettings
+from stacklm.settings_file import build
 
 EXPERIMENT = "ptb"  # the MLflow experiment, and the runs' task
 # {ptb_model} is a model's name (rns-2-3), {restart} 1-based.
@@ -43,7 +44,7 @@ FIGURE = "results/ptb/report/sg-against-perplexity.{extension}"  # App. 11
 
 def ptb_settings(settings: dict[str, Any]) -> PtbSettings:
     """The ``ptb`` section (the paper's grid where absent); an error names the key."""
-    return PtbSettings.from_dict(settings.get("ptb", {}))
+    return build(PtbSettings, settings.get("ptb", {}), "ptb")
 
 
 def data_dir(settings: dict[str, Any]) -> str:

@@ -16,10 +16,8 @@ No torch here: the Snakefile reads this module for every lookup.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
 
 from stacklm.errors import StacklmError
-from stacklm.models.config import from_dict
 
 # The configurations of the authors' released scripts (cfl-and-ptb.md §3.5): which of them the
 # paper's main table shows and which its appendix table is not recoverable from its text.
@@ -70,10 +68,6 @@ class PtbSettings:
                     raise StacklmError(f"config key 'ptb.suites[{position}]': unknown suite {suite!r}; known: {', '.join(SUITE_SHA256)}")
         if self.progress_interval_s <= 0:
             raise StacklmError(f"config key 'ptb.progress_interval_s': must be positive, got {self.progress_interval_s!r}")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str = "ptb") -> PtbSettings:
-        return from_dict(cls, data, path)
 
     def check_models(self) -> None:
         """Every model a name of ``stacklm.models.ptb``, as that module writes it (``lstm``, not
