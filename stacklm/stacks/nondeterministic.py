@@ -69,6 +69,32 @@ class NondeterministicActions:
         )
 
 
+ACTION_TYPES: tuple[str, ...] = ("push", "replace", "pop")  # the order of ``action_type_probabilities``
+
+
+def action_type_probabilities(actions: NondeterministicActions) -> Tensor:
+    """The probability of each action type at each step (DuSell & Chiang (2022), Figure 2): (..., 3).
+
+    A softmax over the log-summed weights of every transition of each type, taken over all
+    source configurations (q, x) and targets,
+
+        P_t(type) ∝ Σ_{q,x,r,y} Δ⁺_t[q,x→r,y],  Σ_{q,x,r,y} Δ^R_t[q,x→r,y],  Σ_{q,x,r} Δ⁻_t[q,x→r],
+
+    in the order ``ACTION_TYPES``, of the weights the stack runs on: after eq. 1's softmax per
+    (q, x) when normalized (NS, NS+S), so each (q, x) counts equally; the raw exp(logits) with +U.
+    """
+    lead = actions.pop.shape[:-3]
+    sums = torch.stack(
+        [
+            actions.push.reshape(*lead, -1).logsumexp(dim=-1),
+            actions.replace.reshape(*lead, -1).logsumexp(dim=-1),
+            actions.pop.reshape(*lead, -1).logsumexp(dim=-1),
+        ],
+        dim=-1,
+    )  # (..., 3): log Σ Δ of each type
+    return sums.softmax(dim=-1)
+
+
 def transitions_from_actions(
     actions: NondeterministicActions, semiring: type[Semiring], pushed: Tensor | None
 ) -> Transitions:

@@ -11,7 +11,13 @@ from torch import Tensor
 from tests.stacks.pda_runs import follow_runs
 from stacklm.semiring import LOG, MAX_PLUS, REAL
 from stacklm.stacks.base import Stack
-from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
+from stacklm.stacks.nondeterministic import (
+    ACTION_TYPES,
+    NondeterministicActions,
+    NondeterministicStack,
+    action_type_probabilities,
+    num_action_logits,
+)
 
 VARIANTS = [  # (normalize, states_in_reading): NS, NS+S, NS+U, NS+S+U
     pytest.param(True, False, id="NS"),
@@ -277,3 +283,37 @@ def test_readings_equal_the_step_by_step_readings(states_in_reading: bool) -> No
     stack = NondeterministicStack(2, 3, states_in_reading)
     expected = Stack.readings(stack, actions)  # the interface's default: next, then reading, per step
     torch.testing.assert_close(stack.readings(actions), expected, rtol=1e-12, atol=1e-12)
+
+
+# Q = 1, Γ = 2: per source symbol x, the weights of push x→0, x→1, replace x→0, x→1 and pop.
+HAND_WEIGHTS = [[1.0, 2.0, 1.0, 1.0, 1.0], [3.0, 4.0, 1.0, 1.0, 5.0]]
+
+
+def hand_logits() -> Tensor:
+    return torch.tensor(HAND_WEIGHTS, dtype=torch.float64).log().reshape(1, -1)  # (B = 1, Q·S·(2QS + Q) = 10)
+
+
+def test_action_types_of_unnormalized_weights_sum_the_raw_weights() -> None:
+    # push 1 + 2 + 3 + 4 = 10, replace 4 × 1 = 4, pop 1 + 5 = 6, of 20 in all
+    actions = NondeterministicActions.from_logits(hand_logits(), 1, 2, normalize=False)
+    assert ACTION_TYPES == ("push", "replace", "pop")
+    torch.testing.assert_close(action_type_probabilities(actions), torch.tensor([[0.5, 0.2, 0.3]], dtype=torch.float64))
+
+
+def test_action_types_of_normalized_weights_weigh_each_configuration_equally() -> None:
+    # eq. 1: x = 0 has 6 in all (push 3/6, replace 2/6, pop 1/6), x = 1 has 14 (7/14, 2/14, 5/14);
+    # summed: push 1, replace 1/3 + 1/7 = 10/21, pop 1/6 + 5/14 = 11/21, of 2 in all
+    actions = NondeterministicActions.from_logits(hand_logits(), 1, 2, normalize=True)
+    expected = torch.tensor([[1 / 2, 5 / 21, 11 / 42]], dtype=torch.float64)
+    torch.testing.assert_close(action_type_probabilities(actions), expected)
+
+
+def test_action_types_keep_the_leading_dimensions() -> None:
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 5, num_action_logits(2, 3), generator=generator, dtype=torch.float64)
+    actions = NondeterministicActions.from_logits(logits, 2, 3, normalize=False)
+    probabilities = action_type_probabilities(actions)
+    assert probabilities.shape == (2, 5, 3)
+    step = NondeterministicActions(actions.push[1, 4], actions.replace[1, 4], actions.pop[1, 4])
+    expected = torch.stack([step.push.exp().sum(), step.replace.exp().sum(), step.pop.exp().sum()])
+    torch.testing.assert_close(probabilities[1, 4], expected / expected.sum())
