@@ -8,7 +8,11 @@ stopping; the best parameters are kept, and the whole training state is written 
 to ``checkpoint_path``: model, optimizer, schedule, counters, position in the epoch, RNG
 states and the learning curve so far. A ``checkpoint_scores`` callback, when given, also scores
 the model at each checkpoint (the generalization curves: accuracies on fixed subsets of the
-test and generalization sets); its values join the curve and never steer training. The same call after a kill continues from there and
+test and generalization sets); its values join the curve and never steer training. An ``after_step``
+callback, when given, is called after every optimizer step with the model in eval mode and
+without gradients (a look at the model in training: DuSell & Chiang (2022)'s Figure 2 logs the stack actions
+every 100 updates); the rows it returns are kept in the training state, so a resumed run keeps
+those of its earlier sessions, and they never steer training either. The same call after a kill continues from there and
 gives the same result as a run that was never interrupted; a requested stop (SIGTERM, sent
 by SLURM before a time limit) saves the state at the current step first. After the last epoch a final
 checkpoint scores the batches trained since the previous one, so that a short run (the
@@ -79,6 +83,7 @@ class CheckpointRecord:
 
 
 CheckpointScores = Callable[[], Mapping[str, float]]  # scores the model being trained
+AfterStep = Callable[[int, int], Sequence[Mapping[str, Any]]]  # (step, 1-based epoch) → rows to keep
 
 
 @dataclass
@@ -98,6 +103,7 @@ class TrainingState:
     stopped_early: bool = False
     curve: list[CheckpointRecord] = field(default_factory=list)
     best_parameters: dict[str, Tensor] | None = None
+    step_rows: list[dict[str, Any]] = field(default_factory=list)  # what after_step returned, in order
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class TrainResult:
     steps: int
     wall_time_s: float
     tokens_per_s: float
+    step_rows: tuple[dict[str, Any], ...] = ()  # the rows of after_step, over every session of the run
 
 
 def validation_cross_entropy(model: nn.Module, batches: Sequence[Batch]) -> float:
@@ -137,13 +144,16 @@ def train(
     progress: Progress | None = None,
     stop_request: StopRequest | None = None,
     checkpoint_scores: CheckpointScores | None = None,
+    after_step: AfterStep | None = None,
 ) -> TrainResult:
     """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
 
     ``fingerprint`` identifies the run (config, seed, data); a checkpoint written under another
     fingerprint is refused rather than resumed. When ``stop_request`` is set, the state is saved
     after the current step and ``TrainingInterrupted`` is raised. ``checkpoint_scores()``, called
-    with the model in eval mode and without gradients, adds its values to each checkpoint's record.
+    with the model in eval mode and without gradients, adds its values to each checkpoint's record;
+    ``after_step(step, epoch)``, called likewise after each optimizer step, returns rows that the
+    result's ``step_rows`` keeps (saved with the training state, so a resumed run keeps them).
     """
     if not training or not validation:
         raise StacklmError("training and validation data must not be empty")
@@ -185,6 +195,10 @@ def train(
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip_norm)
             optimizer.step()
+            if after_step is not None:
+                model.eval()
+                with torch.no_grad():
+                    state.step_rows.extend(dict(row) for row in after_step(state.step, state.epoch + 1))
             state.batch_index = index + 1
             state.examples_seen += batch.size
             state.examples_since_checkpoint += batch.size
@@ -226,6 +240,7 @@ def train(
         steps=state.step,
         wall_time_s=wall_time_s,
         tokens_per_s=state.tokens / max(wall_time_s, 1e-9),
+        step_rows=tuple(state.step_rows),
     )
 
 
@@ -275,7 +290,8 @@ def _take_checkpoint(
 
 
 def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState) -> None:
-    counters = {item.name: getattr(state, item.name) for item in fields(state) if item.name not in ("schedule", "curve", "best_parameters")}
+    kept_apart = ("schedule", "curve", "best_parameters", "step_rows")
+    counters = {item.name: getattr(state, item.name) for item in fields(state) if item.name not in kept_apart}
     checkpoint_file.save(
         path,
         {
@@ -286,6 +302,7 @@ def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch
             "counters": counters,
             "curve": [asdict(record) for record in state.curve],
             "best_parameters": state.best_parameters,
+            "step_rows": state.step_rows,
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         },
@@ -309,5 +326,6 @@ def _restore(path: str | Path, fingerprint: str, model: nn.Module, optimizer: to
         schedule=ScheduleState(**payload["schedule"]),
         curve=[CheckpointRecord(**record) for record in payload["curve"]],
         best_parameters=payload["best_parameters"],
+        step_rows=payload.get("step_rows", []),  # absent from states saved before after_step existed
         **payload["counters"],
     )

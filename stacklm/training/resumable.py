@@ -11,7 +11,7 @@ import torch
 
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import TrainConfig
-from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult, train
+from stacklm.training.loop import AfterStep, CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
 
 
@@ -28,13 +28,14 @@ def resumable_training(
     device: torch.device,
     progress_interval_s: float,
     checkpoint_scores: CheckpointScores | None = None,
+    after_step: AfterStep | None = None,
     on_state: Callable[[Path], None] | None = None,
 ) -> TrainResult:
     """Train as ``stacklm train`` and ``stacklm cfl train`` do: the state is kept beside
     ``checkpoint`` under the fingerprint of ``fingerprint_source`` (what determines the trained
     parameters), locked against a second writer, and resumed when it exists
     (``stacklm.training.checkpoint``); a progress line every ``progress_interval_s``, SIGTERM
-    saving and stopping. A finished run deletes the states of other fingerprints there.
+    saving and stopping; ``checkpoint_scores`` and ``after_step`` as in ``train``. A finished run deletes the states of other fingerprints there.
     ``on_state(path)`` learns the state file before training starts (the live mirror's watcher)."""
     fingerprint = checkpoint_file.fingerprint(fingerprint_source)
     state = checkpoint_file.keyed_path(checkpoint, fingerprint)
@@ -56,6 +57,7 @@ def resumable_training(
             progress=Progress(interval_s=progress_interval_s),
             stop_request=stop_request,
             checkpoint_scores=checkpoint_scores,
+            after_step=after_step,
         )
     checkpoint_file.remove_others(checkpoint, keep=state)
     return result

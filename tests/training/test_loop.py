@@ -7,8 +7,9 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.training.config import TrainConfig, cfl_train_config
-from stacklm.training.loop import TrainingDiverged, TrainResult, train, validation_cross_entropy
+from stacklm.training.loop import StopRequest, TrainingDiverged, TrainingInterrupted, TrainResult, train, validation_cross_entropy
 from stacklm.training.batching import make_batch
+from stacklm.training.loss import string_log_probabilities
 from stacklm.training.progress import Progress
 from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
 
@@ -129,3 +130,56 @@ def test_checkpoint_scores_join_every_record_and_change_nothing_else() -> None:
         assert dataclasses.replace(record, scores={}) == other
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, plain_model.state_dict()[name])
+
+
+class LoggedRun:
+    """An ``after_step`` that logs, at every third step, the model's log-probability of one
+    string; ``stop`` at a step requests a stop (SIGTERM) there, ``crash`` raises (a kill)."""
+
+    def __init__(self, model: ToyLanguageModel, stop: StopRequest | None = None, stop_at: int = 0, crash_at: int = 0) -> None:
+        self.model, self.stop, self.stop_at, self.crash_at = model, stop, stop_at, crash_at
+        self.modes: list[tuple[bool, bool]] = []
+
+    def __call__(self, step: int, epoch: int) -> list[dict[str, float]]:
+        self.modes.append((self.model.training, torch.is_grad_enabled()))
+        if step == self.crash_at:
+            raise KeyboardInterrupt
+        if self.stop is not None and step == self.stop_at:
+            self.stop.reason = "SIGTERM"
+        if step % 3:
+            return []
+        batch = make_batch([[0, 0, 1, 1]], [0], eos_index=2)
+        return [{"step": step, "epoch": epoch, "log_probability": float(string_log_probabilities(self.model, batch).sum())}]
+
+
+def logged_run(checkpoint: Path | None = None, stop: StopRequest | None = None, stop_at: int = 0, crash_at: int = 0) -> tuple[ToyLanguageModel, TrainResult, LoggedRun]:
+    model = ToyLanguageModel(3, dropout=0.1)
+    model.initialize(torch.Generator().manual_seed(1))
+    torch.manual_seed(1)
+    log = LoggedRun(model, stop, stop_at, crash_at)
+    result = train(model, counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, checkpoint_path=checkpoint,
+                   progress=Progress(io.StringIO(), interval_s=0.0), stop_request=stop, after_step=log)
+    return model, result, log
+
+
+def test_after_step_sees_every_step_and_changes_nothing() -> None:
+    plain_model, plain = toy_run(seed=1)  # with dropout: a step of the log that drew random numbers would show
+    model, result, log = logged_run()
+    assert log.modes == [(False, False)] * result.steps
+    assert [row["step"] for row in result.step_rows] == list(range(3, result.steps + 1, 3))
+    assert {row["epoch"] for row in result.step_rows} == {1, 2, 3}
+    assert result.curve == plain.curve and plain.step_rows == ()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, plain_model.state_dict()[name])
+
+
+def test_the_rows_survive_a_stop_and_a_kill_between_checkpoints(tmp_path: Path) -> None:
+    _, whole, _ = logged_run()
+    stop = StopRequest()
+    with pytest.raises(TrainingInterrupted):
+        logged_run(tmp_path / "ckpt.pt", stop, stop_at=10)  # saved at step 10, mid-epoch
+    with pytest.raises(KeyboardInterrupt):
+        logged_run(tmp_path / "ckpt.pt", crash_at=whole.steps - 4)  # after the last checkpoint: its rows are lost
+    _, resumed, log = logged_run(tmp_path / "ckpt.pt")
+    assert resumed.step_rows == whole.step_rows and resumed.curve == whole.curve
+    assert len(log.modes) < whole.steps - 10  # this session trained only what the others did not keep
