@@ -100,3 +100,18 @@ rule ptb_report:
     shell:
         "stacklm ptb report --metrics {input.metrics} --selected {input.selected} {params.options} --out-metrics {output.metrics}"
         " --tables {output.tables} --markdown {output.markdown} --figures {output.figures} > {log} 2>&1"
+
+
+rule ptb_html:
+    input:
+        ptb_dag.MARKDOWN_TABLE,
+    output:
+        report(ptb_dag.PAGE, caption="../report/ptb-table.rst", category=LANGUAGE_MODELLING, subcategory="Penn Treebank"),
+    wildcard_constraints:
+        table="|".join(ptb_dag.TABLE_NAMES),
+    log:
+        "logs/ptb/html/{table}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm html --markdown {input} --title {wildcards.table:q} --out {output} > {log} 2>&1"

@@ -37,8 +37,11 @@ TRAIN_LOG = "logs/ptb/train/{ptb_model}/{restart}.log"
 EVALUATE_LOG = "logs/ptb/evaluate/{ptb_model}/{restart}.log"
 SELECTED = "results/ptb/selected/{ptb_model}.json"
 METRICS = "results/ptb/metrics.parquet"
-TABLES = ("results/ptb/report/ptb.tex", "results/ptb/report/circuits.tex")  # DuSell & Chiang (2022) §5.2; App. 11
-MARKDOWN = ("results/ptb/report/ptb.md", "results/ptb/report/circuits.md")
+TABLE_NAMES = ("ptb", "circuits")  # DuSell & Chiang (2022) §5.2; App. 11
+TABLES = tuple(f"results/ptb/report/{name}.tex" for name in TABLE_NAMES)
+MARKDOWN_TABLE = "results/ptb/report/{table}.md"
+MARKDOWN = tuple(MARKDOWN_TABLE.format(table=name) for name in TABLE_NAMES)
+PAGE = "results/ptb/report/{table}.html"  # a Markdown table as a page of `snakemake --report`
 FIGURE = "results/ptb/report/sg-against-perplexity.{extension}"  # App. 11
 
 
@@ -101,7 +104,7 @@ def targets(settings: dict[str, Any]) -> list[str]:
     """The PTB records, tables and figure; none when ``ptb.models`` is empty."""
     if not ptb_settings(settings).models:
         return []
-    return [METRICS, *TABLES, *MARKDOWN, *figures()]
+    return [METRICS, *TABLES, *MARKDOWN, *figures(), *(PAGE.format(table=name) for name in TABLE_NAMES)]
 
 
 def tracking_records(settings: dict[str, Any]) -> dict[str, list[str]]:

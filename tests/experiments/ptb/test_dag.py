@@ -78,6 +78,7 @@ def test_the_files_of_the_dag() -> None:
         "results/ptb/metrics.parquet",
         "results/ptb/report/ptb.tex", "results/ptb/report/circuits.tex", "results/ptb/report/ptb.md", "results/ptb/report/circuits.md",
         "results/ptb/report/sg-against-perplexity.png", "results/ptb/report/sg-against-perplexity.pdf",
+        "results/ptb/report/ptb.html", "results/ptb/report/circuits.html",
     ]
     assert dag.targets({"ptb": {"models": []}}) == []
     records = dag.tracking_records(SMALL)
