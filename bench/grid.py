@@ -41,7 +41,7 @@ import yaml
 from stacklm.data.examples import read_examples
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.tasks import get_task
-from stacklm.workflow.settings import resolve
+from stacklm.workflow.settings import ResolvedSettings, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_EXAMPLES = 2000
@@ -107,16 +107,16 @@ def mean_scored_length(task: str) -> float:
     return sum(len(example.language_model_string()) + 1 for example in examples) / len(examples)
 
 
-def project(settings: dict[str, Any], cpu: dict[str, Throughput], gpu: dict[str, Throughput], arguments: argparse.Namespace) -> list[dict[str, Any]]:
-    sizes = SplitSizes(**settings["data"]["sizes"])
-    search_epochs = settings["search"]["max_epochs"] or arguments.epochs_to_convergence
-    final_epochs = settings["final"]["max_epochs"] or arguments.epochs_to_convergence
-    trials = settings["search"]["trials"] if settings["search"]["trials"] > 1 else 0  # one trial: drawn, not trained
-    seeds = len(settings["final"]["seeds"])
-    checkpoints_per_epoch = sizes.train / settings["training"]["examples_per_checkpoint"]
-    samples = settings["evaluation"]["samples_per_input"]
+def project(settings: ResolvedSettings, cpu: dict[str, Throughput], gpu: dict[str, Throughput], arguments: argparse.Namespace) -> list[dict[str, Any]]:
+    sizes = settings.data.sizes
+    search_epochs = settings.search.max_epochs or arguments.epochs_to_convergence
+    final_epochs = settings.final.max_epochs or arguments.epochs_to_convergence
+    trials = settings.search.trials if settings.search.trials > 1 else 0  # one trial: drawn, not trained
+    seeds = len(settings.final.seeds)
+    checkpoints_per_epoch = sizes.train / settings.training.examples_per_checkpoint
+    samples = settings.evaluation.samples_per_input
     rows = []
-    for task in settings["tasks"]:
+    for task in settings.tasks:
         length = mean_scored_length(task)
         epoch_tokens = sizes.train * length
         validation_tokens = checkpoints_per_epoch * sizes.validation * length
@@ -124,7 +124,7 @@ def project(settings: dict[str, Any], cpu: dict[str, Throughput], gpu: dict[str,
         forward_tokens = (trials * search_epochs + seeds * final_epochs) * validation_tokens
         forward_tokens += seeds * (sizes.test + sizes.generalization) * length * (1 + samples)
         equivalent_tokens = training_tokens + arguments.forward_share * forward_tokens
-        for architecture in settings["architectures"]:
+        for architecture in settings.architectures:
             if architecture not in cpu:
                 raise SystemExit(f"no throughput for {architecture}: measure it with bench/models.py --json")
             row = {
@@ -155,7 +155,7 @@ def main() -> None:
     config = yaml.safe_load(arguments.config.read_text())
     config["preset"] = arguments.preset
     settings = resolve(config)
-    records = read_json_lines(arguments.throughputs) if arguments.throughputs else measure_now(settings["architectures"])
+    records = read_json_lines(arguments.throughputs) if arguments.throughputs else measure_now(settings.architectures)
     cpu = throughputs(records, "tokens_per_cpu_s")
     gpu = throughputs(read_json_lines(arguments.gpu), "tokens_per_s") if arguments.gpu.exists() else {}
     rows = project(settings, cpu, gpu, arguments)

@@ -73,7 +73,8 @@ def read_settings(path: str | Path) -> Settings:
 # file (a settings section, a trial's HP.json, a saved model's config).
 
 def build(cls: type[SettingsT], data: Any, key: str = "", source: str | Path | None = None) -> SettingsT:
-    """The ``cls`` instance that ``data`` describes, read by ``cls``'s type hints: nested
+    """The ``cls`` instance that ``data`` describes (``cls`` a dataclass, or a type such as
+    ``tuple[str, ...]``), read by ``cls``'s type hints: nested
     dataclasses from mappings (a union of dataclasses by their ``kind``), tuples and lists from
     lists, ``Literal`` values among theirs, ``X | None`` as null or an ``X``; a field ``data``
     leaves out takes its default. An unknown key, a missing required one, a value of the wrong
@@ -83,7 +84,7 @@ def build(cls: type[SettingsT], data: Any, key: str = "", source: str | Path | N
     An integer stands for a ``float`` as it is (JSON and YAML write 60 and 60.0 alike; the
     settings files are written back unchanged)."""
     try:
-        return _build(cls, data, key)
+        return _build(cls, data, key) if dataclasses.is_dataclass(cls) else _value(cls, data, key)
     except StacklmError as error:
         if source is None:
             raise

@@ -35,5 +35,5 @@ def config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def settings(config: dict[str, Any]) -> dict[str, Any]:
+def settings(config: dict[str, Any]) -> resolution.ResolvedSettings:
     return resolution.resolve(copy.deepcopy(config))

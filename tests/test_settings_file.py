@@ -14,6 +14,7 @@ import yaml
 import stacklm.workflow.settings as resolution
 from stacklm.errors import StacklmError
 from stacklm.settings_file import build, read_settings
+from stacklm.experiments.cfl.experiment import CflSettings
 from stacklm.training.config import TrainingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,17 +25,17 @@ def test_a_reader_file_holds_its_sections_only_and_names_any_other_asked_for(tmp
     path = tmp_path / "train.json"
     path.write_text(json.dumps(resolution.settings_for(settings, "train")))
     read = read_settings(path)
-    assert dict(read) == {section: settings[section] for section in resolution.SETTINGS_READ["train"]}
-    assert read.get("training", {}) == settings["training"]
+    assert dict(read) == {section: resolution.plain(getattr(settings, section)) for section in resolution.SETTINGS_READ["train"]}
+    assert read.section("training", TrainingSettings) == settings.training
     with pytest.raises(StacklmError, match=f"^{path}: holds the sections training, evaluation, model only, not 'tracking'"):
         read.get("tracking", {})
 
 
-def test_a_listed_section_the_config_lacks_reads_as_its_default(tmp_path: Path) -> None:
+def test_a_listed_section_the_file_lacks_reads_as_its_default(tmp_path: Path) -> None:
     path = tmp_path / "cfl_train.json"
-    path.write_text(json.dumps(resolution.settings_for({"training": {"max_epochs": 3}}, "cfl_train")))
+    path.write_text(json.dumps({"sections": ["cfl", "training"], "training": {"max_epochs": 3}}))
     read = read_settings(path)
-    assert read.get("cfl", {}) == {} and read["training"] == {"max_epochs": 3}
+    assert read.section("cfl", CflSettings) == CflSettings() and read.section("training", TrainingSettings) == TrainingSettings(max_epochs=3)
 
 
 def test_a_whole_settings_file_answers_every_section_it_holds(tmp_path: Path) -> None:

@@ -36,29 +36,12 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.probabilities import ConditionalScores, score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
+from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.tasks.example import Example
 
 PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
 Match = Callable[[Sequence[str], Sequence[str]], bool]
 DecidedBy = Callable[[Sequence[str]], int]
-
-
-@dataclass(frozen=True)
-class EvaluationSettings:
-    """The ``evaluation`` section of the settings."""
-
-    tokens_per_batch: int = 2048  # budget of the scoring and sampling batches (the reference's default)
-    samples_per_input: int = 10  # DuSell & Cotterell (2025) §5
-    sample_seed: int = 123  # the reference's --random-seed
-    max_sample_length: int = 50  # the reference's --max-length
-    curve_examples: int = 1000  # test and generalization examples scored at each training checkpoint; 0: no curves
-
-    def __post_init__(self) -> None:
-        for name in ("tokens_per_batch", "samples_per_input", "max_sample_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        if self.curve_examples < 0:
-            raise ValueError(f"curve_examples must not be negative, got {self.curve_examples!r}")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from typing import Literal
 
 PushedVector = Literal["sigmoid", "raw"]
 Initialization = Literal["paper", "reference"]
+DROPOUT = 0.1  # Bearing models only; App. D: "wherever dropout is applicable"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class ModelOptions:
     fixed by the registry; the fields below are the ones a run may vary.
     """
 
-    dropout: float = 0.1  # Bearing models only; App. D: "wherever dropout is applicable"
+    dropout: float = DROPOUT
     syntax_feature_width: int = 20  # f of the +Syn embedding (Sundararaman et al. (2019) §5: 20 by grid search)
     reference: ReferenceBehaviour = field(default_factory=ReferenceBehaviour)
     width: int | None = None  # overrides the width sized to the budget (tests, ablations)
@@ -73,3 +74,15 @@ class ModelOptions:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.width is not None and self.width < 1:
             raise ValueError(f"width must be positive, got {self.width}")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The ``model`` section of the settings: what of ``ModelOptions`` a run of the workflow
+    sets (the other fields follow from the architecture and the language)."""
+
+    dropout: float = DROPOUT
+    reference: ReferenceBehaviour = field(default_factory=ReferenceBehaviour)
+
+    def options(self) -> ModelOptions:
+        return ModelOptions(dropout=self.dropout, reference=self.reference)

@@ -8,45 +8,42 @@ Parquet files into MLflow: a mirror for browsing that the report never reads.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.cfl import dag as cfl
 from stacklm.experiments.ptb import dag as ptb
 from stacklm.experiments.transformations import dag as transformations
 from stacklm.experiments.transformations.data import data_targets
+from stacklm.workflow.settings import ResolvedSettings
 
 TRACKING_MARKER = "results/tracking/initialised"
 TRACKING_MANIFEST = "results/tracking/{experiment}.json"  # an experiment's runs in MLflow: key → run id
 
 
-def all_targets(settings: dict[str, Any]) -> list[str]:
+def all_targets(settings: ResolvedSettings) -> list[str]:
     return [
         *data_targets(settings),
         *transformations.targets(settings),
-        *cfl.targets(settings),
+        *cfl.targets(settings.cfl),
         *ptb.targets(settings),
         *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
     ]
 
 
-def finished_message(settings: dict[str, Any]) -> str:
+def finished_message(settings: ResolvedSettings) -> str:
     """What Snakemake prints when a run succeeds: where the results are and how to open them."""
-    from stacklm.settings_file import build
-    from stacklm.tracking.mlflow_mirror import TrackingSettings
-
     tables = transformations.REPORT_TABLE.format(task="<task>").removesuffix(".tex")
     figure = transformations.REPORT_FIGURE.format(extension="png")
     lines = [
         "stacklm: the results are in",
         f"  {tables}.{{tex,md,html}}, {transformations.REPORT_DOCUMENT}, {figure}",
         f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)",
-        *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings) else []),
+        *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings.cfl) else []),
         *([f"  {ptb.TABLES[0].rsplit('/', 1)[0]}/ (the PTB tables and figure), {ptb.METRICS}"] if ptb.targets(settings) else []),
         "  logs/ (one log per job)",
         "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
     ]
-    tracking = build(TrackingSettings, settings.get("tracking", {}), "tracking")
+    tracking = settings.tracking
     if tracking.enabled and tracking.sqlite_path() is not None:
         lines += [
             f"The runs in MLflow: mlflow server --backend-store-uri {tracking.resolved_uri()} --host 127.0.0.1 --port 5000 --workers 1",
@@ -57,31 +54,31 @@ def finished_message(settings: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def tracking_experiments(settings: dict[str, Any]) -> list[str]:
+def tracking_experiments(settings: ResolvedSettings) -> list[str]:
     """The MLflow experiments: every task, then every CFL language (the CFL runs' ``task``), then ``ptb`` when it has models."""
-    ptb_experiment = [ptb.EXPERIMENT] if ptb.ptb_settings(settings).models else []
-    return [*settings.get("tasks", []), *cfl.cfl_settings(settings).languages, *ptb_experiment]  # a CFL-only settings file has no tasks
+    ptb_experiment = [ptb.EXPERIMENT] if settings.ptb.models else []
+    return [*settings.tasks, *settings.cfl.languages, *ptb_experiment]
 
 
-def tracking_records(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
+def tracking_records(settings: ResolvedSettings, experiment: str) -> dict[str, list[str]]:
     """The files ``stacklm tracking sync`` mirrors for ``experiment`` (a task, a CFL language or
     ``ptb``), from the experiment that owns it."""
-    if experiment in cfl.cfl_settings(settings).languages:
-        return cfl.tracking_records(settings, experiment)
-    if experiment == ptb.EXPERIMENT and ptb.ptb_settings(settings).models:
+    if experiment in settings.cfl.languages:
+        return cfl.tracking_records(settings.cfl, experiment)
+    if experiment == ptb.EXPERIMENT and settings.ptb.models:
         return ptb.tracking_records(settings)
-    if experiment not in settings["tasks"]:
+    if experiment not in settings.tasks:
         raise StacklmError(f"no task, CFL language or PTB experiment is named {experiment!r}")
     return transformations.tracking_records(settings, experiment)
 
 
-def tracking_inputs(settings: dict[str, Any], experiment: str) -> dict[str, list[str]]:
+def tracking_inputs(settings: ResolvedSettings, experiment: str) -> dict[str, list[str]]:
     """The Parquet files of ``tracking_records``: the rule's inputs (a log is no rule's output)."""
     records = tracking_records(settings, experiment)
     return {"curves": records["curves"], "metrics": records["metrics"]}
 
 
-def tracking_log_options(settings: dict[str, Any], experiment: str) -> str:
+def tracking_log_options(settings: ResolvedSettings, experiment: str) -> str:
     """``--curve-logs … --metrics-logs …`` of ``stacklm tracking sync``: the jobs' logs, artifacts of their runs."""
     records = tracking_records(settings, experiment)
     return shlex.join(["--curve-logs", *records["curve_logs"], "--metrics-logs", *records["metrics_logs"]])

@@ -2,26 +2,45 @@
 both (``--configfile`` files, then ``--config``), validated as a whole before any job runs, and
 written per kind of job as ``results/settings/<reader>.json``.
 
-``resolve`` checks the resolved settings against ``workflow/schemas/config.schema.yaml`` and
-then asks each experiment what JSON Schema cannot express (architecture names live in the model
-registry, bounds in order, the CFL grid): every bad value is named by its key.
+``resolve`` checks the resolved settings against ``workflow/schemas/config.schema.yaml`` (types,
+bounds, descriptions), builds ``ResolvedSettings`` from them (``stacklm.settings_file.build``:
+each section's frozen dataclass, which owns its defaults and refuses what the schema cannot
+express, such as bounds in order or the CFL grid), then asks each experiment what needs its
+registries (architecture, task and PTB model names): every bad value is named by its key. The
+Snakefile's lookups read that one tree; each job builds its sections from its file with the
+same builder.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import functools
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from stacklm.errors import StacklmError
-from stacklm.experiments.cfl.dag import cfl_settings
+from stacklm.evaluation.settings import EvaluationSettings
+from stacklm.experiments.cfl.experiment import CflSettings
 from stacklm.experiments.common import write_json
-from stacklm.experiments.ptb.dag import check_settings as check_ptb
+from stacklm.experiments.ptb.settings import PtbSettings
 from stacklm.experiments.transformations.dag import check_settings as check_transformations
-from stacklm.settings_file import SECTIONS
+from stacklm.experiments.transformations.settings import (
+    PAPER_ARCHITECTURES,
+    DataSettings,
+    FinalSettings,
+    ReportSettings,
+    ResourceSettings,
+    SearchSettings,
+)
+from stacklm.models.options import ModelSettings
+from stacklm.settings_file import SECTIONS, build
+from stacklm.tasks import TASK_NAMES
+from stacklm.tracking.mlflow_mirror import TrackingSettings
+from stacklm.training.config import TrainingSettings
 
 SETTINGS_FILE = "results/settings/{reader}.json"  # the sections of the settings one kind of job reads
 
@@ -38,6 +57,44 @@ SETTINGS_READ: dict[str, tuple[str, ...]] = {
     "cfl_train": ("cfl", "training"),
     "cfl_evaluate": ("cfl", "evaluation"),
 }
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """The whole settings tree, a section per top-level key of config.yaml: the transformations'
+    (``tasks`` … ``resources``), the library's (``model``, ``training``, ``evaluation``,
+    ``tracking``), the CFL experiments' (``cfl``) and the PTB experiment's (``ptb``). The
+    defaults are the papers' settings, owned by each section's dataclass; config.yaml lists the
+    same values (tests/workflow/test_settings.py keeps them equal)."""
+
+    tasks: tuple[str, ...] = TASK_NAMES
+    data: DataSettings = field(default_factory=DataSettings)
+    architectures: tuple[str, ...] = PAPER_ARCHITECTURES
+    search: SearchSettings = field(default_factory=SearchSettings)
+    final: FinalSettings = field(default_factory=FinalSettings)
+    report: ReportSettings = field(default_factory=ReportSettings)
+    resources: ResourceSettings = field(default_factory=ResourceSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    cfl: CflSettings = field(default_factory=CflSettings)
+    ptb: PtbSettings = field(default_factory=PtbSettings)
+
+    def get(self, section: str, default: Any = None) -> Any:
+        """The plain values of ``section``, for ``stacklm.experiments.ptb.dag``'s lookups (and
+        ``workflow/rules/ptb.smk``, ``bench/ptb.py``), which read ``settings.get("ptb", {})``:
+        to go once they take ``settings.ptb``."""
+        return plain(getattr(self, section)) if hasattr(self, section) else default
+
+
+def plain(value: Any) -> Any:
+    """``value`` as the plain values of a settings file: a dataclass as a dict, tuples as lists."""
+    if dataclasses.is_dataclass(value):
+        return {item.name: plain(getattr(value, item.name)) for item in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [plain(item) for item in value]
+    return value
+
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 PRESET_KEYS = ("preset", "presets")  # choose the preset; not settings any job reads
@@ -76,7 +133,7 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any], path: str | None) 
     return merged
 
 
-def resolve(config: Mapping[str, Any], user_keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def resolve(config: Mapping[str, Any], user_keys: Mapping[str, Any] | None = None) -> ResolvedSettings:
     """The settings every job reads: config.yaml, the preset over it, the user's keys over
     both, validated as a whole (``validate_settings``).
 
@@ -87,12 +144,10 @@ def resolve(config: Mapping[str, Any], user_keys: Mapping[str, Any] | None = Non
     """
     settings = apply_preset(config)
     user = {key: value for key, value in (user_keys or {}).items() if key not in PRESET_KEYS}
-    settings = _merge(settings, user, path=None)
-    validate_settings(settings)
-    return settings
+    return validate_settings(_merge(settings, user, path=None))
 
 
-def snakefile_settings(config: Mapping[str, Any], user_keys: Mapping[str, Any]) -> dict[str, Any]:
+def snakefile_settings(config: Mapping[str, Any], user_keys: Mapping[str, Any]) -> ResolvedSettings:
     """``resolve`` for the Snakefile: an invalid setting stops Snakemake before any job with
     the messages naming the keys, and no traceback."""
     try:
@@ -101,16 +156,19 @@ def snakefile_settings(config: Mapping[str, Any], user_keys: Mapping[str, Any]) 
         raise SystemExit(f"stacklm: invalid settings\n{error}") from None
 
 
-def validate_settings(settings: Mapping[str, Any]) -> None:
-    """Raise a ``StacklmError`` naming the key of every value the schema rejects (one per
-    line), else of the first one no run could use (``check_settings``)."""
+def validate_settings(settings: Mapping[str, Any]) -> ResolvedSettings:
+    """``settings`` (plain values: the whole config, preset applied) as ``ResolvedSettings``.
+    Raise a ``StacklmError`` naming the key of every value the schema rejects (one per line),
+    else of the first one no run could use (``build``, then ``check_settings``)."""
     errors = list(_settings_validator().iter_errors(settings))
     if errors:
         lines = sorted({line for error in errors for line in _schema_messages(error)})  # by key
         if any(error.validator == "type" and isinstance(error.instance, str) for error in errors):
             lines.append(STRING_HINT)
         raise StacklmError("\n".join(lines))
-    check_settings(settings)
+    resolved = build(ResolvedSettings, settings)
+    check_settings(resolved)
+    return resolved
 
 
 @functools.cache
@@ -139,12 +197,11 @@ def _schema_messages(error: Any) -> list[str]:
     return [f"config key '{_key(path)}': {error.message}"]
 
 
-def check_settings(settings: Mapping[str, Any]) -> None:
+def check_settings(settings: ResolvedSettings) -> None:
     """Raise a ``StacklmError`` naming the key of the first setting no run could use, among
-    those the schema cannot judge: each experiment checks its own."""
+    those only a registry can judge: each experiment checks its own."""
     check_transformations(settings)
-    cfl_settings(settings)
-    check_ptb(settings)
+    settings.ptb.check_models()
 
 
 def settings_file(reader: str) -> str:
@@ -154,10 +211,11 @@ def settings_file(reader: str) -> str:
     return SETTINGS_FILE.format(reader=reader)
 
 
-def settings_for(settings: dict[str, Any], reader: str) -> dict[str, Any]:
-    """The contents of ``reader``'s settings file: its sections of ``settings``, and their list."""
+def settings_for(settings: ResolvedSettings, reader: str) -> dict[str, Any]:
+    """The contents of ``reader``'s settings file: its sections of ``settings`` as plain values,
+    and their list."""
     sections = SETTINGS_READ[reader]
-    return {SECTIONS: list(sections), **{section: settings[section] for section in sections if section in settings}}
+    return {SECTIONS: list(sections), **{section: plain(getattr(settings, section)) for section in sections}}
 
 
 def settings_command(args: argparse.Namespace) -> int:

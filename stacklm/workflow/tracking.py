@@ -24,17 +24,22 @@ import sys
 from pathlib import Path
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError
-from stacklm.tracking.mlflow_mirror import TrackingSettings, initialize_store, sync
+from stacklm.tracking.mlflow_mirror import initialize_store, sync
 from stacklm.tracking.runs import cfl_runs, ptb_runs, task_runs
-from stacklm.experiments.cfl.dag import cfl_settings
 from stacklm.experiments.ptb import dag as ptb
-from stacklm.settings_file import read_settings
+from stacklm.settings_file import build, read_settings
 from stacklm.workflow.dag import tracking_experiments
+from stacklm.workflow.settings import ResolvedSettings
+
+
+def read_tracked_settings(path: Path) -> ResolvedSettings:
+    """The tracking jobs' settings file (its sections: tasks, cfl, ptb, tracking) as the settings tree."""
+    return build(ResolvedSettings, dict(read_settings(path)), source=path)
 
 
 def init_command(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings)
-    tracking = settings.section("tracking", TrackingSettings)
+    settings = read_tracked_settings(args.settings)
+    tracking = settings.tracking
     if not tracking.enabled:
         print("tracking is disabled (tracking.enabled: false); nothing to create", file=sys.stderr)
         return 0
@@ -46,13 +51,13 @@ def init_command(args: argparse.Namespace) -> int:
 
 
 def sync_command(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings)
-    tracking = settings.section("tracking", TrackingSettings)
-    if args.experiment in cfl_settings(settings).languages:
+    settings = read_tracked_settings(args.settings)
+    tracking = settings.tracking
+    if args.experiment in settings.cfl.languages:
         runs = cfl_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
-    elif args.experiment in settings.get("tasks", []):
+    elif args.experiment in settings.tasks:
         runs = task_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
-    elif args.experiment == ptb.EXPERIMENT and ptb.ptb_settings(settings).models:
+    elif args.experiment == ptb.EXPERIMENT and settings.ptb.models:
         runs = ptb_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
     else:
         raise StacklmError(f"--experiment {args.experiment!r} is neither a task, a CFL language nor the PTB experiment of {args.settings}")

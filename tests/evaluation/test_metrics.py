@@ -7,7 +7,8 @@ import torch
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.cfl import cross_entropy_difference, cross_entropy_difference_by_length
-from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset, log_ratio
+from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator, curve_subset, log_ratio
+from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.evaluation.probabilities import score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
 from stacklm.models.registry import ARCHITECTURES

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 import stacklm.experiments.common as shared
 from stacklm.errors import StacklmError
+from stacklm.workflow.settings import ResolvedSettings
 
 
 def test_select_trial_takes_the_lowest_finite_score_first_on_ties() -> None:
@@ -17,10 +16,10 @@ def test_select_trial_takes_the_lowest_finite_score_first_on_ties() -> None:
         shared.select_lowest([float("nan")], "search trial")
 
 
-def test_slugs_round_trip(settings: dict[str, Any]) -> None:
-    slugs = [shared.architecture_slug(name) for name in settings["architectures"]]
+def test_slugs_round_trip(settings: ResolvedSettings) -> None:
+    slugs = [shared.architecture_slug(name) for name in settings.architectures]
     assert len(set(slugs)) == len(slugs) and all("/" not in slug for slug in slugs)
-    assert [shared.architecture_name(slug) for slug in slugs] == settings["architectures"]
+    assert tuple(shared.architecture_name(slug) for slug in slugs) == settings.architectures
 
 
 def test_device_from_the_gpu_resource() -> None:

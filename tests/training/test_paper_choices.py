@@ -19,6 +19,7 @@ import torch
 import yaml
 
 import stacklm.experiments.transformations.search as search_stage
+from stacklm.experiments.transformations.settings import IntegerRange, LogRange, SearchSettings
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.training import loop
@@ -239,7 +240,7 @@ def test_schedule_defaults_are_the_papers() -> None:
 def test_search_draws_are_uniform_integers_and_log_uniform_rates() -> None:
     """App. D: "B from a uniform distribution over [512, 2048] … the initial learning rate from a
     log-uniform distribution over [10⁻⁵, 10⁻³]" — Kolmogorov–Smirnov distance of 4,000 draws."""
-    search = {"salt": 0, "tokens_per_batch": {"low": 512, "high": 2048}, "learning_rate": {"low": 1e-5, "high": 1e-3}, "max_epochs": None}
+    search = SearchSettings(salt=0, tokens_per_batch=IntegerRange(512, 2048), learning_rate=LogRange(1e-5, 1e-3), max_epochs=None)
     draws = [search_stage.draw_hyperparameters(search, "question-formation", "Tf+Nd", trial) for trial in range(1, 4001)]
     logs = sorted((math.log10(d.learning_rate) + 5) / 2 for d in draws)  # ~ U[0, 1]
     batches = sorted((d.tokens_per_batch - 511.5) / 1537 for d in draws)  # ~ U[0, 1] (discrete)

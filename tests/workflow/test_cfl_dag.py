@@ -32,38 +32,38 @@ def config() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "config.yaml").read_text())
 
 
-def resolve(config: dict[str, Any], preset: str | None) -> dict[str, Any]:
+def resolve(config: dict[str, Any], preset: str | None) -> resolution.ResolvedSettings:
     return resolution.resolve({**copy.deepcopy(config), "preset": preset})
 
 
 def test_the_full_config_runs_the_papers_grid(config: dict[str, Any]) -> None:
-    assert cfl_dag.cfl_settings(resolve(config, None)) == CflSettings()
+    assert resolve(config, None).cfl == CflSettings()
 
 
 def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, Any]) -> None:
     small = resolve(config, "small")
-    pairs = cfl_dag.cfl_pairs(small)
+    pairs = cfl_dag.cfl_pairs(small.cfl)
     assert len(pairs) == 5 * 7 and {pair["model"] for pair in pairs} == {shared.architecture_slug(name) for name in CFL_MODELS}
     for pair in pairs:
-        assert len(cfl_dag.cfl_run_files(small, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)) == 1
+        assert len(cfl_dag.cfl_run_files(small.cfl, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)) == 1
     assert cfl_dag.CFL_METRICS in pipeline.all_targets(small)
-    assert pipeline.tracking_experiments(small) == [*small["tasks"], *cfl_dag.cfl_settings(small).languages, "ptb"]
+    assert pipeline.tracking_experiments(small) == [*small.tasks, *small.cfl.languages, "ptb"]
     assert {pipeline.TRACKING_MANIFEST.format(experiment=name) for name in pipeline.tracking_experiments(small)} <= set(pipeline.all_targets(small))
     records = pipeline.tracking_records(small, "dyck-2")  # every grid run's curve, every model's evaluation
-    assert records["curves"] == [path for pair in pairs if pair["language"] == "dyck-2" for path in cfl_dag.cfl_run_files(small, "dyck-2", pair["model"], cfl_dag.CFL_RUN_CURVE)]
+    assert records["curves"] == [path for pair in pairs if pair["language"] == "dyck-2" for path in cfl_dag.cfl_run_files(small.cfl, "dyck-2", pair["model"], cfl_dag.CFL_RUN_CURVE)]
     assert records["metrics"] == [cfl_dag.CFL_EVALUATION.format(language="dyck-2", model=pair["model"]) for pair in pairs if pair["language"] == "dyck-2"]
     assert len(records["curves"]) == len(records["metrics"]) == 7
     ci = resolve(config, "ci")
-    assert cfl_dag.targets(ci) == [] and cfl_dag.cfl_pairs(ci) == []
+    assert cfl_dag.targets(ci.cfl) == [] and cfl_dag.cfl_pairs(ci.cfl) == []
     assert not any(target.startswith("results/cfl/") for target in pipeline.all_targets(ci))
 
 
 def test_run_files_and_train_options_follow_the_grid(config: dict[str, Any]) -> None:
     settings = resolve(config, None)
-    files = cfl_dag.cfl_run_files(settings, "dyck-2", "cfl-jm", cfl_dag.CFL_RUN_MODEL)
+    files = cfl_dag.cfl_run_files(settings.cfl, "dyck-2", "cfl-jm", cfl_dag.CFL_RUN_MODEL)
     assert len(files) == 4 * 3 * 5
     assert "results/cfl/runs/dyck-2/cfl-jm/lr0.0005-m40-r5/model.pt" in files
-    assert len(cfl_dag.cfl_run_files(settings, "dyck-2", "cfl-ns+s+u", cfl_dag.CFL_RUN_MODEL)) == 4 * 5
+    assert len(cfl_dag.cfl_run_files(settings.cfl, "dyck-2", "cfl-ns+s+u", cfl_dag.CFL_RUN_MODEL)) == 4 * 5
     assert cfl_dag.cfl_train_options("lr0.0005-m40-r5") == "--learning-rate 0.0005 --vector-size 40 --restart 5"
     assert cfl_dag.cfl_train_options("lr0.01-r2") == "--learning-rate 0.01 --restart 2"
     assert cfl_dag.cfl_figures("validation") == ["results/cfl/figures/validation.png", "results/cfl/figures/validation.pdf"]

@@ -67,17 +67,17 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
     listed = re.findall(r"^(?:local)?rule (\w+):$", output, flags=re.MULTILINE)
     assert len(listed) == counts["total"]
     settings = resolution.resolve(yaml.safe_load((ROOT / "config.yaml").read_text()))
-    pairs = len(settings["tasks"]) * len(settings["architectures"])
-    seeds = len(settings["final"]["seeds"])
+    pairs = len(settings.tasks) * len(settings.architectures)
+    seeds = len(settings.final.seeds)
     expected = {
         "settings": len(resolution.SETTINGS_READ),  # one file per kind of job, its sections only
         "tracking": 1,
-        "tracking_sync": len(settings["tasks"]) + len(settings["cfl"]["languages"]) + 1,  # one per MLflow experiment, PTB's included
-        "ptb_train": len(settings["ptb"]["models"]) * settings["ptb"]["restarts"],  # the paper's grid: >= 40 training jobs
-        "ptb_evaluate": len(settings["ptb"]["models"]) * settings["ptb"]["restarts"],  # test perplexity and SG score of every restart
-        "ptb_select": len(settings["ptb"]["models"]),
+        "tracking_sync": len(settings.tasks) + len(settings.cfl.languages) + 1,  # one per MLflow experiment, PTB's included
+        "ptb_train": len(settings.ptb.models) * settings.ptb.restarts,  # the paper's grid: >= 40 training jobs
+        "ptb_evaluate": len(settings.ptb.models) * settings.ptb.restarts,  # test perplexity and SG score of every restart
+        "ptb_select": len(settings.ptb.models),
         "hparams": pairs,
-        "train": pairs * (len(transformations.trained_trials(settings)) + seeds),
+        "train": pairs * (len(transformations.trained_trials(settings.search)) + seeds),
         "select": pairs,
         "evaluate": pairs * seeds,
         "aggregate": 1,
@@ -105,16 +105,16 @@ def test_models_metrics_and_report_need_no_mlflow_job(workflow_copy: Callable[[d
 
 def test_tracking_sync_reads_every_run_of_its_experiment() -> None:
     settings = resolution.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "ci"})
-    task = settings["tasks"][0]
+    task = settings.tasks[0]
     records = pipeline.tracking_records(settings, task)
     assert sorted(records["curves"]) == sorted(
         transformations.RUN_CURVE.format(task=task, architecture=shared.architecture_slug(name), phase=phase, index=index)
-        for name in settings["architectures"]
-        for phase, indices in (("search", transformations.trials(settings)), ("final", settings["final"]["seeds"]))
+        for name in settings.architectures
+        for phase, indices in (("search", transformations.trials(settings.search)), ("final", settings.final.seeds))
         for index in indices
     )
     assert records["metrics"] == [path for path in transformations.final_metrics(settings) if f"/{task}/" in path]
-    assert pipeline.tracking_experiments(settings) == [*settings["tasks"], *settings["cfl"]["languages"]]
+    assert pipeline.tracking_experiments(settings) == [*settings.tasks, *settings.cfl.languages]
     assert f"results/tracking/{task}.json" in pipeline.all_targets(settings)
     with pytest.raises(StacklmError, match="no task, CFL language or PTB experiment is named 'no-such-task'"):
         pipeline.tracking_records(settings, "no-such-task")

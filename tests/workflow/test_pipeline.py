@@ -51,7 +51,7 @@ class Pipelines:
     straight: Path  # run once, uninterrupted
     resumed: Path  # interrupted mid-training, then the same command again
     killed_while: str  # the run directory that was training when B was interrupted
-    settings: dict
+    settings: resolution.ResolvedSettings
 
 
 def wait_for_training(directory: Path, process: subprocess.Popen[str], timeout_s: float) -> str:
@@ -118,19 +118,19 @@ def test_ci_run_writes_metrics_tables_figures_and_mlflow_runs(pipelines: Pipelin
     directory, settings = pipelines.straight, pipelines.settings
     metrics = pd.read_parquet(directory / "results" / "metrics.parquet")
     runs = metrics[["task", "architecture", "seed"]].drop_duplicates()
-    assert len(runs) == len(settings["tasks"]) * len(settings["architectures"]) * len(settings["final"]["seeds"])
+    assert len(runs) == len(settings.tasks) * len(settings.architectures) * len(settings.final.seeds)
     assert set(metrics["phase"]) == {"final"}
     assert {"full_accuracy", "partial_accuracy", "log_ratio", "cross_entropy"} <= set(metrics["metric"])
-    for task in settings["tasks"]:
+    for task in settings.tasks:
         table = (directory / "results" / "report" / "tables" / f"{task}.tex").read_text()
-        for name in settings["architectures"]:
+        for name in settings.architectures:
             assert f"\n{name} & " in table
     assert (directory / "results" / "report" / "figures" / "figure3.png").read_bytes().startswith(b"\x89PNG")
     assert (directory / "results" / "report" / "figures" / "figure3.pdf").read_bytes().startswith(b"%PDF")
     assert "\\input{tables/" in (directory / "results" / "report" / "report.tex").read_text()
     names = mlflow_run_names(directory)
-    trials = settings["search"]["trials"]
-    assert len(names) == len(settings["tasks"]) * len(settings["architectures"]) * (trials + len(settings["final"]["seeds"]))
+    trials = settings.search.trials
+    assert len(names) == len(settings.tasks) * len(settings.architectures) * (trials + len(settings.final.seeds))
     assert names == manifest_runs(directory, settings)  # one run per key, no deleted one
 
 
@@ -145,7 +145,7 @@ def test_every_mlflow_run_holds_its_files_the_commit_and_its_training_times(pipe
 
     directory = pipelines.straight
     client = MlflowClient(tracking_uri=f"sqlite:///{directory / 'results' / 'mlflow' / 'mlflow.db'}")
-    manifest = json.loads((directory / "results" / "tracking" / f"{pipelines.settings['tasks'][0]}.json").read_text())
+    manifest = json.loads((directory / "results" / "tracking" / f"{pipelines.settings.tasks[0]}.json").read_text())
     for key, run_id in manifest.items():
         run = client.get_run(run_id)
         folder = Path(run.data.tags["stacklm.folder"])
@@ -176,9 +176,9 @@ def test_the_end_of_a_run_says_where_the_results_are_and_how_to_open_mlflow(pipe
     assert f"mlflow server --backend-store-uri sqlite:///{store} --host 127.0.0.1" in output
 
 
-def manifest_runs(directory: Path, settings: dict) -> set[str]:
+def manifest_runs(directory: Path, settings: resolution.ResolvedSettings) -> set[str]:
     """The run keys of every task's tracking_sync manifest."""
-    return {key for task in settings["tasks"] for key in json.loads((directory / "results" / "tracking" / f"{task}.json").read_text())}
+    return {key for task in settings.tasks for key in json.loads((directory / "results" / "tracking" / f"{task}.json").read_text())}
 
 
 def test_killed_mid_training_then_rerun_ends_with_the_same_tables(pipelines: Pipelines) -> None:
@@ -257,7 +257,7 @@ def test_mlflow_ui_shows_the_runs_in_headless_chromium(pipelines: Pipelines, mlf
         pytest.skip(f"{CHROMIUM} is absent: `make test` installs Debian's chromium")
     with urllib.request.urlopen(f"{mlflow_server}/api/2.0/mlflow/experiments/search?max_results=100", timeout=10) as response:
         experiments = {item["name"]: item["experiment_id"] for item in json.load(response)["experiments"]}
-    task = pipelines.settings["tasks"][0]
+    task = pipelines.settings.tasks[0]
     with tempfile.TemporaryDirectory() as profile:
         page = subprocess.run(
             [
@@ -271,8 +271,8 @@ def test_mlflow_ui_shows_the_runs_in_headless_chromium(pipelines: Pipelines, mlf
             timeout=180,
         )
     dom = page.stdout
-    for name in pipelines.settings["architectures"]:
-        for seed in pipelines.settings["final"]["seeds"]:
+    for name in pipelines.settings.architectures:
+        for seed in pipelines.settings.final.seeds:
             assert f"{name} final seed-{seed}" in dom, f"run {name} final seed-{seed} of {task} not on the page"
 
 
@@ -302,7 +302,7 @@ def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines:
         path = f"results/report/figures/figure3.{extension}"
         assert path in fruit["Figure 3"] and "Figure 3 of DuSell &amp; Cotterell (2025)" in results[path]["caption"]
         assert embedded(results[path]) == (directory / path).read_bytes()
-    for task in settings["tasks"]:
+    for task in settings.tasks:
         path = f"results/report/tables/{task}.html"
         assert path in fruit[task] and f"<strong>{task}</strong>" in results[path]["caption"]
         assert results[path]["mime_type"] == "text/html"  # shown in the page, not offered as a download
@@ -314,7 +314,7 @@ def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines:
         assert len(rows) == page.count("<tr>")  # every row of the table, header rows included
         for row in rows:
             assert "".join(cell.strip().replace("**", "") for cell in row.strip("|").split("|")) in text.replace("\n", "")
-        for name in settings["architectures"]:
+        for name in settings.architectures:
             assert f"<td>{name}</td>" in page
 
 
@@ -326,7 +326,7 @@ def test_a_config_change_in_the_same_folder_reruns_what_depends_on_it(pipelines:
     shutil.copytree(pipelines.straight, directory, symlinks=True)
     metrics_before = pd.read_parquet(directory / "results" / "metrics.parquet")
     report_before = (directory / "results" / "report" / "report.tex").stat().st_mtime_ns
-    (directory / "test.yaml").write_text(yaml.safe_dump({"preset": "ci", "data": {"seed": pipelines.settings["data"]["seed"] + 1}}))
+    (directory / "test.yaml").write_text(yaml.safe_dump({"preset": "ci", "data": {"seed": pipelines.settings.data.seed + 1}}))
     result = run_snakemake(directory, *RUN)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
@@ -354,5 +354,5 @@ def test_a_change_of_the_tracking_settings_only_reruns_only_the_mirror(pipelines
     assert {rule: count for rule, count in counts.items() if rule not in ("all", "total")} == {
         "settings": 1,
         "tracking": 1,
-        "tracking_sync": len(pipelines.settings["tasks"]),
+        "tracking_sync": len(pipelines.settings.tasks),
     }

@@ -6,32 +6,34 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
 import stacklm.workflow.settings as resolution
 from stacklm.cli import main
 from stacklm.errors import StacklmError
+from stacklm.experiments.transformations.settings import FinalSettings, IntegerRange, LogRange
+from stacklm.settings_file import SECTIONS, read_settings
+from stacklm.workflow.settings import ResolvedSettings
 
 
-def test_full_config_has_the_papers_settings(settings: dict[str, Any]) -> None:
-    assert len(settings["tasks"]) == 7
-    assert {"Tf", "Tf+Nd+Nd", "RNN+Sup+R", "LSTM+Nd+R", "Tf+Syn", "Tf+Nd+Syn"} <= set(settings["architectures"])
-    assert settings["search"]["trials"] == 10
-    assert settings["search"]["max_epochs"] is None  # each trial to convergence, as the authors' search script
-    assert settings["search"]["tokens_per_batch"] == {"low": 512, "high": 2048}
-    assert settings["search"]["learning_rate"] == {"low": 1e-5, "high": 1e-3}
-    assert settings["final"] == {"seeds": [1, 2, 3, 4, 5], "max_epochs": None}
+def test_full_config_has_the_papers_settings(settings: ResolvedSettings) -> None:
+    assert len(settings.tasks) == 7
+    assert {"Tf", "Tf+Nd+Nd", "RNN+Sup+R", "LSTM+Nd+R", "Tf+Syn", "Tf+Nd+Syn"} <= set(settings.architectures)
+    assert settings.search.trials == 10
+    assert settings.search.max_epochs is None  # each trial to convergence, as the authors' search script
+    assert settings.search.tokens_per_batch == IntegerRange(512, 2048)
+    assert settings.search.learning_rate == LogRange(1e-5, 1e-3)
+    assert settings.final == FinalSettings(seeds=(1, 2, 3, 4, 5), max_epochs=None)
 
 
 @pytest.mark.parametrize("preset", ["small", "ci"])
 def test_presets_resolve_and_keep_every_task_architecture_in_small(config: dict[str, Any], preset: str) -> None:
     settings = resolution.resolve({**copy.deepcopy(config), "preset": preset})
-    assert "presets" not in settings and "preset" not in settings
     if preset == "small":
-        assert settings["tasks"] == config["tasks"]
-        assert settings["architectures"] == config["architectures"]
+        assert list(settings.tasks) == config["tasks"]
+        assert list(settings.architectures) == config["architectures"]
 
 
 def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
@@ -59,7 +61,8 @@ def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
         (lambda s: s["report"].__setitem__("min_test_accuracy", 1.5), r"report\.min_test_accuracy"),
     ],
 )
-def test_invalid_settings_name_the_key(settings: dict[str, Any], change: Any, key: str) -> None:
+def test_invalid_settings_name_the_key(config: dict[str, Any], change: Any, key: str) -> None:
+    settings = resolution.apply_preset(copy.deepcopy(config))
     change(settings)
     with pytest.raises(StacklmError, match=f"config key '{key}'"):
         resolution.validate_settings(settings)
@@ -113,17 +116,46 @@ def snakemake_config(config: dict[str, Any], user: dict[str, Any]) -> dict[str, 
 def test_the_users_keys_win_over_the_presets(config: dict[str, Any]) -> None:
     user = {"preset": "ci", "search": {"trials": 3}, "final": {"seeds": [7]}}
     settings = resolution.resolve(snakemake_config(config, user), user)
-    assert settings["search"] == {**config["search"], **config["presets"]["ci"]["search"], "trials": 3}
-    assert settings["final"] == {"seeds": [7], "max_epochs": 1}  # the preset's max_epochs stays
-    assert settings["tasks"] == config["presets"]["ci"]["tasks"]
+    assert resolution.plain(settings.search) == {**config["search"], **config["presets"]["ci"]["search"], "trials": 3}
+    assert settings.final == FinalSettings(seeds=(7,), max_epochs=1)  # the preset's max_epochs stays
+    assert list(settings.tasks) == config["presets"]["ci"]["tasks"]
     # the same keys in config.yaml itself are defaults: the preset wins over them
-    assert resolution.resolve(snakemake_config(config, user))["search"]["trials"] == config["presets"]["ci"]["search"]["trials"]
+    assert resolution.resolve(snakemake_config(config, user)).search.trials == config["presets"]["ci"]["search"]["trials"]
 
 
-def test_settings_command_rejects_invalid_settings(tmp_path: Path, settings: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_settings_command_rejects_invalid_settings(tmp_path: Path, config: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    settings = resolution.apply_preset(copy.deepcopy(config))
     settings["search"]["trials"] = 0
     settings["training"]["parameter_budget"] = 0
     assert main(["settings", "--json", json.dumps(settings), "--out", str(tmp_path / "s.json")]) == 1
     error = capsys.readouterr().err
     assert "'search.trials'" in error and "'training.parameter_budget'" in error
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("preset", [None, "small", "ci", "table1"])
+def test_every_readers_settings_file_is_byte_identical_to_the_resolved_plain_values(config: dict[str, Any], preset: str | None) -> None:
+    """The files the rule ``settings`` writes from the typed tree are those written before it
+    existed, from the plain resolved values (config.yaml, the preset over it): no job reruns."""
+    resolved = {**copy.deepcopy(config), "preset": preset}
+    values = resolution.apply_preset(resolved)
+    settings = resolution.resolve(resolved)
+    for reader, sections in resolution.SETTINGS_READ.items():
+        before = {SECTIONS: list(sections), **{section: values[section] for section in sections}}
+        assert settings_file_text(resolution.settings_for(settings, reader)) == settings_file_text(before), reader
+
+
+def settings_file_text(contents: dict[str, Any]) -> str:
+    """What ``stacklm settings`` writes for the rule's ``--json`` (sorted-key JSON of ``contents``)."""
+    return json.dumps(json.loads(json.dumps(contents, sort_keys=True)), indent=2, sort_keys=True) + "\n"
+
+
+def test_a_job_builds_from_its_file_the_sections_the_snakefile_read(tmp_path: Path, config: dict[str, Any]) -> None:
+    settings = resolution.resolve({**copy.deepcopy(config), "preset": "small"})
+    types = get_type_hints(ResolvedSettings)
+    for reader, sections in resolution.SETTINGS_READ.items():
+        path = tmp_path / f"{reader}.json"
+        assert main(["settings", "--json", json.dumps(resolution.settings_for(settings, reader)), "--out", str(path)]) == 0
+        read = read_settings(path)
+        for section in sections:
+            assert read.section(section, types[section]) == getattr(settings, section), (reader, section)

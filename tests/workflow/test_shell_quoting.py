@@ -78,7 +78,7 @@ def resolved(overrides: dict[str, Any]) -> dict[str, Any] | None:
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(config, copy.deepcopy(overrides))  # Snakemake's `config`
     try:
-        return resolution.resolve(config, overrides)
+        return resolution.plain(resolution.resolve(config, overrides))
     except StacklmError:
         return None
 

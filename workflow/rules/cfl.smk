@@ -26,7 +26,7 @@ rule cfl_generate:
     output:
         cfl_dag.CFL_TEST,
     params:
-        strings_per_length=cfl_dag.cfl_settings(SETTINGS).test_strings_per_length,
+        strings_per_length=SETTINGS.cfl.test_strings_per_length,
     log:
         "logs/cfl/generate/{language}.log",
     threads: 1
@@ -64,7 +64,7 @@ rule cfl_train:
 
 rule cfl_select:
     input:
-        lambda wildcards: cfl_dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, cfl_dag.CFL_RUN_CURVE),
+        lambda wildcards: cfl_dag.cfl_run_files(SETTINGS.cfl, wildcards.language, wildcards.model, cfl_dag.CFL_RUN_CURVE),
     output:
         cfl_dag.CFL_SELECTED,
     log:
@@ -78,7 +78,7 @@ rule cfl_select:
 rule cfl_evaluate:
     input:
         selection=cfl_dag.CFL_SELECTED,
-        models=lambda wildcards: cfl_dag.cfl_run_files(SETTINGS, wildcards.language, wildcards.model, cfl_dag.CFL_RUN_MODEL),
+        models=lambda wildcards: cfl_dag.cfl_run_files(SETTINGS.cfl, wildcards.language, wildcards.model, cfl_dag.CFL_RUN_MODEL),
         test=cfl_dag.CFL_TEST,
         settings=settings_file("cfl_evaluate"),
     output:
@@ -100,8 +100,8 @@ rule cfl_evaluate:
 
 rule cfl_figures:
     input:
-        curves=cfl_dag.cfl_pair_files(SETTINGS, cfl_dag.CFL_SELECTED),
-        metrics=cfl_dag.cfl_pair_files(SETTINGS, cfl_dag.CFL_EVALUATION),
+        curves=cfl_dag.cfl_pair_files(SETTINGS.cfl, cfl_dag.CFL_SELECTED),
+        metrics=cfl_dag.cfl_pair_files(SETTINGS.cfl, cfl_dag.CFL_EVALUATION),
     output:
         curves=cfl_dag.CFL_CURVES,
         metrics=cfl_dag.CFL_METRICS,

@@ -12,8 +12,9 @@ from stacklm.workflow.settings import SETTINGS_FILE, SETTINGS_READ, settings_fil
 
 # `config` is config.yaml with the user's keys merged in; `overwrite_config` holds those keys
 # alone (the --configfile files, then --config), so that they win over the preset's. The
-# resolved settings are checked against ../schemas/config.schema.yaml and what no schema can
-# express, every bad value named by its key, before any job runs.
+# resolved settings are checked against ../schemas/config.schema.yaml and built into one typed
+# tree (stacklm.workflow.settings.ResolvedSettings: SETTINGS.search.trials, SETTINGS.cfl), every
+# bad value named by its key, before any job runs.
 SETTINGS = snakefile_settings(config, workflow.config_settings.overwrite_config)
 # One conda env for every job, all of which run stacklm (the path is relative to this folder).
 CONDA_ENV = "../../envs/stacklm.yaml"

@@ -6,7 +6,7 @@ rule data_fetch:
     output:
         data_stage.UPSTREAM_RAW,
     params:
-        options=data_stage.fetch_options(SETTINGS),
+        options=data_stage.fetch_options(SETTINGS.data),
     wildcard_constraints:
         split="validation|generalization",
     log:
@@ -34,12 +34,12 @@ rule data_repair:
 
 rule data_generate:
     input:
-        unpack(lambda wildcards: data_stage.generate_inputs(SETTINGS, wildcards.task)),
+        unpack(lambda wildcards: data_stage.generate_inputs(SETTINGS.data, wildcards.task)),
     output:
         splits=data_stage.data_files("{task}"),
         counts=data_stage.CONSTRUCTION,
     params:
-        options=lambda wildcards: data_stage.generate_options(SETTINGS, wildcards.task),
+        options=lambda wildcards: data_stage.generate_options(SETTINGS.data, wildcards.task),
         folder=data_stage.DATA_DIR,
     log:
         "logs/data/generate/{task}.log",
@@ -67,7 +67,7 @@ rule data_summarize:
 
 rule data_report:
     input:
-        expand(data_stage.SUMMARY, task=SETTINGS["tasks"]),
+        expand(data_stage.SUMMARY, task=SETTINGS.tasks),
     output:
         report(data_stage.REPORT, caption="../report/data.rst", category="Data"),
     log:

@@ -5,7 +5,7 @@
 # Both rules are light and run hundreds of times: `stacklm hparams|select` imports
 # stacklm.experiments.transformations.search only, never torch.
 
-TRIALS = dag.trials(SETTINGS)
+TRIALS = dag.trials(SETTINGS.search)
 
 
 localrules:
@@ -33,7 +33,7 @@ rule select:
     input:
         settings=settings_file("select"),
         hparams=expand(dag.TRIAL_HPARAMS, trial=TRIALS, allow_missing=True),
-        curves=expand(dag.RUN_CURVE, phase="search", index=dag.trained_trials(SETTINGS), allow_missing=True),
+        curves=expand(dag.RUN_CURVE, phase="search", index=dag.trained_trials(SETTINGS.search), allow_missing=True),
     output:
         dag.BEST_HPARAMS,
     log:

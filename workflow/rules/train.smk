@@ -26,8 +26,8 @@ rule train:
     threads: 1
     resources:
         gpu=0,
-        runtime=lambda wildcards, attempt: dag.train_resources(SETTINGS, wildcards.architecture, attempt).runtime_min,
-        mem_mb=lambda wildcards, attempt: dag.train_resources(SETTINGS, wildcards.architecture, attempt).mem_mb,
+        runtime=lambda wildcards, attempt: dag.train_resources(SETTINGS.resources, wildcards.architecture, attempt).runtime_min,
+        mem_mb=lambda wildcards, attempt: dag.train_resources(SETTINGS.resources, wildcards.architecture, attempt).mem_mb,
     conda:
         CONDA_ENV
     shell:

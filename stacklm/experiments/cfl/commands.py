@@ -42,7 +42,8 @@ from stacklm.cfl.languages import LANGUAGES
 from stacklm.errors import StacklmError
 from stacklm.evaluation.cfl import score_cfl_dataset
 from stacklm.evaluation.cfl_metric import DELTA
-from stacklm.evaluation.metrics import EvaluationSettings, MetricValue
+from stacklm.evaluation.metrics import MetricValue
+from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, run_seeds
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.models.options import ModelOptions

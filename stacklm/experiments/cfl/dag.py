@@ -8,11 +8,8 @@ set of L), ``cfl_train`` for every grid point (learning rate × m for Gref/JM ×
 from __future__ import annotations
 
 import shlex
-from typing import Any
-
 from stacklm.experiments.cfl.experiment import CflSettings, grid, parse_setting
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
-from stacklm.settings_file import build
 
 # {language}, {model} (the registry's path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).
 CFL_TEST = "results/cfl/data/{language}/test.tsv"
@@ -31,25 +28,19 @@ CFL_FIGURE = "results/cfl/figures/{figure}.{extension}"
 CFL_FIGURES: tuple[str, ...] = ("validation", "test-by-length")  # Figure 1; test Δ by length
 
 
-def cfl_settings(settings: dict[str, Any]) -> CflSettings:
-    """The ``cfl`` section (the paper's grid where absent); an error names the key."""
-    return build(CflSettings, settings.get("cfl", {}), "cfl")
-
-
-def cfl_pairs(settings: dict[str, Any]) -> list[dict[str, str]]:
+def cfl_pairs(cfl: CflSettings) -> list[dict[str, str]]:
     """Wildcards of every (language, model slug) pair of the CFL experiments."""
-    cfl = cfl_settings(settings)
     return [{"language": language, "model": architecture_slug(model)} for language in cfl.languages for model in cfl.models]
 
 
-def cfl_pair_files(settings: dict[str, Any], pattern: str) -> list[str]:
+def cfl_pair_files(cfl: CflSettings, pattern: str) -> list[str]:
     """``pattern`` (CFL_SELECTED, CFL_EVALUATION) for every (language, model) pair."""
-    return [pattern.format(**pair) for pair in cfl_pairs(settings)]
+    return [pattern.format(**pair) for pair in cfl_pairs(cfl)]
 
 
-def cfl_run_files(settings: dict[str, Any], language: str, model: str, pattern: str) -> list[str]:
+def cfl_run_files(cfl: CflSettings, language: str, model: str, pattern: str) -> list[str]:
     """``pattern`` (CFL_RUN_MODEL, CFL_RUN_CURVE) for every grid run of ``language`` and the model slug ``model``."""
-    runs = grid(cfl_settings(settings), language, architecture_name(model))
+    runs = grid(cfl, language, architecture_name(model))
     return [pattern.format(language=language, model=model, setting=run.setting) for run in runs]
 
 
@@ -64,21 +55,21 @@ def cfl_figures(figure: str) -> list[str]:
     return [CFL_FIGURE.format(figure=figure, extension=extension) for extension in FIGURE_EXTENSIONS]
 
 
-def targets(settings: dict[str, Any]) -> list[str]:
+def targets(cfl: CflSettings) -> list[str]:
     """The CFL records and figures; none when ``cfl.languages`` is empty."""
-    if not cfl_settings(settings).languages:
+    if not cfl.languages:
         return []
     return [CFL_CURVES, CFL_METRICS, *(path for figure in CFL_FIGURES for path in cfl_figures(figure))]
 
 
-def tracking_records(settings: dict[str, Any], language: str) -> dict[str, list[str]]:
+def tracking_records(cfl: CflSettings, language: str) -> dict[str, list[str]]:
     """The files ``stacklm tracking sync`` mirrors for ``language``: every grid run's
     ``train.parquet`` (``curves``), each model's evaluation (``metrics``), and the logs of the
     jobs that wrote them, in the same order."""
-    pairs = [pair for pair in cfl_pairs(settings) if pair["language"] == language]
+    pairs = [pair for pair in cfl_pairs(cfl) if pair["language"] == language]
     return {
-        "curves": [path for pair in pairs for path in cfl_run_files(settings, language, pair["model"], CFL_RUN_CURVE)],
+        "curves": [path for pair in pairs for path in cfl_run_files(cfl, language, pair["model"], CFL_RUN_CURVE)],
         "metrics": [CFL_EVALUATION.format(**pair) for pair in pairs],
-        "curve_logs": [path for pair in pairs for path in cfl_run_files(settings, language, pair["model"], CFL_TRAIN_LOG)],
+        "curve_logs": [path for pair in pairs for path in cfl_run_files(cfl, language, pair["model"], CFL_TRAIN_LOG)],
         "metrics_logs": [CFL_EVALUATE_LOG.format(**pair) for pair in pairs],
     }

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
-from stacklm.experiments.transformations.data import data_settings
+from stacklm.experiments.transformations.settings import ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
 
 Phase = Literal["search", "final"]
 PHASES: tuple[Phase, ...] = ("search", "final")
@@ -65,14 +65,14 @@ def known_architectures() -> tuple[str, ...]:
 # Lookups of the rules.
 
 
-def trials(settings: dict[str, Any]) -> list[int]:
-    return list(range(1, settings["search"]["trials"] + 1))
+def trials(search: SearchSettings) -> list[int]:
+    return list(range(1, search.trials + 1))
 
 
-def trained_trials(settings: dict[str, Any]) -> list[int]:
+def trained_trials(search: SearchSettings) -> list[int]:
     """The trials whose search model is trained: all of them, or none when there is one (its
     draw is the selection whatever its validation cross-entropy; the small preset's case)."""
-    drawn = trials(settings)
+    drawn = trials(search)
     return drawn if len(drawn) > 1 else []
 
 
@@ -96,42 +96,38 @@ class JobResources:
     mem_mb: int
 
 
-def train_resources(settings: dict[str, Any], architecture: str, attempt: int) -> JobResources:
+def train_resources(resources: ResourceSettings, architecture: str, attempt: int) -> JobResources:
     """Time and memory of a training job: its family's base values × growth^(attempt − 1).
 
     An architecture belongs to the first family in ``resources.families`` one of whose
     components (``Nd``, ``Sup``, …) appears in its name; otherwise to ``resources.default``.
     """
-    table = settings["resources"]
     components = set(architecture_name(architecture).split("+"))
-    base = table["default"]
-    for family in table["families"]:
-        if components & set(family["components"]):
-            base = family
-            break
-    factor = table["growth_per_retry"] ** (attempt - 1)
-    return JobResources(runtime_min=math.ceil(base["runtime_min"] * factor), mem_mb=math.ceil(base["mem_mb"] * factor))
+    families = [family for family in resources.families if components & set(family.components)]
+    base = families[0] if families else resources.default
+    factor = resources.growth_per_retry ** (attempt - 1)
+    return JobResources(runtime_min=math.ceil(base.runtime_min * factor), mem_mb=math.ceil(base.mem_mb * factor))
 
 
 # ---------------------------------------------------------------------------------------------
 # Targets.
 
 
-def final_runs(settings: dict[str, Any]) -> list[dict[str, str | int]]:
+def final_runs(settings: TransformationsSettings) -> list[dict[str, str | int]]:
     """Wildcards of every final run: task × architecture slug × seed."""
     return [
         {"task": task, "architecture": architecture_slug(name), "phase": "final", "index": seed}
-        for task in settings["tasks"]
-        for name in settings["architectures"]
-        for seed in settings["final"]["seeds"]
+        for task in settings.tasks
+        for name in settings.architectures
+        for seed in settings.final.seeds
     ]
 
 
-def final_metrics(settings: dict[str, Any]) -> list[str]:
+def final_metrics(settings: TransformationsSettings) -> list[str]:
     return [RUN_METRICS.format(**run) for run in final_runs(settings)]
 
 
-def final_curves(settings: dict[str, Any], task: str) -> list[str]:
+def final_curves(settings: TransformationsSettings, task: str) -> list[str]:
     return [RUN_CURVE.format(**run) for run in final_runs(settings) if run["task"] == task]
 
 
@@ -139,34 +135,34 @@ def curve_figures(task: str) -> list[str]:
     return [CURVE_FIGURE.format(task=task, extension=extension) for extension in FIGURE_EXTENSIONS]
 
 
-def report_outputs(settings: dict[str, Any]) -> dict[str, list[str]]:
+def report_outputs(settings: TransformationsSettings) -> dict[str, list[str]]:
     return {
-        "tables": [REPORT_TABLE.format(task=task) for task in settings["tasks"]],
-        "markdown": [REPORT_MARKDOWN.format(task=task) for task in settings["tasks"]],
+        "tables": [REPORT_TABLE.format(task=task) for task in settings.tasks],
+        "markdown": [REPORT_MARKDOWN.format(task=task) for task in settings.tasks],
         "document": [REPORT_DOCUMENT],
         "figures": [REPORT_FIGURE.format(extension=extension) for extension in FIGURE_EXTENSIONS],
     }
 
 
-def targets(settings: dict[str, Any]) -> list[str]:
+def targets(settings: TransformationsSettings) -> list[str]:
     """The metrics, the report, its pages and every task's curves (the data stage has its own)."""
     outputs = report_outputs(settings)
     return [
         METRICS,
         *(path for paths in outputs.values() for path in paths),
-        *(REPORT_HTML.format(task=task) for task in settings["tasks"]),
-        *(path for task in settings["tasks"] for path in [CURVES.format(task=task), *curve_figures(task)]),
+        *(REPORT_HTML.format(task=task) for task in settings.tasks),
+        *(path for task in settings.tasks for path in [CURVES.format(task=task), *curve_figures(task)]),
     ]
 
 
-def tracking_records(settings: dict[str, Any], task: str) -> dict[str, list[str]]:
+def tracking_records(settings: TransformationsSettings, task: str) -> dict[str, list[str]]:
     """The files ``stacklm tracking sync`` mirrors for ``task``: ``curves``, every run's
     ``train.parquet``; ``metrics``, the final runs' ``metrics.parquet``; ``curve_logs`` and
     ``metrics_logs``, the logs of the jobs that wrote them, in the same order."""
     searched = [
         {"task": task, "architecture": architecture_slug(name), "phase": "search", "index": trial}
-        for name in settings["architectures"]
-        for trial in trained_trials(settings)
+        for name in settings.architectures
+        for trial in trained_trials(settings.search)
     ]
     final = [run for run in final_runs(settings) if run["task"] == task]
     return {
@@ -177,19 +173,13 @@ def tracking_records(settings: dict[str, Any], task: str) -> dict[str, list[str]
     }
 
 
-def check_settings(settings: dict[str, Any]) -> None:
-    """Raise a ``StacklmError`` naming the key of the first setting of this experiment no run
-    could use, among those the schema cannot judge: registry names, task names, the order of
-    the search's bounds, the data section."""
+def check_settings(settings: TransformationsSettings) -> None:
+    """Raise a ``StacklmError`` naming the key of the first setting of this experiment that its
+    types cannot judge: task names and registry names (the registry imports torch)."""
+    check_tasks(settings.tasks)
     known = known_architectures()
-    for position, name in enumerate(settings["architectures"]):
+    for position, name in enumerate(settings.architectures):
         if name not in known:
             raise StacklmError(
                 f"config key 'architectures[{position}]': unknown architecture {name!r}; known: {', '.join(known)}"
             )
-    search = settings["search"]
-    for key in ("tokens_per_batch", "learning_rate"):
-        low, high = search[key]["low"], search[key]["high"]
-        if low > high:
-            raise StacklmError(f"config key 'search.{key}': low {low!r} exceeds high {high!r}")
-    data_settings(settings)

@@ -1,4 +1,4 @@
-"""The ``data:`` settings and the data stage's lookups for ``workflow/rules/data.smk``.
+"""The data stage's lookups for ``workflow/rules/data.smk`` (its settings: ``DataSettings``).
 
 Paths of the stage (Snakemake patterns):
 
@@ -13,14 +13,10 @@ Paths of the stage (Snakemake patterns):
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
 
-from stacklm.data.splits import SPLITS, SplitSizes
+from stacklm.data.splits import SPLITS
 from stacklm.data.upstream import REPAIRED_TASKS, UPSTREAM_SPLITS
-from stacklm.errors import StacklmError
-from stacklm.settings_file import build
-from stacklm.tasks import TASK_NAMES
+from stacklm.experiments.transformations.settings import DataSettings, TransformationsSettings
 
 UPSTREAM_RAW = "results/upstream/{task}/{split}.tsv"
 UPSTREAM_REPAIRED = "results/upstream/{task}/{split}.repaired.tsv"
@@ -29,30 +25,6 @@ DATA_FILE = "results/data/{task}/{split}.tsv"
 CONSTRUCTION = "results/data/{task}/construction.json"
 SUMMARY = "results/data/{task}/summary.parquet"
 REPORT = "results/data/report.txt"
-UPSTREAM_LINES = {"validation": 1_000, "generalization": 10_000}  # every task's pinned files
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    source: Literal["generate", "upstream"] = "generate"
-    seed: int = 1
-    sizes: SplitSizes = field(default_factory=SplitSizes)
-    upstream_mirror: str | None = None  # folder <mirror>/<task>/<upstream file>; None: download
-
-    def __post_init__(self) -> None:
-        if self.source == "upstream":
-            for split, lines in UPSTREAM_LINES.items():
-                if getattr(self.sizes, split) > lines:
-                    raise StacklmError(f"config key 'data.sizes.{split}': upstream has {lines} {split} examples per task, "
-                                       f"{getattr(self.sizes, split)} requested")
-
-
-def data_settings(settings: Mapping[str, Any]) -> DataSettings:
-    """The checked ``data:`` section of the resolved settings, also checking ``tasks``."""
-    for position, name in enumerate(settings["tasks"]):
-        if name not in TASK_NAMES:
-            raise StacklmError(f"config key 'tasks[{position}]': unknown task {name!r}; known: {', '.join(TASK_NAMES)}")
-    return build(DataSettings, settings.get("data", {}), "data")
 
 
 def upstream_path(task: str, split: str) -> str:
@@ -60,28 +32,27 @@ def upstream_path(task: str, split: str) -> str:
     return (UPSTREAM_REPAIRED if task in REPAIRED_TASKS else UPSTREAM_RAW).format(task=task, split=split)
 
 
-def generate_inputs(settings: Mapping[str, Any], task: str) -> dict[str, str]:
-    if data_settings(settings).source == "generate":
+def generate_inputs(data: DataSettings, task: str) -> dict[str, str]:
+    if data.source == "generate":
         return {}
     return {split: upstream_path(task, split) for split in UPSTREAM_SPLITS}
 
 
-def generate_options(settings: Mapping[str, Any], task: str) -> str:
+def generate_options(data: DataSettings, task: str) -> str:
     """Options of ``stacklm data generate`` for ``task`` (seed, sizes, upstream files), quoted
     for the rule's shell."""
-    data = data_settings(settings)
     options = ["--seed", str(data.seed)]
     for split in SPLITS:
         options += [f"--{split}", str(getattr(data.sizes, split))]
-    for split, path in generate_inputs(settings, task).items():
+    for split, path in generate_inputs(data, task).items():
         options += [f"--{split}-file", path]
     return shlex.join(options)
 
 
-def fetch_options(settings: Mapping[str, Any]) -> str:
+def fetch_options(data: DataSettings) -> str:
     """``--mirror FOLDER`` of ``stacklm data fetch``, quoted for the rule's shell: the folder is
     a config string, so no character of it (space, ``$(…)``, quote) may reach bash as syntax."""
-    mirror = data_settings(settings).upstream_mirror
+    mirror = data.upstream_mirror
     return shlex.join(["--mirror", mirror]) if mirror is not None else ""
 
 
@@ -91,6 +62,6 @@ def data_files(task: str) -> list[str]:
     return [DATA_FILE.format(task=task, split=split) for split in SPLITS]
 
 
-def data_targets(settings: Mapping[str, Any]) -> list[str]:
+def data_targets(settings: TransformationsSettings) -> list[str]:
     """Every task's summary, and the report that prints them."""
-    return [SUMMARY.format(task=task) for task in settings["tasks"]] + [REPORT]
+    return [SUMMARY.format(task=task) for task in settings.tasks] + [REPORT]

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
-from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator
+from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
+from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import add_resource_arguments
 from stacklm.settings_file import read_settings
 from stacklm.tasks import get_task

@@ -13,6 +13,7 @@ from stacklm.errors import StacklmError
 from stacklm.report.aggregate import aggregate, summarize
 from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
 from stacklm.report.tables import ColumnSet, render_document, render_table
+from stacklm.experiments.transformations.settings import FinalSettings, ReportSettings
 from stacklm.settings_file import read_settings
 
 def aggregate_command(args: argparse.Namespace) -> int:
@@ -26,14 +27,16 @@ def aggregate_command(args: argparse.Namespace) -> int:
 
 def report_command(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings)
-    tasks = settings["tasks"]
-    architectures = settings["architectures"]
+    tasks = settings.section("tasks", tuple[str, ...])
+    architectures = settings.section("architectures", tuple[str, ...])
+    final = settings.section("final", FinalSettings)
+    report = settings.section("report", ReportSettings)
     for option in ("tables", "markdown"):
         if len(getattr(args, option)) != len(tasks):
             raise StacklmError(f"--{option}: {len(getattr(args, option))} files given for {len(tasks)} tasks")
     metrics = pd.read_parquet(args.metrics)
-    seeds = len(settings["final"]["seeds"])
-    log_ratio = settings["report"]["log_ratio"]
+    seeds = len(final.seeds)
+    log_ratio = report.log_ratio
     panels = []
     for task, path, markdown in zip(tasks, args.tables, args.markdown):
         cells = summarize(metrics, task, architectures, log_ratio)
@@ -42,11 +45,11 @@ def report_command(args: argparse.Namespace) -> int:
         reproduction = ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells)
         paper = ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task))
         # the Markdown table also shows every seed's own values (with two seeds or more), between the mean and the paper's
-        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in settings["final"]["seeds"]] if seeds > 1 else []
+        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in final.seeds] if seeds > 1 else []
         write_text_atomically(path, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name))
         markdown_sets = [reproduction, *per_seed, paper]
         write_text_atomically(markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True))
-    threshold = settings["report"]["min_test_accuracy"]
+    threshold = report.min_test_accuracy
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
     from stacklm.report.figures import figure3_caption, plot_figure3
 

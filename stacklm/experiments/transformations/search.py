@@ -12,10 +12,11 @@ import math
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.common import derived_seed, select_lowest, write_json
+from stacklm.experiments.transformations.settings import FinalSettings, SearchSettings
 from stacklm.settings_file import read_settings
 from stacklm.training.config import Hyperparameters
 
@@ -23,15 +24,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def draw_hyperparameters(search: dict[str, Any], task: str, architecture: str, trial: int) -> Hyperparameters:
+def draw_hyperparameters(search: SearchSettings, task: str, architecture: str, trial: int) -> Hyperparameters:
     """Trial ``trial``'s hyperparameters: B ~ U{low..high}, learning rate ~ log-U[low, high],
     from a seed derived from (salt, task, architecture, trial)."""
-    generator = random.Random(derived_seed(search["salt"], task, architecture, trial))
-    batch = search["tokens_per_batch"]
-    tokens_per_batch = generator.randint(batch["low"], batch["high"])
-    rate = search["learning_rate"]
-    learning_rate = math.exp(generator.uniform(math.log(rate["low"]), math.log(rate["high"])))
-    return Hyperparameters(learning_rate=learning_rate, tokens_per_batch=tokens_per_batch, max_epochs=search["max_epochs"])
+    generator = random.Random(derived_seed(search.salt, task, architecture, trial))
+    tokens_per_batch = generator.randint(search.tokens_per_batch.low, search.tokens_per_batch.high)
+    rate = search.learning_rate
+    learning_rate = math.exp(generator.uniform(math.log(rate.low), math.log(rate.high)))
+    return Hyperparameters(learning_rate=learning_rate, tokens_per_batch=tokens_per_batch, max_epochs=search.max_epochs)
 
 
 def lowest_validation_cross_entropy(curve: pd.DataFrame) -> float:
@@ -43,17 +43,16 @@ def lowest_validation_cross_entropy(curve: pd.DataFrame) -> float:
 
 
 def hparams_command(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings)
-    expected = settings["search"]["trials"]
-    if len(args.out) != expected:
-        raise StacklmError(f"--out: {len(args.out)} files given for {expected} trials (search.trials)")
+    search = read_settings(args.settings).section("search", SearchSettings)
+    if len(args.out) != search.trials:
+        raise StacklmError(f"--out: {len(args.out)} files given for {search.trials} trials (search.trials)")
     for trial, path in enumerate(args.out, start=1):
-        write_json(path, asdict(draw_hyperparameters(settings["search"], args.task, args.architecture, trial)))
+        write_json(path, asdict(draw_hyperparameters(search, args.task, args.architecture, trial)))
     return 0
 
 
 def select_command(args: argparse.Namespace) -> int:
-    settings = read_settings(args.settings)
+    final = read_settings(args.settings).section("final", FinalSettings)
     if len(args.hparams) == 1 and not args.curves:
         best, reason = 0, "the only trial, not trained: nothing to compare it with"
     elif len(args.hparams) != len(args.curves):
@@ -65,7 +64,7 @@ def select_command(args: argparse.Namespace) -> int:
         best = select_lowest(scores, "search trial")
         reason = f"validation cross-entropy {scores[best]:.6f}, the lowest of {len(scores)} trials"
     chosen = json.loads(Path(args.hparams[best]).read_text())
-    chosen["max_epochs"] = settings["final"]["max_epochs"]
+    chosen["max_epochs"] = final.max_epochs
     write_json(args.out, chosen)
     print(f"selected trial {best + 1} ({reason}): {args.hparams[best]}")
     return 0

@@ -28,9 +28,10 @@ import torch
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
-from stacklm.evaluation.metrics import EvaluationSettings, PartialAccuracy, TaskEvaluator, curve_subset
+from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator, curve_subset
+from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import add_resource_arguments
-from stacklm.models.options import ModelOptions
+from stacklm.models.options import ModelSettings
 from stacklm.models.registry import build_model
 from stacklm.settings_file import build, read_json, read_settings
 from stacklm.tasks import get_task
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     settings = read_settings(args.settings) if args.settings is not None else None
     training = settings.section("training", TrainingSettings) if settings is not None else TrainingSettings()
     evaluation = settings.section("evaluation", EvaluationSettings) if settings is not None else EvaluationSettings()
-    options = settings.section("model", ModelOptions) if settings is not None else ModelOptions()
+    options = (settings.section("model", ModelSettings) if settings is not None else ModelSettings()).options()
     hyperparameters = chosen_hyperparameters(args)
     config = training.train_config(hyperparameters)
     checkpoint = args.checkpoint if args.checkpoint is not None else args.out / "checkpoint.pt"

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from stacklm.experiments.transformations.data import DataSettings, data_settings, data_targets, fetch_options, generate_inputs, generate_options
 from stacklm.data.splits import SplitSizes
 from stacklm.errors import StacklmError
+from stacklm.experiments.transformations.data import data_targets, fetch_options, generate_inputs, generate_options
+from stacklm.experiments.transformations.settings import DataSettings, check_tasks
 from stacklm.settings_file import build
 
 
 def settings(**data):
-    return {"tasks": ["question-formation", "german-passivization"], "data": data}
+    return build(DataSettings, data, "data")
 
 
 def test_defaults_and_typed_fields():
@@ -21,23 +24,24 @@ def test_defaults_and_typed_fields():
 
 
 @pytest.mark.parametrize(
-    ("data", "tasks", "message"),
+    ("data", "message"),
     [
-        ({"sead": 1}, None, "config key 'data.sead': unknown"),
-        ({"source": "web"}, None, "config key 'data.source': 'web' is not one of 'generate', 'upstream'"),
-        ({"seed": "one"}, None, "config key 'data.seed': expected int"),
-        ({"upstream_mirror": 3}, None, "config key 'data.upstream_mirror': expected str, got 3"),
-        ({"sizes": {"tests": 3}}, None, "config key 'data.sizes.tests': unknown"),
-        ({"source": "upstream", "sizes": {"validation": 2000}}, None, "config key 'data.sizes.validation': upstream has 1000"),
-        ({}, ["question-formation", "passivisation"], r"config key 'tasks\[1\]': unknown task 'passivisation'"),
+        ({"sead": 1}, "config key 'data.sead': unknown"),
+        ({"source": "web"}, "config key 'data.source': 'web' is not one of 'generate', 'upstream'"),
+        ({"seed": "one"}, "config key 'data.seed': expected int"),
+        ({"upstream_mirror": 3}, "config key 'data.upstream_mirror': expected str, got 3"),
+        ({"sizes": {"tests": 3}}, "config key 'data.sizes.tests': unknown"),
+        ({"source": "upstream", "sizes": {"validation": 2000}}, "config key 'data.sizes.validation': upstream has 1000"),
     ],
 )
-def test_bad_settings_name_the_key(data, tasks, message):
-    values = settings(**data)
-    if tasks is not None:
-        values["tasks"] = tasks
+def test_bad_settings_name_the_key(data, message):
     with pytest.raises(StacklmError, match=message):
-        data_settings(values)
+        settings(**data)
+
+
+def test_an_unknown_task_is_named_by_its_key():
+    with pytest.raises(StacklmError, match=r"config key 'tasks\[1\]': unknown task 'passivisation'"):
+        check_tasks(("question-formation", "passivisation"))
 
 
 def test_lookups_for_each_source():
@@ -56,7 +60,7 @@ def test_lookups_for_each_source():
         " --validation-file results/upstream/question-formation/validation.tsv"
         " --generalization-file results/upstream/question-formation/generalization.tsv")
     assert fetch_options(upstream) == "--mirror /mirror"
-    assert data_targets(generate) == ["results/data/question-formation/summary.parquet", "results/data/german-passivization/summary.parquet",
+    assert data_targets(SimpleNamespace(tasks=("question-formation", "german-passivization"))) == ["results/data/question-formation/summary.parquet", "results/data/german-passivization/summary.parquet",
                                       "results/data/report.txt"]
 
 
@@ -66,11 +70,11 @@ def test_config_yaml_data_section_resolves(preset):
 
     import yaml
 
-    from stacklm.workflow.settings import apply_preset
+    from stacklm.workflow.settings import resolve
 
     config = yaml.safe_load((Path(__file__).resolve().parents[3] / "config.yaml").read_text())
     config["preset"] = preset
-    data = data_settings(apply_preset(config))
+    data = resolve(config).data
     assert data.source == "generate"
     if preset == "ci":
         assert data.sizes.in_distribution + data.sizes.generalization <= 500  # generated in well under a second

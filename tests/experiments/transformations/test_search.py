@@ -3,13 +3,12 @@ selection, and ``stacklm hparams`` and ``stacklm select`` (light: no torch, no p
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -17,24 +16,25 @@ import stacklm.experiments.transformations.dag as transformations
 import stacklm.experiments.transformations.search as search_stage
 import stacklm.workflow.dag as pipeline
 from stacklm.cli import main
+from stacklm.workflow.settings import ResolvedSettings, plain
 
 
-def test_draw_is_a_pure_function_of_task_architecture_trial(settings: dict[str, Any]) -> None:
-    search = settings["search"]
+def test_draw_is_a_pure_function_of_task_architecture_trial(settings: ResolvedSettings) -> None:
+    search = settings.search
     first = search_stage.draw_hyperparameters(search, "question-formation", "Tf+Nd", 3)
-    assert first == search_stage.draw_hyperparameters(copy.deepcopy(search), "question-formation", "Tf+Nd", 3)
+    assert first == search_stage.draw_hyperparameters(replace(search), "question-formation", "Tf+Nd", 3)
     others = {
         search_stage.draw_hyperparameters(search, "question-formation", "Tf+Nd", 4),
         search_stage.draw_hyperparameters(search, "passivization", "Tf+Nd", 3),
         search_stage.draw_hyperparameters(search, "question-formation", "Tf", 3),
-        search_stage.draw_hyperparameters({**search, "salt": 1}, "question-formation", "Tf+Nd", 3),
+        search_stage.draw_hyperparameters(replace(search, salt=1), "question-formation", "Tf+Nd", 3),
     }
     assert first not in others and len(others) == 4
     assert first.max_epochs is None  # the search's: to convergence
 
 
-def test_draw_follows_the_distributions_of_appendix_d(settings: dict[str, Any]) -> None:
-    draws = [search_stage.draw_hyperparameters(settings["search"], "t", "Tf", trial) for trial in range(1, 4001)]
+def test_draw_follows_the_distributions_of_appendix_d(settings: ResolvedSettings) -> None:
+    draws = [search_stage.draw_hyperparameters(settings.search, "t", "Tf", trial) for trial in range(1, 4001)]
     batches = [draw.tokens_per_batch for draw in draws]
     assert min(batches) >= 512 and max(batches) <= 2048 and all(isinstance(b, int) for b in batches)
     assert min(batches) < 530 and max(batches) > 2030  # the whole range is reached
@@ -50,14 +50,14 @@ def test_lowest_validation_cross_entropy_reads_the_best_checkpoint() -> None:
     assert search_stage.lowest_validation_cross_entropy(curve) == 0.7
 
 
-def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: dict[str, Any]) -> None:
+def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: ResolvedSettings) -> None:
     settings_path = tmp_path / "resolution.json"
-    assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
-    assert json.loads(settings_path.read_text()) == settings
+    assert main(["settings", "--json", json.dumps(plain(settings)), "--out", str(settings_path)]) == 0
+    assert json.loads(settings_path.read_text()) == plain(settings)
     trial_paths = [str(tmp_path / f"trial{trial}.json") for trial in range(1, 11)]
     assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *trial_paths]) == 0
     drawn = [json.loads(Path(path).read_text()) for path in trial_paths]
-    assert drawn[1] == {**search_stage.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
+    assert drawn[1] == {**search_stage.draw_hyperparameters(settings.search, "passivization", "Tf", 2).__dict__}
     curves = []
     for trial, loss in enumerate([3.0, 1.0, 0.5, 2.0, 4.0, 5.0, 6.0, 7.0, 0.6, 9.0], start=1):
         curves.append(str(tmp_path / f"curve{trial}.parquet"))
@@ -70,35 +70,36 @@ def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: dic
 LIGHT_RUN = """
 import sys
 from stacklm.cli import main
+from stacklm.workflow.settings import ResolvedSettings, plain
 status = main(sys.argv[1:])
 heavy = sorted({"torch", "pandas", "mlflow", "sympy"} & set(sys.modules))
 sys.exit(f"imported {heavy}" if heavy else status)
 """
 
 
-def test_hparams_imports_neither_torch_nor_pandas(tmp_path: Path, settings: dict[str, Any]) -> None:
+def test_hparams_imports_neither_torch_nor_pandas(tmp_path: Path, settings: ResolvedSettings) -> None:
     """hparams runs once per task and architecture: each job starts in a fraction of a second."""
     settings_path = tmp_path / "resolution.json"
-    assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
+    assert main(["settings", "--json", json.dumps(plain(settings)), "--out", str(settings_path)]) == 0
     run = [sys.executable, "-c", LIGHT_RUN]
-    out = [str(tmp_path / f"trial{trial}.json") for trial in transformations.trials(settings)]
+    out = [str(tmp_path / f"trial{trial}.json") for trial in transformations.trials(settings.search)]
     result = subprocess.run([*run, "hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *out],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert json.loads(Path(out[1]).read_text()) == {**search_stage.draw_hyperparameters(settings["search"], "passivization", "Tf", 2).__dict__}
+    assert json.loads(Path(out[1]).read_text()) == {**search_stage.draw_hyperparameters(settings.search, "passivization", "Tf", 2).__dict__}
 
 
-def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Path, settings: dict[str, Any]) -> None:
-    assert transformations.trained_trials(settings) == list(range(1, 11))
-    settings["search"]["trials"] = 1
-    assert transformations.trials(settings) == [1] and transformations.trained_trials(settings) == []
+def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Path, settings: ResolvedSettings) -> None:
+    assert transformations.trained_trials(settings.search) == list(range(1, 11))
+    settings = replace(settings, search=replace(settings.search, trials=1))
+    assert transformations.trials(settings.search) == [1] and transformations.trained_trials(settings.search) == []
     assert not [path for path in pipeline.tracking_records(settings, "passivization")["curves"] if "/search/" in path]
     settings_path = tmp_path / "resolution.json"
-    assert main(["settings", "--json", json.dumps(settings), "--out", str(settings_path)]) == 0
+    assert main(["settings", "--json", json.dumps(plain(settings)), "--out", str(settings_path)]) == 0
     trial = str(tmp_path / "trial1.json")
     assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", trial]) == 0
     best = tmp_path / "best.json"
     assert main(["select", "--settings", str(settings_path), "--hparams", trial, "--out", str(best)]) == 0
-    assert json.loads(best.read_text()) == {**json.loads(Path(trial).read_text()), "max_epochs": settings["final"]["max_epochs"]}
+    assert json.loads(best.read_text()) == {**json.loads(Path(trial).read_text()), "max_epochs": settings.final.max_epochs}
     # two trials are compared by their curves: none given is an error, not a silent first pick
     assert main(["select", "--settings", str(settings_path), "--hparams", trial, trial, "--out", str(best)]) == 1
