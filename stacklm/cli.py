@@ -85,6 +85,8 @@ EXAMPLES: dict[str, str] = {
     " --settings results/settings/cfl_evaluate.json --out evaluation/dyck-2/ns.parquet",
     "cfl figures": "stacklm cfl figures --curves selected/*/*.parquet --metrics evaluation/*/*.parquet --out-curves curves.parquet"
     " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png",
+    "cfl actions": "stacklm cfl actions --selections selected/marked-reversal/cfl-ns+s.parquet selected/marked-reversal/cfl-ns+s+u.parquet"
+    " --runs runs/marked-reversal/cfl-ns+s runs/marked-reversal/cfl-ns+s+u --out actions.parquet --figures stack-actions.png",
     "ptb": "stacklm ptb train --model rns-2-3 --restart 1 --data ../shared/upstream/ptb --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
     "ptb train": "stacklm ptb train --model rns-2-3 --restart 1 --data ../shared/upstream/ptb --lines 200 --max-epochs 2"
     " --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",

@@ -7,6 +7,7 @@ test; its DAG is checked here, and one real run of a two-model CFL config is in 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -69,6 +70,18 @@ def test_run_files_and_train_options_follow_the_grid(config: dict[str, Any]) -> 
     assert cfl_dag.cfl_figures("validation") == ["results/cfl/figures/validation.png", "results/cfl/figures/validation.pdf"]
 
 
+def test_figure_2_is_a_target_only_with_marked_reversal_and_both_ns_s_models(config: dict[str, Any]) -> None:
+    small = resolve(config, "small")
+    figure = [cfl_dag.CFL_ACTIONS, "results/cfl/figures/stack-actions.png", "results/cfl/figures/stack-actions.pdf"]
+    assert set(figure) <= set(pipeline.all_targets(small))
+    assert cfl_dag.cfl_action_runs(small.cfl) == [
+        "results/cfl/runs/marked-reversal/cfl-ns+s/lr0.01-r1/actions.parquet",
+        "results/cfl/runs/marked-reversal/cfl-ns+s+u/lr0.01-r1/actions.parquet",
+    ]
+    for cfl in (dataclasses.replace(small.cfl, models=("cfl/LSTM", "cfl/NS+S+U")), dataclasses.replace(small.cfl, languages=("dyck-2",))):
+        assert cfl_dag.targets(cfl) and not set(figure) & set(cfl_dag.targets(cfl))
+
+
 def test_a_preset_with_an_unknown_cfl_model_is_rejected_naming_the_key(config: dict[str, Any]) -> None:
     broken = copy.deepcopy(config)
     broken["presets"]["small"]["cfl"]["models"] = ["cfl/LSTM", "LSTM"]
@@ -89,21 +102,26 @@ def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[
     runs_per_language = sum(
         len(cfl.learning_rates) * cfl.restarts * (len(cfl.vector_sizes) if model in VECTOR_MODELS else 1) for model in cfl.models
     )
+    logging_runs = len(cfl_dag.cfl_action_runs(cfl))  # NS+S and NS+S+U on marked reversal log their stack actions
     expected = {
         "cfl_generate": len(cfl.languages),
-        "cfl_train": len(cfl.languages) * runs_per_language,
+        "cfl_train": len(cfl.languages) * runs_per_language - logging_runs,
+        "cfl_train_actions": logging_runs,
         "cfl_select": pairs,
         "cfl_evaluate": pairs,
         "cfl_figures": 1,
     }
     assert {rule: counts.get(rule) for rule in expected} == expected == {
         "cfl_generate": 5,
-        "cfl_train": 1100,
+        "cfl_train": 1060,
+        "cfl_train_actions": 40,
         "cfl_select": 35,
         "cfl_evaluate": 35,
         "cfl_figures": 1,
     }
-    assert len(re.findall(r"^(?:local)?rule cfl_train:$", output, flags=re.MULTILINE)) == 1100
+    assert len(re.findall(r"^(?:local)?rule cfl_train:$", output, flags=re.MULTILINE)) == 1060
+    logging = re.findall(r"^(?:local)?rule cfl_train_actions:\n(?:.*\n)*?\s+output: (.*)$", output, flags=re.MULTILINE)
+    assert sorted(path for outputs in logging for path in outputs.split(", ") if path.endswith("actions.parquet")) == sorted(cfl_dag.cfl_action_runs(cfl))
     print(f"\nsnakemake -n {cfl_dag.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")
 
 

@@ -3,8 +3,10 @@
 # (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`, which
 # keeps and scores only the first cfl.test_strings_per_length strings of each length, and
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
-# Figure 1 and test Δ by length from them. Rule cfl_X runs `stacklm cfl X` (`stacklm cfl select`
-# without torch).
+# Figure 1 and test Δ by length from them. The runs of NS+S and NS+S+U on marked reversal train
+# as `cfl_train_actions` (`cfl_train` logging the stack actions to actions.parquet), and
+# `cfl_actions` draws Figure 2 from their selected runs' logs. Rule cfl_X runs `stacklm cfl X`
+# (`stacklm cfl select` without torch).
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
 CFL_FIGURES = {figure: cfl_dag.cfl_figures(figure) for figure in cfl_dag.CFL_FIGURES}
@@ -14,6 +16,10 @@ HIERARCHY = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the ca
 localrules:
     cfl_select,
     cfl_figures,
+    cfl_actions,
+
+
+ruleorder: cfl_train_actions > cfl_train
 
 
 wildcard_constraints:
@@ -49,6 +55,7 @@ rule cfl_train:
         run_dir=cfl_dag.CFL_RUN_DIR,
         checkpoint=cfl_dag.CFL_CHECKPOINT,
         device=lambda wildcards, resources: common.device(resources.gpu),
+        actions=lambda wildcards, output: f"--actions {output.actions}" if "actions" in output.keys() else "",
     log:
         cfl_dag.CFL_TRAIN_LOG,
     threads: 1
@@ -59,7 +66,16 @@ rule cfl_train:
     shell:
         "stacklm cfl train --language {wildcards.language} --architecture {params.architecture:q} {params.options}"
         " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
-        " --device {params.device} --threads {threads} > {log} 2>&1"
+        " --device {params.device} --threads {threads} {params.actions} > {log} 2>&1"
+
+
+use rule cfl_train as cfl_train_actions with:
+    output:
+        model=cfl_dag.CFL_RUN_MODEL,
+        curve=cfl_dag.CFL_RUN_CURVE,
+        actions=cfl_dag.CFL_RUN_ACTIONS,
+    wildcard_constraints:
+        **cfl_dag.cfl_action_constraints(),
 
 
 rule cfl_select:
@@ -114,3 +130,21 @@ rule cfl_figures:
     shell:
         "stacklm cfl figures --curves {input.curves} --metrics {input.metrics} --out-curves {output.curves}"
         " --out-metrics {output.metrics} --validation-figures {output.validation} --test-figures {output.test} > {log} 2>&1"
+
+
+rule cfl_actions:
+    input:
+        selections=cfl_dag.cfl_action_files(cfl_dag.CFL_SELECTED),
+        actions=cfl_dag.cfl_action_runs(SETTINGS.cfl),
+    output:
+        actions=cfl_dag.CFL_ACTIONS,
+        figures=[report(path, caption="../report/cfl-stack-actions.rst", category=HIERARCHY) for path in cfl_dag.cfl_figures(cfl_dag.CFL_ACTIONS_FIGURE)],
+    params:
+        runs=cfl_dag.cfl_action_files(cfl_dag.CFL_RUNS),
+    log:
+        "logs/cfl/actions.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm cfl actions --selections {input.selections} --runs {params.runs} --out {output.actions}"
+        " --figures {output.figures} > {log} 2>&1"

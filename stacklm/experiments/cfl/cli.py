@@ -1,8 +1,9 @@
 """``stacklm cfl``: the command line of the CFL experiments (``generate``, ``train``, ``select``,
-``evaluate``, ``figures``).
+``evaluate``, ``figures``, ``actions``).
 
 Building it imports no torch, pandas or matplotlib: each command loads them when it runs
-(:mod:`stacklm.experiments.cfl.commands`; ``select`` is
+(:mod:`stacklm.experiments.cfl.commands`; ``actions`` is
+:func:`stacklm.experiments.cfl.figures.actions_command`; ``select`` is
 :func:`stacklm.experiments.cfl.experiment.select_command`, which needs pandas only), so that
 ``stacklm cfl select``, a job per (language, model), starts without the seconds torch costs.
 """
@@ -20,11 +21,11 @@ from stacklm.experiments.cfl.experiment import PDA_SIZES, select_command
 from stacklm.experiments.common import add_resource_arguments
 
 
-def deferred(name: str) -> Callable[[argparse.Namespace], int]:
-    """The command ``name`` of :mod:`stacklm.experiments.cfl.commands`, imported when it runs."""
+def deferred(name: str, module: str = "stacklm.experiments.cfl.commands") -> Callable[[argparse.Namespace], int]:
+    """The command ``name`` of ``module``, imported when it runs."""
 
     def command(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module("stacklm.experiments.cfl.commands"), name)(args)
+        return getattr(importlib.import_module(module), name)(args)
 
     return command
 
@@ -65,6 +66,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--settings", required=True, type=Path)
     train.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
     train.add_argument("--out", required=True, type=Path, help="run directory (model.pt, train.parquet)")
+    train.add_argument(
+        "--actions",
+        type=Path,
+        default=None,
+        help="NS models on marked reversal: log the stack actions on one fixed string every cfl.action_log_every updates "
+        "to this Parquet file (Figure 2)",
+    )
     add_resource_arguments(train)
     train.set_defaults(func=deferred("train_command"))
 
@@ -90,3 +98,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     figures.add_argument("--validation-figures", required=True, nargs="+", help="Figure 1 files (.png, .pdf)")
     figures.add_argument("--test-figures", required=True, nargs="+", help="test Δ by length files (.png, .pdf)")
     figures.set_defaults(func=deferred("figures_command"))
+
+    actions = commands.add_parser(
+        "actions", help="the stack actions of NS+S and NS+S+U over training (Figure 2), from the selected runs' logs"
+    )
+    actions.add_argument("--selections", required=True, nargs="+", type=Path, help="selected curves (`stacklm cfl select`), one per model")
+    actions.add_argument("--runs", required=True, nargs="+", type=Path, help="the folder of each model's runs, in the same order")
+    actions.add_argument("--out", required=True, type=Path, help="the selected runs' action logs, one Parquet")
+    actions.add_argument("--figures", required=True, nargs="+", help="Figure 2 files (.png, .pdf)")
+    actions.set_defaults(func=deferred("actions_command", "stacklm.experiments.cfl.figures"))

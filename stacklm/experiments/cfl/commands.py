@@ -5,6 +5,7 @@
     stacklm cfl generate --language L --split test --seed 0 --out TEST.tsv
     stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
         --restart K --settings results/settings/cfl_train.json --checkpoint CKPT --out RUN_DIR
+        [--actions RUN_DIR/actions.parquet]   (NS models on marked reversal: Figure 2's log)
     stacklm cfl select --curves RUN_DIR/train.parquet ... --out SELECTED.parquet
     stacklm cfl evaluate --selection SELECTED.parquet --runs RUNS_DIR --test TEST.tsv
         --settings results/settings/cfl_evaluate.json --out METRICS.parquet
@@ -44,6 +45,7 @@ from stacklm.evaluation.cfl import score_cfl_dataset
 from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.evaluation.settings import EvaluationSettings
+from stacklm.experiments.cfl.actions import ActionLog, actions_table, check_logged_run, logged_string
 from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, run_seeds
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.models.options import ModelOptions
@@ -107,6 +109,10 @@ def train_command(args: argparse.Namespace) -> int:
     fingerprint_source = {key: run_settings[key] for key in determining} | {"data_version": data_version}
 
     model = build_model(run.model, language.vocabulary_size, options=options, generator=torch.Generator().manual_seed(seeds.parameters))
+    action_log = None
+    if args.actions is not None:  # Figure 2: the stack actions on one fixed string, every cfl.action_log_every updates
+        check_logged_run(run)
+        action_log = ActionLog(model, logged_string(run.language), language.terminal_names, cfl.action_log_every)
     result = resumable_training(
         model,
         training_strings,
@@ -118,7 +124,10 @@ def train_command(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         device=device,
         progress_interval_s=training.progress_interval_s,
+        after_step=action_log,
     )
+    if args.actions is not None:
+        write_table(actions_table(result.step_rows, run), args.actions)
     metadata = run_metadata(
         model,
         result,

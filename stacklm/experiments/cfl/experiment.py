@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 CFL_MODELS: tuple[str, ...] = ("cfl/LSTM", "cfl/Gref", "cfl/JM", "cfl/NS", "cfl/NS+S", "cfl/NS+U", "cfl/NS+S+U")
 VECTOR_MODELS: tuple[str, ...] = ("cfl/Gref", "cfl/JM")  # searched over the stack vector size m
+ACTION_LANGUAGE = "marked-reversal"  # Figure 2: the stack actions of NS+S and NS+S+U over training
+ACTION_MODELS: tuple[str, ...] = ("cfl/NS+S", "cfl/NS+S+U")  # normalized, unnormalized
 PDA_SIZES: dict[str, tuple[int, int]] = {  # language → (|Q|, |Γ|), App. 8; in the paper's order
     "marked-reversal": (2, 3),
     "unmarked-reversal": (2, 3),
@@ -67,6 +69,7 @@ class CflSettings:
     train_batches: int = 1_000  # batches of 10 strings of one length
     validation_batches: int = 100
     test_strings_per_length: int = 100  # of the fixed test set's 100 per length
+    action_log_every: int = 100  # updates between the stack-action rows of Figure 2 (10 per epoch of 1,000 batches)
 
     def __post_init__(self) -> None:
         for position, language in enumerate(self.languages):
@@ -87,7 +90,7 @@ class CflSettings:
         for position, size in enumerate(self.vector_sizes):
             if size < 1:
                 raise StacklmError(f"config key 'cfl.vector_sizes[{position}]': must be at least 1, got {size!r}")
-        for name in ("restarts", "max_epochs", "train_batches", "validation_batches"):
+        for name in ("restarts", "max_epochs", "train_batches", "validation_batches", "action_log_every"):
             if getattr(self, name) < 1:
                 raise StacklmError(f"config key 'cfl.{name}': must be at least 1, got {getattr(self, name)!r}")
         if not 1 <= self.test_strings_per_length <= 100:

@@ -3,11 +3,17 @@
 - Figure 1: validation Δ (cross-entropy above the true distribution's, nats per symbol) against
   the epoch, one curve per model (its selected run), one panel per language;
 - test Δ by length: one curve per model over the test lengths ℓ, one panel per language, each
-  bin scored with p_true conditioned on ℓ.
+  bin scored with p_true conditioned on ℓ;
+- Figure 2: the stack actions of NS+S and NS+S+U on marked reversal over training, a heat map
+  per model (rows: updates, columns: positions t of the fixed string, colour: the probability
+  of the correct action type), from the selected runs' ``actions.parquet``
+  (:mod:`stacklm.experiments.cfl.actions`); ``stacklm cfl actions`` (:func:`actions_command`)
+  gathers them into one Parquet and draws it.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 from typing import Sequence
@@ -17,13 +23,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from stacklm.errors import StacklmError  # noqa: E402
 from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
+from stacklm.experiments.cfl.actions import ACTIONS_SCHEMA, MARKER  # noqa: E402
 from stacklm.experiments.cfl.experiment import CFL_MODELS, PDA_SIZES  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
 from stacklm.report.figure_files import save_figure  # noqa: E402
+from stacklm.tracking.records import write_table  # noqa: E402
 
 
 def _ordered(values: Sequence[str], order: Sequence[str]) -> list[str]:
@@ -78,3 +88,75 @@ def plot_test_by_length(metrics: pd.DataFrame, paths: Sequence[str | Path]) -> N
         axis.set_ylabel("test Δ (nats/symbol)")
         axis.legend(fontsize="small")
     _save(figure, paths)
+
+
+def read_actions(path: str | Path) -> pd.DataFrame:
+    """An ``actions.parquet`` (or the gathered one), refused with its name when it is not one."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as error:
+        raise StacklmError(f"{path}: not a readable Parquet file of stack actions ({error})") from None
+    missing = [name for name in ACTIONS_SCHEMA.names if name not in frame.columns]
+    if missing:
+        raise StacklmError(f"{path}: not a stack-action log: no column {', '.join(missing)}")
+    if frame.empty:
+        raise StacklmError(f"{path}: no stack actions logged (the run trained fewer updates than cfl.action_log_every)")
+    return frame
+
+
+def plot_stack_actions(actions: pd.DataFrame, paths: Sequence[str | Path]) -> None:
+    """Figure 2 from the selected runs' action logs (columns of ``ACTIONS_SCHEMA``): per model, the
+    probability of the correct action type by update (rows, training time downwards) and position t."""
+    models = _ordered(actions["architecture"].unique().tolist(), CFL_MODELS)  # NS+S, then NS+S+U
+    figure, axes = plt.subplots(1, len(models), figsize=(4.8 * len(models) + 1, 4.2), squeeze=False)
+    image = None
+    for axis, model in zip(axes.flat, models):
+        rows = actions[actions["architecture"] == model]
+        grid = rows.pivot(index="update", columns="position", values="correct_probability").sort_index().sort_index(axis=1)
+        updates, positions = grid.index.to_numpy(), grid.columns.to_numpy()
+        image = axis.imshow(
+            grid.to_numpy(dtype=float),
+            aspect="auto",
+            interpolation="nearest",
+            cmap="viridis",
+            vmin=0.0,
+            vmax=1.0,
+            extent=(positions[0] - 0.5, positions[-1] + 0.5, updates[-1], updates[0] - (updates[1] - updates[0] if len(updates) > 1 else 1)),
+        )
+        symbols = rows.drop_duplicates("position").set_index("position")["symbol"]
+        marker = [position for position, symbol in symbols.items() if symbol == MARKER]
+        if marker:
+            axis.axvline(marker[0], color="white", linewidth=0.8, linestyle=":")
+        setting = ", ".join(sorted(rows["setting"].unique()))
+        axis.set_title(f"{get_architecture(model).label} ({setting})")
+        axis.set_xlabel("position t (dotted: #; push before, pop after)")
+        axis.set_ylabel("updates")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    assert image is not None
+    figure.colorbar(image, ax=list(axes.flat), label="P(correct action)")
+    save_figure(figure, paths)
+    plt.close(figure)
+
+
+def actions_command(args: argparse.Namespace) -> int:
+    """``stacklm cfl actions``: each selected run's ``actions.parquet`` (the run of ``--selections[i]``
+    in ``--runs[i]``), gathered into ``--out``, and Figure 2 drawn from it."""
+    if len(args.selections) != len(args.runs):
+        raise StacklmError(f"--selections gives {len(args.selections)} files and --runs {len(args.runs)} folders; one each per model")
+    frames = []
+    for selection_path, runs in zip(args.selections, args.runs):
+        selection = pd.read_parquet(selection_path)
+        if selection.empty:
+            raise StacklmError(f"{selection_path}: no selected run")
+        architecture, setting = str(selection["architecture"].iloc[0]), str(selection["setting"].iloc[0])
+        path = Path(runs) / setting / "actions.parquet"
+        frame = read_actions(path)
+        if set(frame["architecture"]) != {architecture} or set(frame["setting"]) != {setting}:
+            raise StacklmError(f"{path}: holds the actions of another run than the one {selection_path} selected ({architecture}, {setting})")
+        frames.append(frame)
+    gathered = pd.concat(frames, ignore_index=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_table(pa.Table.from_pandas(gathered, schema=ACTIONS_SCHEMA, preserve_index=False), args.out)
+    plot_stack_actions(read_actions(args.out), args.figures)
+    print(f"{len(frames)} selected runs' stack actions -> {args.out} and figures")
+    return 0
