@@ -23,8 +23,7 @@ from stacklm.data.splits import SplitSizes, Splits, build_splits
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import located
 from stacklm.models.base import LanguageModel
-from stacklm.models.options import ModelOptions
-from stacklm.models.registry import DEFAULT_BUDGET
+from stacklm.models.options import PARAMETER_BUDGET, ModelOptions
 from stacklm.models.registry import build_model as build_for_vocabulary
 from stacklm.tasks import Task, get_task
 from stacklm.training.run_files import load_model, rebuild_model, token_features
@@ -47,7 +46,7 @@ def build_model(
     architecture: str,
     task: Task | str,
     *,
-    parameter_budget: int = DEFAULT_BUDGET,
+    parameter_budget: int = PARAMETER_BUDGET,
     options: ModelOptions | None = None,
     seed: int = 1,
 ) -> LanguageModel:

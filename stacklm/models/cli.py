@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from stacklm.models.lexicon import task_features, task_vocabulary
-from stacklm.models.options import ModelOptions
-from stacklm.models.registry import ARCHITECTURES, DEFAULT_BUDGET
+from stacklm.models.options import PARAMETER_BUDGET, ModelOptions
+from stacklm.models.registry import ARCHITECTURES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", help="a task name, e.g. question-formation")
     source.add_argument("--vocabulary-size", type=int, help="output symbols, EOS included")
-    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="parameter budget (default %(default)s)")
+    parser.add_argument("--budget", type=int, default=PARAMETER_BUDGET, help="parameter budget (default %(default)s)")
     parser.set_defaults(func=run_models)
 
 

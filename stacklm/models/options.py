@@ -38,6 +38,7 @@ from typing import Literal
 PushedVector = Literal["sigmoid", "raw"]
 Initialization = Literal["paper", "reference"]
 DROPOUT = 0.1  # Bearing models only; App. D: "wherever dropout is applicable"
+PARAMETER_BUDGET = 200_000  # every Bearing model is sized to about this many parameters (DuSell & Cotterell (2025) §5)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import torch
 from stacklm.errors import StacklmError
 from stacklm.models.base import LanguageModel
 from stacklm.models.embedding import FeatureTable
-from stacklm.models.options import ModelOptions
+from stacklm.models.options import PARAMETER_BUDGET, ModelOptions
 from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
 from stacklm.models.sizing import Shape, Sizing, choose_width
 from stacklm.models.stack_interface import (
@@ -42,7 +42,6 @@ from stacklm.models.transformer import Transformer, TransformerConfig
 
 CFL_PREFIX = "cfl/"
 SYNTAX_SUFFIX = "+Syn"
-DEFAULT_BUDGET = 200_000
 
 ModelConfig = TransformerConfig | RecurrentConfig
 
@@ -77,7 +76,7 @@ class Architecture:
         )
 
     def sizing(
-        self, vocabulary_size: int, options: ModelOptions, parameter_budget: int = DEFAULT_BUDGET, feature_values: int = 0
+        self, vocabulary_size: int, options: ModelOptions, parameter_budget: int = PARAMETER_BUDGET, feature_values: int = 0
     ) -> Sizing:
         """The width nearest the budget (or the fixed CFL width) and its parameter count."""
         return choose_width(self.shape(options), vocabulary_size, parameter_budget, options, feature_values)
@@ -187,7 +186,7 @@ def build_model(
     name: str,
     vocabulary_size: int,
     *,
-    parameter_budget: int = DEFAULT_BUDGET,
+    parameter_budget: int = PARAMETER_BUDGET,
     token_features: FeatureTable | None = None,
     options: ModelOptions | None = None,
     generator: torch.Generator | None = None,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stacklm.errors import StacklmError
+from stacklm.models.options import PARAMETER_BUDGET
 
 
 # What the token budget B counts per string of a batch padded to length n (``batching``):
@@ -92,7 +93,7 @@ class Hyperparameters:
 class TrainingSettings:
     """The ``training`` section of the settings (App. D values by default)."""
 
-    parameter_budget: int = 200_000  # models are sized to this many parameters (DuSell & Cotterell (2025) §5)
+    parameter_budget: int = PARAMETER_BUDGET  # every model is sized to about this many parameters
     max_epochs: int = 1000  # the cap when a trial trains to convergence
     examples_per_checkpoint: int = 80_000
     gradient_clip_norm: float = 10.0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
+import yaml
 
 import stacklm.workflow.settings as resolution
 from stacklm.cli import main
@@ -159,3 +160,30 @@ def test_a_job_builds_from_its_file_the_sections_the_snakefile_read(tmp_path: Pa
         read = read_settings(path)
         for section in sections:
             assert read.section(section, types[section]) == getattr(settings, section), (reader, section)
+
+
+def test_config_yaml_lists_exactly_the_dataclasses_defaults(config: dict[str, Any]) -> None:
+    """The defaults have one owner, the dataclasses; config.yaml lists the papers' full settings
+    for its reader, and must equal them key for key."""
+    assert resolution.resolve({**copy.deepcopy(config), "preset": None}) == ResolvedSettings()
+    listed = {key: value for key, value in config.items() if key not in resolution.PRESET_KEYS}
+    assert listed == resolution.plain(ResolvedSettings())  # every key written out, none left to a default
+
+
+def test_the_schema_holds_no_defaults() -> None:
+    """Types, bounds and descriptions only: a default there would be a second owner."""
+
+    def defaults(schema: Any, path: str) -> list[str]:
+        if isinstance(schema, list):
+            return [found for index, item in enumerate(schema) for found in defaults(item, f"{path}[{index}]")]
+        if not isinstance(schema, dict):
+            return []
+        found = [path] if "default" in schema else []
+        for key, child in schema.items():
+            if key in ("properties", "$defs"):
+                found += [item for name, value in child.items() for item in defaults(value, f"{path}.{name}")]
+            elif key != "default":
+                found += defaults(child, f"{path}.{key}")
+        return found
+
+    assert defaults(yaml.safe_load(resolution.SCHEMA.read_text()), "") == []
