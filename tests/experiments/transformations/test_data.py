@@ -1,4 +1,4 @@
-"""The data: settings and the data stage's lookups."""
+"""The data stage's lookups."""
 
 from __future__ import annotations
 
@@ -6,42 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from stacklm.data.splits import SplitSizes
-from stacklm.errors import StacklmError
 from stacklm.experiments.transformations.data import data_targets, fetch_options, generate_inputs, generate_options
-from stacklm.experiments.transformations.settings import DataSettings, check_tasks
+from stacklm.experiments.transformations.settings import DataSettings
 from stacklm.settings_file import build
 
 
 def settings(**data):
     return build(DataSettings, data, "data")
-
-
-def test_defaults_and_typed_fields():
-    assert build(DataSettings, {}) == DataSettings("generate", 1, SplitSizes(), None)
-    parsed = build(DataSettings, {"source": "upstream", "seed": 3, "sizes": {"train": 10}, "upstream_mirror": "/m"})
-    assert parsed.sizes == SplitSizes(train=10) and parsed.upstream_mirror == "/m"
-
-
-@pytest.mark.parametrize(
-    ("data", "message"),
-    [
-        ({"sead": 1}, "config key 'data.sead': unknown"),
-        ({"source": "web"}, "config key 'data.source': 'web' is not one of 'generate', 'upstream'"),
-        ({"seed": "one"}, "config key 'data.seed': expected int"),
-        ({"upstream_mirror": 3}, "config key 'data.upstream_mirror': expected str, got 3"),
-        ({"sizes": {"tests": 3}}, "config key 'data.sizes.tests': unknown"),
-        ({"source": "upstream", "sizes": {"validation": 2000}}, "config key 'data.sizes.validation': upstream has 1000"),
-    ],
-)
-def test_bad_settings_name_the_key(data, message):
-    with pytest.raises(StacklmError, match=message):
-        settings(**data)
-
-
-def test_an_unknown_task_is_named_by_its_key():
-    with pytest.raises(StacklmError, match=r"config key 'tasks\[1\]': unknown task 'passivisation'"):
-        check_tasks(("question-formation", "passivisation"))
 
 
 def test_lookups_for_each_source():
