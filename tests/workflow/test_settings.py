@@ -136,14 +136,17 @@ def test_settings_command_rejects_invalid_settings(tmp_path: Path, config: dict[
 
 @pytest.mark.parametrize("preset", [None, "small", "ci", "table1"])
 def test_every_readers_settings_file_is_byte_identical_to_the_resolved_plain_values(config: dict[str, Any], preset: str | None) -> None:
-    """The files the rule ``settings`` writes from the typed tree are those written before it
-    existed, from the plain resolved values (config.yaml, the preset over it): no job reruns."""
+    """The rule ``settings``'s ``--json`` parameter and the file it writes, from the typed tree,
+    are those of before it existed, from the plain resolved values (config.yaml, the preset over
+    it): Snakemake sees no changed parameter, and no job reruns."""
     resolved = {**copy.deepcopy(config), "preset": preset}
     values = resolution.apply_preset(resolved)
     settings = resolution.resolve(resolved)
     for reader, sections in resolution.SETTINGS_READ.items():
         before = {SECTIONS: list(sections), **{section: values[section] for section in sections}}
-        assert settings_file_text(resolution.settings_for(settings, reader)) == settings_file_text(before), reader
+        after = resolution.settings_for(settings, reader)
+        assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True), reader  # workflow/rules/settings.smk's params
+        assert settings_file_text(after) == settings_file_text(before), reader
 
 
 def settings_file_text(contents: dict[str, Any]) -> str:
