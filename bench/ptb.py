@@ -155,12 +155,11 @@ def project(args: argparse.Namespace) -> None:
     """The core-hours of the settings' PTB grid (see the module's ``--project``)."""
     import yaml
 
-    from stacklm.experiments.ptb.dag import ptb_settings
     from stacklm.workflow.settings import resolve
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["preset"] = args.preset
-    ptb = ptb_settings(resolve(config))
+    ptb = resolve(config).ptb
     mirror = Path(ptb.mirror) if Path(ptb.mirror).is_absolute() else ROOT / ptb.mirror
     work = workload(mirror, ptb.lines, ptb.suites)
     device = torch.device(args.device)

@@ -25,7 +25,7 @@ def all_targets(settings: ResolvedSettings) -> list[str]:
         *data_targets(settings),
         *transformations.targets(settings),
         *cfl.targets(settings.cfl),
-        *ptb.targets(settings),
+        *ptb.targets(settings.ptb),
         *(TRACKING_MANIFEST.format(experiment=name) for name in tracking_experiments(settings)),
     ]
 
@@ -39,7 +39,7 @@ def finished_message(settings: ResolvedSettings) -> str:
         f"  {tables}.{{tex,md,html}}, {transformations.REPORT_DOCUMENT}, {figure}",
         f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)",
         *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings.cfl) else []),
-        *([f"  {ptb.TABLES[0].rsplit('/', 1)[0]}/ (the PTB tables and figure), {ptb.METRICS}"] if ptb.targets(settings) else []),
+        *([f"  {ptb.TABLES[0].rsplit('/', 1)[0]}/ (the PTB tables and figure), {ptb.METRICS}"] if ptb.targets(settings.ptb) else []),
         "  logs/ (one log per job)",
         "Every table and figure in one page: snakemake --report report.html (with this run's --config or --configfile)",
     ]
@@ -66,7 +66,7 @@ def tracking_records(settings: ResolvedSettings, experiment: str) -> dict[str, l
     if experiment in settings.cfl.languages:
         return cfl.tracking_records(settings.cfl, experiment)
     if experiment == ptb.EXPERIMENT and settings.ptb.models:
-        return ptb.tracking_records(settings)
+        return ptb.tracking_records(settings.ptb)
     if experiment not in settings.tasks:
         raise StacklmError(f"no task, CFL language or PTB experiment is named {experiment!r}")
     return transformations.tracking_records(settings, experiment)

@@ -80,12 +80,6 @@ class ResolvedSettings:
     cfl: CflSettings = field(default_factory=CflSettings)
     ptb: PtbSettings = field(default_factory=PtbSettings)
 
-    def get(self, section: str, default: Any = None) -> Any:
-        """The plain values of ``section``, for ``stacklm.experiments.ptb.dag``'s lookups (and
-        ``workflow/rules/ptb.smk``, ``bench/ptb.py``), which read ``settings.get("ptb", {})``:
-        to go once they take ``settings.ptb``."""
-        return plain(getattr(self, section)) if hasattr(self, section) else default
-
 
 def plain(value: Any) -> Any:
     """``value`` as the plain values of a settings file: a dataclass as a dict, tuples as lists."""

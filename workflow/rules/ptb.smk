@@ -29,7 +29,7 @@ rule ptb_train:
         model=ptb_dag.RUN_MODEL,
         curve=ptb_dag.RUN_CURVE,
     params:
-        options=ptb_dag.train_options(SETTINGS),
+        options=ptb_dag.train_options(SETTINGS.ptb),
         run_dir=ptb_dag.RUN_DIR,
         checkpoint=ptb_dag.CHECKPOINT,
         device=lambda wildcards, resources: common.device(resources.gpu),
@@ -51,7 +51,7 @@ rule ptb_evaluate:
     output:
         ptb_dag.RUN_METRICS,
     params:
-        options=ptb_dag.evaluate_options(SETTINGS),
+        options=ptb_dag.evaluate_options(SETTINGS.ptb),
         run_dir=lambda wildcards, input: os.path.dirname(input[0]),
         device=lambda wildcards, resources: common.device(resources.gpu),
     log:
@@ -68,7 +68,7 @@ rule ptb_evaluate:
 
 rule ptb_select:
     input:
-        lambda wildcards: ptb_dag.run_files(SETTINGS, ptb_dag.RUN_CURVE, wildcards.ptb_model),
+        lambda wildcards: ptb_dag.run_files(SETTINGS.ptb, ptb_dag.RUN_CURVE, wildcards.ptb_model),
     output:
         ptb_dag.SELECTED,
     log:
@@ -81,8 +81,8 @@ rule ptb_select:
 
 rule ptb_report:
     input:
-        metrics=ptb_dag.run_files(SETTINGS, ptb_dag.RUN_METRICS),
-        selected=ptb_dag.selected_files(SETTINGS),
+        metrics=ptb_dag.run_files(SETTINGS.ptb, ptb_dag.RUN_METRICS),
+        selected=ptb_dag.selected_files(SETTINGS.ptb),
     output:
         metrics=ptb_dag.METRICS,
         tables=ptb_dag.TABLES,
@@ -92,7 +92,7 @@ rule ptb_report:
             for path in ptb_dag.figures()
         ],
     params:
-        options=ptb_dag.report_options(SETTINGS),
+        options=ptb_dag.report_options(SETTINGS.ptb),
     log:
         "logs/ptb/report.log",
     conda:

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
 
 from stacklm.experiments.common import FIGURE_EXTENSIONS
 from stacklm.experiments.ptb.settings import PtbSettings
-from stacklm.settings_file import build
 
 EXPERIMENT = "ptb"  # the MLflow experiment, and the runs' task
 # {ptb_model} is a model's name (rns-2-3), {restart} 1-based.
@@ -45,80 +43,67 @@ PAGE = "results/ptb/report/{table}.html"  # a Markdown table as a page of `snake
 FIGURE = "results/ptb/report/sg-against-perplexity.{extension}"  # App. 11
 
 
-def ptb_settings(settings: dict[str, Any]) -> PtbSettings:
-    """The ``ptb`` section (the paper's grid where absent); an error names the key."""
-    return build(PtbSettings, settings.get("ptb", {}), "ptb")
+def data_dir(ptb: PtbSettings) -> str:
+    return str(Path(ptb.mirror) / "ptb")
 
 
-def data_dir(settings: dict[str, Any]) -> str:
-    return str(Path(ptb_settings(settings).mirror) / "ptb")
+def syntaxgym_dir(ptb: PtbSettings) -> str:
+    return str(Path(ptb.mirror) / "sg-test-suites")
 
 
-def syntaxgym_dir(settings: dict[str, Any]) -> str:
-    return str(Path(ptb_settings(settings).mirror) / "sg-test-suites")
-
-
-def runs(settings: dict[str, Any]) -> list[dict[str, str | int]]:
+def runs(ptb: PtbSettings) -> list[dict[str, str | int]]:
     """Wildcards of every restart: model × restart."""
-    ptb = ptb_settings(settings)
     return [{"ptb_model": model, "restart": restart} for model in ptb.models for restart in range(1, ptb.restarts + 1)]
 
 
-def run_files(settings: dict[str, Any], pattern: str, model: str | None = None) -> list[str]:
+def run_files(ptb: PtbSettings, pattern: str, model: str | None = None) -> list[str]:
     """``pattern`` for every restart (of ``model`` only, when given)."""
-    return [pattern.format(**run) for run in runs(settings) if model is None or run["ptb_model"] == model]
+    return [pattern.format(**run) for run in runs(ptb) if model is None or run["ptb_model"] == model]
 
 
-def selected_files(settings: dict[str, Any]) -> list[str]:
+def selected_files(ptb: PtbSettings) -> list[str]:
     """Every model's selection, in ``ptb.models``' order (the tables' rows)."""
-    return [SELECTED.format(ptb_model=model) for model in ptb_settings(settings).models]
+    return [SELECTED.format(ptb_model=model) for model in ptb.models]
 
 
 def figures() -> list[str]:
     return [FIGURE.format(extension=extension) for extension in FIGURE_EXTENSIONS]
 
 
-def train_options(settings: dict[str, Any]) -> str:
+def train_options(ptb: PtbSettings) -> str:
     """The options of ``stacklm ptb train`` from the ``ptb`` section."""
-    ptb = ptb_settings(settings)
     lines = [] if ptb.lines is None else ["--lines", str(ptb.lines)]
     return shlex.join(
-        ["--data", data_dir(settings), "--salt", str(ptb.salt), *lines, "--max-epochs", str(ptb.max_epochs), "--progress-interval-s", repr(ptb.progress_interval_s)]
+        ["--data", data_dir(ptb), "--salt", str(ptb.salt), *lines, "--max-epochs", str(ptb.max_epochs), "--progress-interval-s", repr(ptb.progress_interval_s)]
     )
 
 
-def evaluate_options(settings: dict[str, Any]) -> str:
+def evaluate_options(ptb: PtbSettings) -> str:
     """The options of ``stacklm ptb evaluate`` from the ``ptb`` section."""
-    ptb = ptb_settings(settings)
     lines = [] if ptb.lines is None else ["--lines", str(ptb.lines)]
     suites = [] if ptb.suites is None else ["--suites", *ptb.suites]
-    return shlex.join(["--data", data_dir(settings), "--syntaxgym", syntaxgym_dir(settings), *lines, *suites])
+    return shlex.join(["--data", data_dir(ptb), "--syntaxgym", syntaxgym_dir(ptb), *lines, *suites])
 
 
-def report_options(settings: dict[str, Any]) -> str:
+def report_options(ptb: PtbSettings) -> str:
     """``--figure-models`` of ``stacklm ptb report``."""
-    return shlex.join(["--figure-models", *ptb_settings(settings).figure_models])
+    return shlex.join(["--figure-models", *ptb.figure_models])
 
 
-def targets(settings: dict[str, Any]) -> list[str]:
+def targets(ptb: PtbSettings) -> list[str]:
     """The PTB records, tables and figure; none when ``ptb.models`` is empty."""
-    if not ptb_settings(settings).models:
+    if not ptb.models:
         return []
     return [METRICS, *TABLES, *MARKDOWN, *figures(), *(PAGE.format(table=name) for name in TABLE_NAMES)]
 
 
-def tracking_records(settings: dict[str, Any]) -> dict[str, list[str]]:
+def tracking_records(ptb: PtbSettings) -> dict[str, list[str]]:
     """The files ``stacklm tracking sync`` mirrors for the experiment ``ptb``: every restart's
     ``train.parquet`` (``curves``) and ``metrics.parquet`` (``metrics``), and the logs of the
     jobs that wrote them, in the same order."""
     return {
-        "curves": run_files(settings, RUN_CURVE),
-        "metrics": run_files(settings, RUN_METRICS),
-        "curve_logs": run_files(settings, TRAIN_LOG),
-        "metrics_logs": run_files(settings, EVALUATE_LOG),
+        "curves": run_files(ptb, RUN_CURVE),
+        "metrics": run_files(ptb, RUN_METRICS),
+        "curve_logs": run_files(ptb, TRAIN_LOG),
+        "metrics_logs": run_files(ptb, EVALUATE_LOG),
     }
-
-
-def check_settings(settings: dict[str, Any]) -> None:
-    """The ``ptb`` section as no schema can check it: bounds, suite and model names; an error names the key."""
-    ptb_settings(settings).check_models()

@@ -12,8 +12,9 @@ from stacklm.errors import StacklmError
 from stacklm.experiments.ptb import dag
 from stacklm.experiments.ptb.settings import PAPER_MODELS, PtbSettings
 from stacklm.models.ptb import ptb_config
+from stacklm.settings_file import build
 
-SMALL = {"ptb": {"models": ["lstm", "rns-2-3"], "restarts": 2, "lines": 50, "max_epochs": 2, "suites": ["number_src", "cleft"], "mirror": "my mirror"}}
+SMALL = build(PtbSettings, {"models": ["lstm", "rns-2-3"], "restarts": 2, "lines": 50, "max_epochs": 2, "suites": ["number_src", "cleft"], "mirror": "my mirror"}, "ptb")
 
 
 def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> None:
@@ -25,7 +26,7 @@ def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> No
     assert [counts[name] for name in ("lstm", "lstm-258", "lstm-267", "jm-hidden", "jm-learned")] == [5_656_336, 5_704_576, 5_922_448, 5_684_828, 5_685_289]
     assert counts["ns-1-11"] == 5_732_621 and counts["ns-4-3"] == 5_745_760 and counts["rns-4-3"] == 5_754_976 and counts["rns-1-7"] == counts["ns-1-7"]
     settings.check_models()
-    assert len(dag.runs({})) == 350 and dag.runs({})[:2] == [{"ptb_model": "lstm", "restart": 1}, {"ptb_model": "lstm", "restart": 2}]
+    assert len(dag.runs(settings)) == 350 and dag.runs(settings)[:2] == [{"ptb_model": "lstm", "restart": 1}, {"ptb_model": "lstm", "restart": 2}]
 
 
 @pytest.mark.parametrize(
@@ -45,7 +46,7 @@ def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> No
 )
 def test_a_bad_value_is_named_by_its_key(section: dict, message: str) -> None:
     with pytest.raises(StacklmError, match=message):
-        dag.ptb_settings({"ptb": section})
+        build(PtbSettings, section, "ptb")
 
 
 @pytest.mark.parametrize(
@@ -53,9 +54,9 @@ def test_a_bad_value_is_named_by_its_key(section: dict, message: str) -> None:
     [(["lstm", "rns-2"], "config key 'ptb.models\\[1\\]': unknown PTB model 'rns-2'"), (["lstm-256"], "the model 'lstm-256' is called 'lstm'")],
 )
 def test_a_model_name_is_checked_with_the_models(models: list[str], message: str) -> None:
-    dag.ptb_settings({"ptb": {"models": models, "figure_models": models[:1]}})  # parsing the section alone imports no model
+    section = build(PtbSettings, {"models": models, "figure_models": models[:1]}, "ptb")  # parsing the section alone imports no model
     with pytest.raises(StacklmError, match=message):
-        dag.check_settings({"ptb": {"models": models, "figure_models": models[:1]}})
+        section.check_models()
 
 
 def test_the_jobs_options_come_from_the_section_quoted() -> None:
@@ -65,8 +66,8 @@ def test_the_jobs_options_come_from_the_section_quoted() -> None:
     assert shlex.split(dag.evaluate_options(SMALL)) == [
         "--data", "my mirror/ptb", "--syntaxgym", "my mirror/sg-test-suites", "--lines", "50", "--suites", "number_src", "cleft",
     ]
-    assert shlex.split(dag.train_options({})) == ["--data", "../shared/upstream/ptb", "--salt", "0", "--max-epochs", "100", "--progress-interval-s", "60.0"]
-    assert shlex.split(dag.evaluate_options({})) == ["--data", "../shared/upstream/ptb", "--syntaxgym", "../shared/upstream/sg-test-suites"]
+    assert shlex.split(dag.train_options(PtbSettings())) == ["--data", "../shared/upstream/ptb", "--salt", "0", "--max-epochs", "100", "--progress-interval-s", "60.0"]
+    assert shlex.split(dag.evaluate_options(PtbSettings())) == ["--data", "../shared/upstream/ptb", "--syntaxgym", "../shared/upstream/sg-test-suites"]
     assert shlex.split(dag.report_options(SMALL)) == ["--figure-models", "lstm", "rns-2-3"]
 
 
@@ -80,7 +81,7 @@ def test_the_files_of_the_dag() -> None:
         "results/ptb/report/sg-against-perplexity.png", "results/ptb/report/sg-against-perplexity.pdf",
         "results/ptb/report/ptb.html", "results/ptb/report/circuits.html",
     ]
-    assert dag.targets({"ptb": {"models": []}}) == []
+    assert dag.targets(build(PtbSettings, {"models": []}, "ptb")) == []
     records = dag.tracking_records(SMALL)
     assert records["curves"] == dag.run_files(SMALL, dag.RUN_CURVE) and records["metrics"] == dag.run_files(SMALL, dag.RUN_METRICS)
     assert records["curve_logs"][0] == "logs/ptb/train/lstm/1.log" and records["metrics_logs"][-1] == "logs/ptb/evaluate/rns-2-3/2.log"
