@@ -128,43 +128,52 @@ void add_weighted(int64_t size, const WeightedColumns<T>& terms, T* __restrict o
 
 constexpr int64_t LANES = 8;
 
-// results[i] = Σ_row left[row] · columns[i][row], two columns per pass over left.
+// The adjoint of a product term left ⊙ Σ_i weights[i] · columns[i], in one pass over the rows:
+//   results[i] = Σ_row left[row] · columns[i][row],   out[row] += left[row] · Σ_i weights[i] · columns[i][row].
+// Four columns per pass (a group of fewer is padded with weight 0 and the column ``left``, already
+// loaded); the dot products keep explicit lanes (GCC 12 runs `omp simd` reductions lane by lane).
 template <typename T>
-void dots(int64_t size, const T* __restrict left, const WeightedColumns<T>& terms, T* results) {
-  const T* const* c = terms.columns.data();
+void product_adjoint(int64_t size, const T* __restrict left, const WeightedColumns<T>& terms, T* results,
+                     T* __restrict out) {
   const int64_t count = terms.size(), whole = size - size % LANES;
-  int64_t i = 0;
-  for (; i + 2 <= count; i += 2) {
-    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1];
-    T sums0[LANES] = {}, sums1[LANES] = {};
+  for (int64_t first = 0; first < count; first += 4) {
+    T w[4];
+    const T* c[4];
+    for (int64_t i = 0; i < 4; ++i) {
+      const bool kept = first + i < count;
+      w[i] = kept ? terms.weights[first + i] : T(0);
+      c[i] = kept ? terms.columns[first + i] : left;
+    }
+    const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+    const T *__restrict c0 = c[0], *__restrict c1 = c[1], *__restrict c2 = c[2], *__restrict c3 = c[3];
+    T sums0[LANES] = {}, sums1[LANES] = {}, sums2[LANES] = {}, sums3[LANES] = {};
     for (int64_t row = 0; row < whole; row += LANES)
 #pragma omp simd
       for (int64_t lane = 0; lane < LANES; ++lane) {
-        sums0[lane] += left[row + lane] * c0[row + lane];
-        sums1[lane] += left[row + lane] * c1[row + lane];
+        const T l = left[row + lane], v0 = c0[row + lane], v1 = c1[row + lane], v2 = c2[row + lane],
+                v3 = c3[row + lane];
+        sums0[lane] += l * v0;
+        sums1[lane] += l * v1;
+        sums2[lane] += l * v2;
+        sums3[lane] += l * v3;
+        out[row + lane] += l * (w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3);
       }
-    T total0 = 0, total1 = 0;
+    T totals[4] = {};
     for (int64_t row = whole; row < size; ++row) {
-      total0 += left[row] * c0[row];
-      total1 += left[row] * c1[row];
+      const T l = left[row], v0 = c0[row], v1 = c1[row], v2 = c2[row], v3 = c3[row];
+      totals[0] += l * v0;
+      totals[1] += l * v1;
+      totals[2] += l * v2;
+      totals[3] += l * v3;
+      out[row] += l * (w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3);
     }
     for (int64_t lane = 0; lane < LANES; ++lane) {
-      total0 += sums0[lane];
-      total1 += sums1[lane];
+      totals[0] += sums0[lane];
+      totals[1] += sums1[lane];
+      totals[2] += sums2[lane];
+      totals[3] += sums3[lane];
     }
-    results[i] = total0;
-    results[i + 1] = total1;
-  }
-  if (i < count) {
-    const T* __restrict c0 = c[i];
-    T sums0[LANES] = {};
-    for (int64_t row = 0; row < whole; row += LANES)
-#pragma omp simd
-      for (int64_t lane = 0; lane < LANES; ++lane) sums0[lane] += left[row + lane] * c0[row + lane];
-    T total0 = 0;
-    for (int64_t row = whole; row < size; ++row) total0 += left[row] * c0[row];
-    for (int64_t lane = 0; lane < LANES; ++lane) total0 += sums0[lane];
-    results[i] = total0;
+    for (int64_t i = 0; i < 4 && first + i < count; ++i) results[first + i] = totals[i];
   }
 }
 
@@ -172,8 +181,35 @@ void dots(int64_t size, const T* __restrict left, const WeightedColumns<T>& term
 template <typename T>
 struct Step {
   std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, pop_offset, pushed_offset, dots;
+  std::vector<T> column_high, column_sums;            // scratch of exp_columns
+  std::vector<T> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
   WeightedColumns<T> terms;
 };
+
+// For each column j of values [c][j] (rows × columns): high_j = max_c value (0 if every value
+// is −∞), values ← exp(value − high_j), sums_j = Σ_c of them, so that the column's log-sum is
+// log(sums_j) + high_j. Vectorized over j: a short step's scalar exps were much of its time.
+template <typename T>
+void exp_columns(int64_t rows, int64_t columns, T* __restrict values, T* __restrict high, T* __restrict sums) {
+  std::fill(high, high + columns, NEG<T>);
+  for (int64_t c = 0; c < rows; ++c) {
+    const T* __restrict row = values + c * columns;
+#pragma omp simd
+    for (int64_t j = 0; j < columns; ++j) high[j] = row[j] > high[j] ? row[j] : high[j];
+  }
+  for (int64_t j = 0; j < columns; ++j) {
+    high[j] = high[j] == NEG<T> ? T(0) : high[j];
+    sums[j] = 0;
+  }
+  for (int64_t c = 0; c < rows; ++c) {
+    T* __restrict row = values + c * columns;
+#pragma omp simd
+    for (int64_t j = 0; j < columns; ++j) {
+      row[j] = std::exp(row[j] - high[j]);
+      sums[j] += row[j];
+    }
+  }
+}
 
 // Ĝ_{t−1}, R̂, the products' real totals [j][row], and log(α[t−1] Δ⁺_t).
 template <typename T>
@@ -205,24 +241,26 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - column_shift - rho[row]);
   }
-  s.rhat.assign(N * J, T(0));
-  s.right_offset.assign(J, T(0));
+  // R̂ = exp(log α[t−1] + [Δ^R | Δ⁻] − offset), offset the exact log-sum of each column.
+  s.rhat.resize(N * J);
+  s.right_offset.resize(J);
+  s.column_high.resize(J);
+  s.column_sums.resize(J);
+  for (int64_t c = 0; c < N; ++c) {
+    T* row = s.rhat.data() + c * J;
+    for (int64_t j = 0; j < N; ++j) row[j] = shift[c] + replace[c * N + j];
+    for (int64_t r = 0; r < Q; ++r) row[N + r] = shift[c] + pop[c * Q + r];
+  }
+  T* sums = s.column_sums.data();
+  exp_columns(N, J, s.rhat.data(), s.column_high.data(), sums);
   for (int64_t j = 0; j < J; ++j) {
-    T high = NEG<T>;
-    for (int64_t c = 0; c < N; ++c) {
-      if (shift[c] == NEG<T>) continue;
-      T value = shift[c] + (j < N ? replace[c * N + j] : pop[c * Q + j - N]);
-      s.rhat[c * J + j] = value;
-      high = std::max(high, value);
-    }
-    if (high == NEG<T>) high = 0;
-    T sum = 0;
-    for (int64_t c = 0; c < N; ++c)
-      if (shift[c] != NEG<T>) sum += std::exp(s.rhat[c * J + j] - high);
-    T offset = sum > 0 ? std::log(sum) + high : high;
-    s.right_offset[j] = offset;
-    for (int64_t c = 0; c < N; ++c)
-      s.rhat[c * J + j] = shift[c] == NEG<T> ? T(0) : std::exp(s.rhat[c * J + j] - offset);
+    s.right_offset[j] = sums[j] > 0 ? std::log(sums[j]) + s.column_high[j] : s.column_high[j];
+    sums[j] = sums[j] > 0 ? T(1) / sums[j] : T(0);
+  }
+  for (int64_t c = 0; c < N; ++c) {
+    T* __restrict row = s.rhat.data() + c * J;
+#pragma omp simd
+    for (int64_t j = 0; j < J; ++j) row[j] *= sums[j];
   }
   s.total.assign(J * R, T(0));
   for (int64_t j = 0; j < J; ++j) {
@@ -230,15 +268,16 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
     for (int64_t c = 0; c < N; ++c) s.terms.add(s.rhat[c * J + j], s.ghat.data() + c * R, c);
     add_weighted(R, s.terms, s.total.data() + j * R);
   }
-  s.pushed_offset.assign(N, NEG<T>);
-  for (int64_t target = 0; target < N; ++target) {
-    T high = NEG<T>;
-    for (int64_t c = 0; c < N; ++c) high = std::max(high, shift[c] + push[c * N + target]);
-    if (high == NEG<T>) continue;
-    T sum = 0;
-    for (int64_t c = 0; c < N; ++c) sum += std::exp(shift[c] + push[c * N + target] - high);
-    s.pushed_offset[target] = std::log(sum) + high;
-  }
+  // log(α[t−1] Δ⁺_t)[target] = log Σ_c push_terms[c][target] + high; −∞ when every term is.
+  s.push_terms.resize(N * N);
+  s.push_sums.resize(N);
+  for (int64_t c = 0; c < N; ++c)
+    for (int64_t target = 0; target < N; ++target) s.push_terms[c * N + target] = shift[c] + push[c * N + target];
+  exp_columns(N, N, s.push_terms.data(), s.column_high.data(), s.push_sums.data());
+  s.pushed_offset.resize(N);
+  for (int64_t target = 0; target < N; ++target)
+    s.pushed_offset[target] =
+        s.push_sums[target] > 0 ? std::log(s.push_sums[target]) + s.column_high[target] : NEG<T>;
 }
 
 template <typename T>
@@ -348,8 +387,8 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     for (int64_t k = 0; k < t - 1; ++k) {
       const int64_t Rk = z.rows(k);
       const T* share = shares + z.offset(k);
-      for (int64_t r = 0; r < Q; ++r)
-        for (int64_t y = 0; y < S; ++y) {
+      for (int64_t y = 0; y < S; ++y)  // the columns (u, y) stay in L1 across r
+        for (int64_t r = 0; r < Q; ++r) {
           s.terms.reset(Q);
           for (int64_t u = 0; u < Q; ++u) {
             const int64_t b = u * S + y;
@@ -578,19 +617,21 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       }
     }
   }
-  // log(α[t−1] Δ⁺_t)
-  const T* previous_alpha = alpha + (t - 1) * N;
+  // log(α[t−1] Δ⁺_t): each term's share of its sum, from the products' terms.
   for (int64_t target = 0; target < N; ++target) {
-    T g = grad_pushed_offset[target];
-    if (g == 0 || s.pushed_offset[target] == NEG<T>) continue;
-    T high = NEG<T>, sum = 0;
-    for (int64_t c = 0; c < N; ++c) high = std::max(high, previous_alpha[c] + step_push[c * N + target]);
-    for (int64_t c = 0; c < N; ++c) sum += std::exp(previous_alpha[c] + step_push[c * N + target] - high);
-    for (int64_t c = 0; c < N; ++c) {
-      T value = g * std::exp(previous_alpha[c] + step_push[c * N + target] - high) / sum;
-      grad_alpha[(t - 1) * N + c] += value;
-      step_grad_push[c * N + target] += value;
+    const T g = grad_pushed_offset[target];
+    grad_pushed_offset[target] = g != 0 && s.pushed_offset[target] != NEG<T> ? g / s.push_sums[target] : T(0);
+  }
+  for (int64_t c = 0; c < N; ++c) {
+    const T* terms = s.push_terms.data() + c * N;
+    T* out = step_grad_push + c * N;
+    T total = 0;
+    for (int64_t target = 0; target < N; ++target) {
+      const T value = grad_pushed_offset[target] * terms[target];
+      out[target] += value;
+      total += value;
     }
+    grad_alpha[(t - 1) * N + c] += total;
   }
   // The pop: Σ_{k,u} Ŝ_k ŵ; the shares' gradient goes straight to log γ of column k.
   if (t >= 2) {
@@ -600,23 +641,16 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       T* grad_k = grad_gamma + z.offset(k);
       for (int64_t b = 0; b < N; ++b) {
         const int64_t y = b % S;
-        const T* left = share_k + b * Rk;
-        std::fill(partial.begin(), partial.begin() + Rk, T(0));
         s.terms.reset(Q);
         for (int64_t r = 0; r < Q; ++r)
           s.terms.add(s.weights[r * (t - 1) * N + k * N + b], scaled_pop.data() + (r * S + y) * R2, r);
-        add_weighted(Rk, s.terms, partial.data());
         s.dots.resize(s.terms.size());
-        dots(Rk, left, s.terms, s.dots.data());
+        product_adjoint(Rk, share_k + b * Rk, s.terms, s.dots.data(), grad_k + b * Rk);
         for (int64_t i = 0; i < s.terms.size(); ++i) {
           // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
           const int64_t r = s.terms.indices[i];
           grad_products[(N + r) * R + m + (k + 1) * N + b] += s.terms.weights[i] * s.dots[i];
         }
-        T* out = grad_k + b * Rk;
-        const T* accumulated = partial.data();
-#pragma omp simd
-        for (int64_t row = 0; row < Rk; ++row) out[row] += left[row] * accumulated[row];
       }
     }
   }
@@ -631,14 +665,11 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       g[row] = total[row] > 0 ? quotient : T(0);
     }
   }
-      for (int64_t c = 0; c < N; ++c) {
-    const T* left = s.ghat.data() + c * R;
-    std::fill(partial.begin(), partial.begin() + R, T(0));
+  for (int64_t c = 0; c < N; ++c) {
     s.terms.reset(J);
     for (int64_t j = 0; j < J; ++j) s.terms.add(s.rhat[c * J + j], grad_products.data() + j * R, j);
-    add_weighted(R, s.terms, partial.data());
     s.dots.resize(s.terms.size());
-    dots(R, left, s.terms, s.dots.data());
+    product_adjoint(R, s.ghat.data() + c * R, s.terms, s.dots.data(), grad_previous + c * R);
     for (int64_t i = 0; i < s.terms.size(); ++i) {
       const int64_t j = s.terms.indices[i];
       const T value = s.terms.weights[i] * s.dots[i];
@@ -647,10 +678,6 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       else
         step_grad_pop[c * Q + j - N] += value;
     }
-    T* out = grad_previous + c * R;
-    const T* accumulated = partial.data();
-#pragma omp simd
-    for (int64_t row = 0; row < R; ++row) out[row] += left[row] * accumulated[row];
   }
 }
 
