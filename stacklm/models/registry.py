@@ -63,6 +63,14 @@ class Architecture:
     syntax: bool = False  # +Syn
     cfl_stack: CflStack | None = None  # CFL: the stack, sized by the options
 
+    @property
+    def stack_name(self) -> str | None:
+        """The stack's name in the papers' tables: ``Nd`` or ``Sup`` (Bearing), ``Gref`` … ``NS+S+U``
+        (CFL); None without a stack."""
+        if self.cfl_stack is not None:
+            return self.cfl_stack
+        return next((token for token, spec in BEARING_STACKS.items() if spec == self.stack), None)
+
     def shape(self, options: ModelOptions) -> Shape:
         """The structure of this architecture under ``options``."""
         if self.family == "rns-rnn":

@@ -165,3 +165,14 @@ def test_configs_and_feature_tables_round_trip_through_dicts(architecture_name: 
     assert build(architecture.config_class, dataclasses.asdict(config)) == config
     table = FeatureTable.from_rows([{"pos": "N", "case": "none", "subword": "whole"}])
     assert build(FeatureTable, dataclasses.asdict(table)) == table
+
+
+def test_the_stack_name_is_the_stack_an_architecture_is_built_with() -> None:
+    """Every Bearing architecture's stack name is the stack token of its table name (Tf+Nd+Nd: Nd,
+    LSTM+Sup+R+Syn: Sup, RNN: none), and a CFL model's is its stack label."""
+    for name, architecture in ARCHITECTURES.items():
+        if architecture.family == "rns-rnn":
+            assert architecture.stack_name == (None if name == "cfl/LSTM" else name.removeprefix("cfl/"))
+            continue
+        tokens = set(name.split("+")) & {"Nd", "Sup"}
+        assert architecture.stack_name == (tokens.pop() if tokens else None), name

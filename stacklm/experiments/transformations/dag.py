@@ -99,11 +99,13 @@ class JobResources:
 def train_resources(resources: ResourceSettings, architecture: str, attempt: int) -> JobResources:
     """Time and memory of a training job: its family's base values × growth^(attempt − 1).
 
-    An architecture belongs to the first family in ``resources.families`` one of whose
-    components (``Nd``, ``Sup``, …) appears in its name; otherwise to ``resources.default``.
+    An architecture belongs to the first family in ``resources.families`` that lists its stack
+    (the model registry's ``stack_name``: ``Nd``, ``Sup``); otherwise to ``resources.default``.
     """
-    components = set(architecture_name(architecture).split("+"))
-    families = [family for family in resources.families if components & set(family.components)]
+    from stacklm.models.registry import get_architecture
+
+    stack = get_architecture(architecture_name(architecture)).stack_name
+    families = [family for family in resources.families if stack in family.stacks]
     base = families[0] if families else resources.default
     factor = resources.growth_per_retry ** (attempt - 1)
     return JobResources(runtime_min=math.ceil(base.runtime_min * factor), mem_mb=math.ceil(base.mem_mb * factor))

@@ -106,9 +106,10 @@ class JobSize:
 
 @dataclass(frozen=True)
 class ResourceFamily:
-    """The size of the training jobs of the architectures one of whose components is listed."""
+    """The size of the training jobs of the architectures whose stack is listed (the model
+    registry's stack names: ``Nd``, ``Sup``)."""
 
-    components: tuple[str, ...]
+    stacks: tuple[str, ...]
     runtime_min: float
     mem_mb: float
 

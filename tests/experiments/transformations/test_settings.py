@@ -58,5 +58,5 @@ def test_search_bounds_in_order_and_resources_by_family():
         build(SearchSettings, {"tokens_per_batch": {"low": 4096, "high": 2048}}, "search")
     with pytest.raises(StacklmError, match="^config key 'search.learning_rate.high': required by LogRange$"):
         build(SearchSettings, {"learning_rate": {"low": 1e-4}}, "search")
-    resources = build(ResourceSettings, {"default": {"runtime_min": 10, "mem_mb": 20}, "families": [{"components": ["Nd"], "runtime_min": 1, "mem_mb": 2}]}, "resources")
+    resources = build(ResourceSettings, {"default": {"runtime_min": 10, "mem_mb": 20}, "families": [{"stacks": ["Nd"], "runtime_min": 1, "mem_mb": 2}]}, "resources")
     assert resources == ResourceSettings(2, JobSize(10, 20), (ResourceFamily(("Nd",), 1, 2),))
