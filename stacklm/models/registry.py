@@ -27,6 +27,7 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.models.base import LanguageModel
+from stacklm.models.cfl_names import CFL_PREFIX, CFL_STACKS, CflStack
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import PARAMETER_BUDGET, ModelOptions
 from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
@@ -40,13 +41,9 @@ from stacklm.models.stack_interface import (
 )
 from stacklm.models.transformer import Transformer, TransformerConfig
 
-CFL_PREFIX = "cfl/"
 SYNTAX_SUFFIX = "+Syn"
 
 ModelConfig = TransformerConfig | RecurrentConfig
-
-
-CflStack = Literal["Gref", "JM", "NS", "NS+S", "NS+U", "NS+S+U"]
 
 
 @dataclass(frozen=True)
@@ -137,7 +134,6 @@ BEARING_STACKS: dict[str, StackSpec] = {
     "Sup": SuperpositionSpec(vector_size=50),
     "Nd": VectorNondeterministicSpec(num_states=3, num_symbols=3, vector_size=5),
 }
-CFL_STACKS: tuple[CflStack, ...] = ("Gref", "JM", "NS", "NS+S", "NS+U", "NS+S+U")
 
 
 def _bearing_architectures() -> list[Architecture]:

@@ -10,10 +10,11 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.models.base import LanguageModel
+from stacklm.models.cfl_names import CFL_MODELS, CFL_PREFIX
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
-from stacklm.models.registry import ARCHITECTURES, CFL_PREFIX, build_model, get_architecture
+from stacklm.models.registry import ARCHITECTURES, build_model, get_architecture
 from stacklm.models.stack_interface import (
     NondeterministicSpec,
     SuperpositionSpec,
@@ -176,3 +177,7 @@ def test_the_stack_name_is_the_stack_an_architecture_is_built_with() -> None:
             continue
         tokens = set(name.split("+")) & {"Nd", "Sup"}
         assert architecture.stack_name == (tokens.pop() if tokens else None), name
+
+
+def test_the_cfl_names_the_dag_reads_without_torch_are_the_registrys() -> None:
+    assert CFL_MODELS == tuple(name for name, architecture in ARCHITECTURES.items() if architecture.family == "rns-rnn")

@@ -39,11 +39,11 @@ from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError
 from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.experiments.common import derived_seed, select_lowest
+from stacklm.models.cfl_names import CFL_MODELS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-CFL_MODELS: tuple[str, ...] = ("cfl/LSTM", "cfl/Gref", "cfl/JM", "cfl/NS", "cfl/NS+S", "cfl/NS+U", "cfl/NS+S+U")
 VECTOR_MODELS: tuple[str, ...] = ("cfl/Gref", "cfl/JM")  # searched over the stack vector size m
 ACTION_LANGUAGE = "marked-reversal"  # Figure 2: the stack actions of NS+S and NS+S+U over training
 ACTION_MODELS: tuple[str, ...] = ("cfl/NS+S", "cfl/NS+S+U")  # normalized, unnormalized

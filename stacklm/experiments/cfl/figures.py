@@ -30,7 +30,8 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from stacklm.errors import StacklmError  # noqa: E402
 from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
 from stacklm.experiments.cfl.actions import ACTIONS_SCHEMA, MARKER  # noqa: E402
-from stacklm.experiments.cfl.experiment import CFL_MODELS, PDA_SIZES  # noqa: E402
+from stacklm.experiments.cfl.experiment import PDA_SIZES  # noqa: E402
+from stacklm.models.cfl_names import CFL_MODELS  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
 from stacklm.report.figure_files import save_figure  # noqa: E402
 from stacklm.tracking.records import write_table  # noqa: E402
