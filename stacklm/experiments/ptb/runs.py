@@ -31,6 +31,7 @@ from stacklm.evaluation.syntaxgym.model import PtbScorer
 from stacklm.evaluation.syntaxgym.score import SuiteResult
 from stacklm.evaluation.syntaxgym.sources import SUITE_SHA256, score_all
 from stacklm.experiments.common import derived_seed
+from stacklm.experiments.ptb.dag import EXPERIMENT
 from stacklm.models.ptb import PtbLanguageModel, ptb_config, ptb_config_fields
 from stacklm.tracking.records import (
     BUILT_MODEL,
@@ -44,7 +45,6 @@ from stacklm.tracking.records import (
 from stacklm.training.progress import Progress
 from stacklm.training.ptb import SavedPtbModel, SearchDraw, draw_hyperparameters, evaluate, load_ptb_model, save_ptb_model, train_resumably
 
-TASK = "ptb"  # the runs' ``task`` column, and their MLflow experiment
 BATCH_SIZE = 32  # App. 10
 BPTT = 35  # App. 10: truncated BPTT of 35 steps
 SPLITS: tuple[Split, ...] = ("train", "valid", "test")
@@ -133,7 +133,7 @@ def train_restart(
         progress_interval_s=progress_interval_s,
     )
     metadata = RunMetadata(
-        task=TASK,
+        task=EXPERIMENT,  # the runs' task column names their MLflow experiment
         architecture=model_name,
         phase="search",
         trial=None,
