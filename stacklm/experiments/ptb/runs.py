@@ -47,7 +47,6 @@ from stacklm.training.ptb import SavedPtbModel, SearchDraw, draw_hyperparameters
 
 BATCH_SIZE = 32  # App. 10
 BPTT = 35  # App. 10: truncated BPTT of 35 steps
-SPLITS: tuple[Split, ...] = ("train", "valid", "test")
 
 
 @dataclass(frozen=True)
