@@ -172,9 +172,6 @@ class FeedForward(nn.Module):
             uniform_layer_(self.project, generator)
 
 
-LayerCache = AttentionCache | StackState[Any]
-
-
 class Block(nn.Module):
     """One pre-norm layer: a causal attention or stack-attention sublayer, then the FFN."""
 
