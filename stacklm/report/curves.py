@@ -83,8 +83,9 @@ def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path]) -> None:
                 axis.set_ylabel(f"{architecture}\naccuracy")
             if row == len(architectures) - 1:
                 axis.set_xlabel("training examples seen")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize="small")
+    legend = {label: handle for axis in axes.flat for handle, label in zip(*axis.get_legend_handles_labels())}
+    legend = dict(sorted(legend.items(), key=lambda item: (int(item[0].split()[1]), item[0])))
+    figure.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), fontsize="small")
     figure.suptitle(f"{curves['task'].iloc[0]}: FA (solid) and PA (dashed) at every checkpoint; dot: the checkpoint kept")
     figure.tight_layout(rect=(0, 0.06, 1, 1))
     save_figure(figure, paths, dpi=120)

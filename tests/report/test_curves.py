@@ -56,3 +56,18 @@ def test_curves_name_the_file_without_generalization_scores_and_refuse_two_tasks
     assert main(["curves", "--out", str(tmp_path / "c.parquet"), "--figures", figure, "--", str(good), str(other)]) == 1
     assert "several tasks" in capsys.readouterr().err
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_the_legend_names_every_seed_when_the_first_architecture_lacks_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.figure
+
+    from stacklm.report.curves import plot_curves, read_curves
+
+    runs = [tmp_path / "tf-1.parquet", tmp_path / "nd-1.parquet", tmp_path / "nd-3.parquet"]
+    for path, (architecture, seed) in zip(runs, [("Tf", 1), ("Tf+Nd", 1), ("Tf+Nd", 3)]):
+        write_run(path, architecture, seed)
+    labels: list[str] = []
+    legend = matplotlib.figure.Figure.legend
+    monkeypatch.setattr(matplotlib.figure.Figure, "legend", lambda self, handles, names, **options: labels.extend(names) or legend(self, handles, names, **options))
+    plot_curves(read_curves(runs), [tmp_path / "curves.png"])
+    assert labels == ["seed 1 FA", "seed 1 PA", "seed 3 FA", "seed 3 PA"]
