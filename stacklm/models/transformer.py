@@ -12,6 +12,9 @@ driven by a'_t = W_a LN(x)_t and v_t = σ(W_v LN(x)_t) after its t-th step (one 
 position, BOS included). After the last layer: LN, then the tied output y_t = Ẽ_{:V} x_t (no
 bias). Position t's output (BOS = position 0) gives the logits of w_{t+1}; position n's, EOS.
 
+Dropout is ``stacklm.models.dropout``'s (on the CPU, masks from a counter-based generator,
+fused with the scaling and, after a sublayer, with the residual add).
+
 Step by step, the state caches the keys and values of every attention layer and the stack
 state of every stack layer, so each new token costs one position.
 """
@@ -28,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
+from stacklm.models.dropout import Dropout, dropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
@@ -60,6 +64,11 @@ def sinusoidal_encoding(positions: Tensor, width: int) -> Tensor:
     return torch.stack([angles.sin(), angles.cos()], dim=2).flatten(1)  # (n, d)
 
 
+def causal_mask(length: int, like: Tensor) -> Tensor:
+    """(n, n): 0 on and below the diagonal, −∞ above it (position i attends to j ≤ i)."""
+    return torch.full((length, length), -math.inf, dtype=like.dtype, device=like.device).triu(1)
+
+
 @dataclass(frozen=True)
 class AttentionCache:
     keys: Tensor  # (B, heads, t, d/heads)
@@ -85,22 +94,23 @@ class CausalSelfAttention(nn.Module):
         batch_size, length, width = x.shape
         return x.view(batch_size, length, self.num_heads, width // self.num_heads).transpose(1, 2)  # (B, heads, n, d/heads)
 
-    def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, causal: bool) -> Tensor:
-        """softmax(q kᵀ / √(d/heads) + causal mask) v, dropout on the probabilities; (B, heads, ·, d/heads) in.
+    def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+        """softmax(q kᵀ / √(d/heads) + mask) v, dropout on the probabilities; (B·heads, ·, d/heads) in, (B, ·, d) out.
 
         Written out rather than ``F.scaled_dot_product_attention``: with dropout, PyTorch's CPU
         path is its reference implementation, whose safe softmax adds a comparison, a reduction
-        and a select per layer; this draws the same dropout mask (one ``F.dropout`` of the
-        probabilities) in fewer operations.
+        and a select per layer. Here the scaled scores and the mask are one ``baddbmm``.
         """
-        scores = queries @ keys.transpose(-1, -2) * (queries.size(-1) ** -0.5)  # (B, heads, n_q, n_k)
-        if causal:
-            length = scores.size(-1)
-            scores = scores + torch.full((length, length), -math.inf, dtype=scores.dtype, device=scores.device).triu(1)
-        probabilities = F.dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
-        attended = probabilities @ values  # (B, heads, n, d/heads)
-        batch_size, _, length, _ = attended.shape
-        return self.out(attended.transpose(1, 2).reshape(batch_size, length, -1))  # (B, n, d)
+        scale = queries.size(-1) ** -0.5
+        if mask is None:
+            scores = torch.bmm(queries, keys.transpose(1, 2)) * scale  # (B·heads, n_q, n_k)
+        else:
+            scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)  # (B·heads, n_q, n_k)
+        probabilities = dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+        attended = torch.bmm(probabilities, values)  # (B·heads, n_q, d/heads)
+        heads, length, head_width = attended.shape
+        attended = attended.view(heads // self.num_heads, self.num_heads, length, head_width).transpose(1, 2)
+        return self.out(attended.reshape(heads // self.num_heads, length, self.num_heads * head_width))  # (B, n, d)
 
     def forward(self, x: Tensor) -> Tensor:
         """x (B, n, d) → (B, n, d)."""
@@ -109,15 +119,16 @@ class CausalSelfAttention(nn.Module):
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3d, d)
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # (3d,)
         projected = F.linear(x, weight, bias).view(batch_size, length, 3, self.num_heads, width // self.num_heads)
-        queries, keys, values = projected.permute(2, 0, 3, 1, 4).unbind(0)  # (B, heads, n, d/heads) each
-        return self._attend(queries, keys, values, causal=True)
+        heads = projected.permute(2, 0, 3, 1, 4).reshape(3, batch_size * self.num_heads, length, width // self.num_heads)
+        queries, keys, values = heads.unbind(0)  # (B·heads, n, d/heads) each
+        return self._attend(queries, keys, values, causal_mask(length, x))
 
     def step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, AttentionCache]:
         """One new position x (B, 1, d), attending to the cached ones and itself."""
         cache = AttentionCache(
             torch.cat([cache.keys, self._heads(self.key(x))], dim=2), torch.cat([cache.values, self._heads(self.value(x))], dim=2)
         )
-        return self._attend(self._heads(self.query(x)), cache.keys, cache.values, causal=False), cache
+        return self._attend(*(heads.flatten(0, 1) for heads in (self._heads(self.query(x)), cache.keys, cache.values)), None), cache
 
     def empty_cache(self, batch_size: int, like: Tensor) -> AttentionCache:
         width = self.query.in_features
@@ -157,7 +168,7 @@ class FeedForward(nn.Module):
     def __init__(self, width: int, hidden_size: int, dropout: float) -> None:
         super().__init__()
         self.expand = nn.Linear(width, hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.project = nn.Linear(hidden_size, width)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -187,18 +198,18 @@ class Block(nn.Module):
             self.sublayer = StackAttention(width, interface)
         self.feedforward_norm = nn.LayerNorm(width)
         self.feedforward = FeedForward(width, config.feedforward_factor * width, config.dropout)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         # Reference: the FFN of a standard layer is U(−0.1, 0.1), of a stack layer Xavier.
         self.xavier_feedforward = spec is not None or config.reference.initialization == "paper"
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.dropout(self.sublayer(self.sublayer_norm(x)))
-        return x + self.dropout(self.feedforward(self.feedforward_norm(x)))
+        x = self.dropout.add(x, self.sublayer(self.sublayer_norm(x)))  # x + Dropout(Sublayer(LN(x)))
+        return self.dropout.add(x, self.feedforward(self.feedforward_norm(x)))
 
     def step(self, x: Tensor, cache: Any) -> tuple[Tensor, Any]:
         sublayer_output, cache = self.sublayer.step(self.sublayer_norm(x), cache)
-        x = x + self.dropout(sublayer_output)
-        return x + self.dropout(self.feedforward(self.feedforward_norm(x))), cache
+        x = self.dropout.add(x, sublayer_output)
+        return self.dropout.add(x, self.feedforward(self.feedforward_norm(x))), cache
 
     def initialize(self, generator: torch.Generator) -> None:
         layer_norm_(self.sublayer_norm)
@@ -216,7 +227,7 @@ class Transformer(LanguageModel):
         self.vocabulary_size = config.vocabulary_size
         self.bos_index = config.vocabulary_size
         self.embedding = TiedEmbedding(config.vocabulary_size + 1, config.width, features, config.syntax_feature_width or 0)
-        self.input_dropout = nn.Dropout(config.dropout)
+        self.input_dropout = Dropout(config.dropout)
         self.blocks = Layers(Block(config, spec) for spec in config.layers)
         self.final_norm = nn.LayerNorm(config.width)
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stacklm.models import transformer
+from stacklm.models.dropout import Dropout, dropout
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentLanguageModel
 from stacklm.models.registry import ARCHITECTURES, build_model
@@ -382,7 +384,7 @@ def test_every_dropout_rate_is_0_1_by_default() -> None:
         assert rates and set(rates) == {0.1}, name
 
 
-def test_transformer_dropout_positions() -> None:
+def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     """Input (embedding + PE), each sublayer's output, the FFN's hidden units and the attention
     probabilities; not the final layer norm's output."""
     torch.manual_seed(0)
@@ -394,24 +396,20 @@ def test_transformer_dropout_positions() -> None:
     model.train()
     calls: dict[str, list[Tensor]] = {"input": [], "residual": [], "hidden": []}
     model.blocks[0].register_forward_pre_hook(lambda module, args: calls["input"].append(args[0]))
+    add = Dropout.add
+    monkeypatch.setattr(Dropout, "add", lambda module, residual, x: calls["residual"].append(x) or add(module, residual, x))
     for block in model.blocks:
-        block.dropout.register_forward_hook(lambda module, args, output: calls["residual"].append(args[0]))
         block.feedforward.dropout.register_forward_hook(lambda module, args, output: calls["hidden"].append(args[0]))
     final: list[Tensor] = []
     model.final_norm.register_forward_hook(lambda module, args, output: final.append(output))
     rates: list[float] = []
-    original = F.dropout
 
-    def recording(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-        if input.dim() == 4:  # attention probabilities (B, heads, n, n); the other dropouts are 3-D
-            rates.append(p if training else 0.0)
-        return original(input, p, training, inplace)
+    def recording(input: Tensor, p: float, training: bool) -> Tensor:  # the attention probabilities' dropout
+        rates.append(p if training else 0.0)
+        return dropout(input, p, training)
 
-    F.dropout = recording  # type: ignore[assignment]
-    try:
-        logits = model(TOKENS)
-    finally:
-        F.dropout = original  # type: ignore[assignment]
+    monkeypatch.setattr(transformer, "dropout", recording)
+    logits = model(TOKENS)
     dropped, kept = calls["input"][0], eval_inputs[0]
     assert bool(((dropped == 0) | torch.isclose(dropped, 2 * kept)).all()) and 0.3 < float((dropped == 0).double().mean()) < 0.7
     assert len(calls["residual"]) == 2 * 5  # after every sublayer: attention or stack, then FFN

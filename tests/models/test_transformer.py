@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from stacklm.models.dropout import dropout
 from stacklm.models.transformer import CausalSelfAttention, Transformer, TransformerConfig, sinusoidal_encoding
 
 
@@ -31,7 +32,8 @@ def test_first_logits_come_from_bos_alone() -> None:
 
 @pytest.mark.parametrize("training", [False, True])
 def test_attention_equals_pytorch_scaled_dot_product_attention(training: bool) -> None:
-    """The written-out attention against PyTorch's (same dropout mask from the same seed), gradients included."""
+    """The written-out attention against PyTorch's, gradients included; in training, the same
+    dropout mask (``dropout`` of ones from the same seed) on the probabilities of PyTorch's math."""
     attention = CausalSelfAttention(8, 4, dropout=0.3).double().train(training)
     x = torch.randn(3, 6, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     results = []
@@ -41,10 +43,13 @@ def test_attention_equals_pytorch_scaled_dot_product_attention(training: bool) -
         if written_out:
             output = attention(inputs)
         else:
-            heads = [attention._heads(layer(inputs)) for layer in (attention.query, attention.key, attention.value)]
-            attended = torch.nn.functional.scaled_dot_product_attention(
-                *heads, is_causal=True, dropout_p=0.3 if training else 0.0
-            )
+            queries, keys, values = [attention._heads(layer(inputs)) for layer in (attention.query, attention.key, attention.value)]
+            if training:
+                causal = torch.ones(6, 6, dtype=torch.bool).tril()
+                probabilities = torch.softmax((queries @ keys.transpose(-1, -2) / math.sqrt(2)).masked_fill(~causal, -math.inf), dim=-1)
+                attended = probabilities * dropout(torch.ones_like(probabilities), 0.3, True) @ values
+            else:
+                attended = torch.nn.functional.scaled_dot_product_attention(queries, keys, values, is_causal=True)
             output = attention.out(attended.transpose(1, 2).reshape(3, 6, 8))
         output.square().sum().backward()
         results.append((output, inputs.grad))

@@ -1,5 +1,8 @@
 """The dVPDA's whole-sequence forward and backward as one compiled CPU kernel (``dvpda.cpp``).
 
+The same library holds the dropout kernel of ``stacklm.models.dropout`` (``dropout.cpp``): one
+build, one load for both.
+
 The kernel runs the dynamic program of ``pda.py`` (full stack, bottom replaceable, vectors)
 with the numerics of ``ShiftedLogContraction`` (``shifted.py``): products shifted by log α,
 exact per-column normalisers, the pop read from shares Ŝ ∈ [0, 1]. One batch element per
@@ -34,8 +37,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-NAME = "stacklm_dvpda"
+NAME = "stacklm_kernels"
 SOURCE = Path(__file__).with_name("dvpda.cpp")
+SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp")]  # one library: the dVPDA and dropout (``stacklm.models.dropout``)
 
 _loaded = False
 _error: BaseException | None = None
@@ -66,12 +70,12 @@ def build_directory() -> Path:
 
 
 def load() -> None:
-    """Build (once per source and compiler flags) and load the kernel; raises if it cannot."""
+    """Build (once per source and compiler flags) and load the kernels; raises if it cannot."""
     global _loaded, _error
     if _loaded:
         return
     if _error is not None:
-        raise RuntimeError(f"the compiled dVPDA kernel failed to build: {_error}") from _error
+        raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {_error}") from _error
     from torch.utils import cpp_extension
 
     directory = build_directory()
@@ -79,7 +83,7 @@ def load() -> None:
     try:
         cpp_extension.load(
             name=extension_name(),
-            sources=[str(SOURCE)],
+            sources=[str(source) for source in SOURCES],
             extra_cflags=["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags()],
             extra_ldflags=["-fopenmp", "-lmvec"],
             build_directory=str(directory),
@@ -88,7 +92,7 @@ def load() -> None:
         )
     except Exception as error:  # the compiler's output is in the exception
         _error = error
-        raise RuntimeError(f"the compiled dVPDA kernel failed to build: {error}") from error
+        raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {error}") from error
     _loaded = True
 
 

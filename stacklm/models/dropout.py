@@ -1,0 +1,96 @@
+"""Dropout whose masks come from a counter-based generator, on the compiled CPU kernel (``stacks/kernels/dropout.cpp``).
+
+Dropout keeps each element with probability 1 − p and scales it by 1/(1 − p). PyTorch's CPU
+dropout draws its Bernoulli mask from the Mersenne twister one element at a time, a quarter of
+a transformer's training step here. This one draws one 64-bit key from torch's default
+generator per call (so ``torch.manual_seed`` and the saved RNG state still fix every mask) and
+derives the mask from it with Philox4x32-10, computed in SIMD lanes and fused with the scaling:
+element i is kept iff the i-th 32-bit word of the stream is ≥ round(p · 2³²). The backward
+recomputes the mask from the same key instead of storing it.
+
+The masks differ from ``F.dropout``'s for the same seed, and are the same for the same seed on
+every CPU that builds the kernel. Off the CPU, for dtypes other than float32/float64, or when
+the kernel cannot be built (a warning, once), it is ``F.dropout``. With p = 0 or in evaluation
+mode it is the identity.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from stacklm.stacks.kernels import compiled
+
+_warned = False
+
+
+def draw_key() -> int:
+    """One 64-bit key from torch's default CPU generator."""
+    return int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64))
+
+
+def uses_kernel(x: Tensor) -> bool:
+    """Whether dropout of tensors like ``x`` runs on the compiled kernel (building it on first use)."""
+    global _warned
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+        return False
+    built, error = compiled.available()
+    if not built and not _warned:
+        warnings.warn(f"dropout falls back to F.dropout: {error}", RuntimeWarning, stacklevel=3)
+        _warned = True
+    return built
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, p: float, key: int) -> Tensor:
+        ctx.p, ctx.key = p, key
+        return torch.ops.stacklm_dropout.dropout(x, p, key)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        return torch.ops.stacklm_dropout.dropout(grad.contiguous(), ctx.p, ctx.key), None, None
+
+
+class _DropoutAdd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, residual: Tensor, x: Tensor, p: float, key: int) -> Tensor:
+        ctx.p, ctx.key = p, key
+        return torch.ops.stacklm_dropout.dropout_add(residual, x, p, key)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
+        return grad, torch.ops.stacklm_dropout.dropout(grad.contiguous(), ctx.p, ctx.key), None, None
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Dropout(x): x · mask / (1 − p), mask ~ Bernoulli(1 − p) elementwise."""
+    if not training or p == 0:
+        return x
+    if not uses_kernel(x):
+        return F.dropout(x, p, training)
+    return _Dropout.apply(x.contiguous(), p, draw_key())
+
+
+def dropout_add(residual: Tensor, x: Tensor, p: float, training: bool) -> Tensor:
+    """residual + Dropout(x) in one pass, the same mask as ``dropout(x, p, training)`` would draw."""
+    if not training or p == 0:
+        return residual + x
+    if not uses_kernel(x):
+        return residual + F.dropout(x, p, training)
+    return _DropoutAdd.apply(residual.contiguous(), x.contiguous(), p, draw_key())
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` on the kernel above; ``add`` fuses a residual connection."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def add(self, residual: Tensor, x: Tensor) -> Tensor:
+        """residual + self(x)."""
+        return dropout_add(residual, x, self.p, self.training)

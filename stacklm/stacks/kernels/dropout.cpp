@@ -1,0 +1,167 @@
+// Dropout on CPU with masks from a counter-based generator, fused with the 1 / (1 − p) scaling.
+//
+// The generator is Philox4x32-10 (Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as
+// easy as 1, 2, 3", SC 2011): a key (k0, k1) and a counter (c0, c1, c2, c3) of 32-bit words go
+// through 10 rounds of
+//   (c0, c1, c2, c3) ← (hi(M1·c2) ⊕ c1 ⊕ k0, lo(M1·c2), hi(M0·c0) ⊕ c3 ⊕ k1, lo(M0·c0)),
+// the key bumped by (W0, W1) between rounds. Word j of the output for counter (g, 0) is word
+// 4g + j of the stream; the key is the 64-bit seed (k0 its low half). This is the stream of
+// ATen's Philox4_32(seed, 0, 0).
+//
+// Element i of a contiguous tensor is kept iff stream word i ≥ T, T = round(p · 2³²), so
+// P(keep) = 1 − T / 2³² (within 2⁻³³ of 1 − p), every element independent. A kept element is
+// multiplied by 1 / (1 − p), a dropped one by 0 (so a NaN stays NaN, as in PyTorch's dropout).
+// The same seed gives the same mask: the backward multiplies the gradient by it again.
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;  // round multipliers
+constexpr uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;  // key increments (golden ratio, √3 − 1)
+constexpr int64_t LANES = 16;                          // counters per block, computed side by side
+constexpr int64_t BLOCK = 4 * LANES;                   // elements per block
+constexpr uint32_t SIGN = 0x80000000u;
+
+// Stream words 4·first … 4·first + BLOCK − 1 (counters first … first + LANES − 1), in stream
+// order: words[4·l + j] is word j of counter first + l.
+#ifdef __AVX2__
+// Four counters per register, one per 64-bit lane holding a 32-bit word in its low half; M·c
+// is then one widening multiply (vpmuludq), which reads only the low halves, so the high halves
+// may hold anything until the words are stored.
+void philox_block(uint64_t first, uint64_t seed, uint32_t* __restrict words) {
+  constexpr int64_t REGISTERS = LANES / 4;
+  __m256i c0[REGISTERS], c1[REGISTERS], c2[REGISTERS], c3[REGISTERS];
+  for (int64_t r = 0; r < REGISTERS; ++r) {
+    const uint64_t g = first + 4 * r;
+    const __m256i counters = _mm256_set_epi64x(g + 3, g + 2, g + 1, g);
+    c0[r] = counters;
+    c1[r] = _mm256_srli_epi64(counters, 32);
+    c2[r] = _mm256_setzero_si256();
+    c3[r] = _mm256_setzero_si256();
+  }
+  const __m256i multiplier0 = _mm256_set1_epi64x(M0), multiplier1 = _mm256_set1_epi64x(M1);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m256i key0 = _mm256_set1_epi64x(k0), key1 = _mm256_set1_epi64x(k1);
+    for (int64_t r = 0; r < REGISTERS; ++r) {
+      const __m256i product0 = _mm256_mul_epu32(c0[r], multiplier0);
+      const __m256i product1 = _mm256_mul_epu32(c2[r], multiplier1);
+      c0[r] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(product1, 32), c1[r]), key0);
+      c1[r] = product1;
+      c2[r] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(product0, 32), c3[r]), key1);
+      c3[r] = product0;
+    }
+    k0 += W0;
+    k1 += W1;
+  }
+  for (int64_t r = 0; r < REGISTERS; ++r) {
+    // Lanes (w0, w1) and (w2, w3) of each counter side by side, then the counters in order.
+    const __m256i low = _mm256_or_si256(_mm256_and_si256(c0[r], _mm256_set1_epi64x(0xFFFFFFFF)), _mm256_slli_epi64(c1[r], 32));
+    const __m256i high = _mm256_or_si256(_mm256_and_si256(c2[r], _mm256_set1_epi64x(0xFFFFFFFF)), _mm256_slli_epi64(c3[r], 32));
+    const __m256i first_two = _mm256_unpacklo_epi64(low, high);   // counters 0, 2
+    const __m256i second_two = _mm256_unpackhi_epi64(low, high);  // counters 1, 3
+    uint32_t* out = words + 16 * r;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(first_two, second_two, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), _mm256_permute2x128_si256(first_two, second_two, 0x31));
+  }
+}
+#else
+void philox_block(uint64_t first, uint64_t seed, uint32_t* __restrict words) {
+  for (int64_t l = 0; l < LANES; ++l) {
+    uint32_t c0 = static_cast<uint32_t>(first + l), c1 = static_cast<uint32_t>((first + l) >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      const uint64_t product0 = static_cast<uint64_t>(M0) * c0, product1 = static_cast<uint64_t>(M1) * c2;
+      c0 = static_cast<uint32_t>(product1 >> 32) ^ c1 ^ k0;
+      c1 = static_cast<uint32_t>(product1);
+      c2 = static_cast<uint32_t>(product0 >> 32) ^ c3 ^ k1;
+      c3 = static_cast<uint32_t>(product0);
+      k0 += W0;
+      k1 += W1;
+    }
+    words[4 * l] = c0;
+    words[4 * l + 1] = c1;
+    words[4 * l + 2] = c2;
+    words[4 * l + 3] = c3;
+  }
+}
+#endif
+
+uint32_t threshold(double p) {
+  const double scaled = std::nearbyint(p * 4294967296.0);
+  return static_cast<uint32_t>(std::min(scaled, 4294967295.0));
+}
+
+// out[i] = (residual[i] +) input[i] · mask_i / (1 − p) for the elements of one block; residual may be null.
+template <typename scalar_t>
+void apply_block(
+    int64_t block, uint64_t seed, int32_t signed_cut, scalar_t scale, const scalar_t* __restrict input,
+    const scalar_t* __restrict residual, scalar_t* __restrict out, int64_t count) {
+  uint32_t words[BLOCK];
+  scalar_t factors[BLOCK];
+  philox_block(static_cast<uint64_t>(block) * LANES, seed, words);
+  // word ≥ T as a signed comparison (AVX2 compares signed 32-bit integers only).
+  for (int64_t j = 0; j < BLOCK; ++j) factors[j] = static_cast<int32_t>(words[j] ^ SIGN) >= signed_cut ? scale : scalar_t(0);
+  if (residual != nullptr) {
+    for (int64_t j = 0; j < count; ++j) out[j] = residual[j] + input[j] * factors[j];
+  } else {
+    for (int64_t j = 0; j < count; ++j) out[j] = input[j] * factors[j];
+  }
+}
+
+template <typename scalar_t>
+void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64_t size, double p, uint64_t seed) {
+  const int32_t signed_cut = static_cast<int32_t>(threshold(p) ^ SIGN);
+  const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
+  at::parallel_for(0, (size + BLOCK - 1) / BLOCK, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t start = block * BLOCK;
+      apply_block<scalar_t>(
+          block, seed, signed_cut, scale, input + start, residual == nullptr ? nullptr : residual + start, out + start,
+          std::min(BLOCK, size - start));
+    }
+  });
+}
+
+at::Tensor dropout(const at::Tensor& input, double p, int64_t seed) {
+  TORCH_CHECK(input.is_cpu() && input.is_contiguous(), "dropout: a contiguous CPU tensor");
+  TORCH_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1)");
+  at::Tensor out = at::empty_like(input);
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout", [&] {
+    apply<scalar_t>(input.data_ptr<scalar_t>(), nullptr, out.data_ptr<scalar_t>(), input.numel(), p, static_cast<uint64_t>(seed));
+  });
+  return out;
+}
+
+at::Tensor dropout_add(const at::Tensor& residual, const at::Tensor& input, double p, int64_t seed) {
+  TORCH_CHECK(input.is_cpu() && input.is_contiguous() && residual.is_contiguous(), "dropout_add: contiguous CPU tensors");
+  TORCH_CHECK(residual.sizes() == input.sizes() && residual.scalar_type() == input.scalar_type(), "dropout_add: one shape and dtype");
+  TORCH_CHECK(p >= 0 && p < 1, "dropout_add: p must lie in [0, 1)");
+  at::Tensor out = at::empty_like(input);
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout_add", [&] {
+    apply<scalar_t>(
+        input.data_ptr<scalar_t>(), residual.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), input.numel(), p,
+        static_cast<uint64_t>(seed));
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(stacklm_dropout, library) {
+  library.def("dropout", &dropout);
+  library.def("dropout_add", &dropout_add);
+}
