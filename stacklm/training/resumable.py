@@ -5,7 +5,7 @@ resumed when it exists, saved on SIGTERM (``stacklm.training.checkpoint``, ``loo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TextIO
 
 import torch
 
@@ -30,17 +30,23 @@ def resumable_training(
     checkpoint_scores: CheckpointScores | None = None,
     after_step: AfterStep | None = None,
     on_state: Callable[[Path], None] | None = None,
+    stop_request: StopRequest | None = None,
+    progress_stream: TextIO | None = None,
 ) -> TrainResult:
     """Train as ``stacklm train`` and ``stacklm cfl train`` do: the state is kept beside
     ``checkpoint`` under the fingerprint of ``fingerprint_source`` (what determines the trained
     parameters), locked against a second writer, and resumed when it exists
     (``stacklm.training.checkpoint``); a progress line every ``progress_interval_s``, SIGTERM
     saving and stopping; ``checkpoint_scores`` and ``after_step`` as in ``train``. A finished run deletes the states of other fingerprints there.
-    ``on_state(path)`` learns the state file before training starts (the live mirror's watcher)."""
+    ``on_state(path)`` learns the state file before training starts (the live mirror's watcher).
+    A process that trains several runs passes its one ``stop_request``, installed once, so that
+    a SIGTERM between two runs still stops it; ``progress_stream`` takes the run's progress lines
+    (default: stderr)."""
     fingerprint = checkpoint_file.fingerprint(fingerprint_source)
     state = checkpoint_file.keyed_path(checkpoint, fingerprint)
-    stop_request = StopRequest()
-    stop_request.install()
+    if stop_request is None:
+        stop_request = StopRequest()
+        stop_request.install()
     if on_state is not None:
         on_state(state)
     with checkpoint_file.exclusive(state):
@@ -54,7 +60,7 @@ def resumable_training(
             checkpoint_path=state,
             fingerprint=fingerprint,
             device=device,
-            progress=Progress(interval_s=progress_interval_s),
+            progress=Progress(stream=progress_stream, interval_s=progress_interval_s),
             stop_request=stop_request,
             checkpoint_scores=checkpoint_scores,
             after_step=after_step,

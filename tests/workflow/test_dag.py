@@ -51,6 +51,16 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
 }
 
 
+# resources.runs_per_job: 2 (not the default): the training jobs of each preset, a rule per group of
+# runs (dag.run_groups), a job of it per task x architecture; every other rule keeps its jobs. The ci
+# preset's 2 trials and 2 seeds become one job each (8 -> 4 training jobs, 32 -> 28 in all); table1's
+# 3 and 3, two each, [1, 2] and [3] (24 -> 16, 60 -> 52).
+GROUPED_TRAIN_JOBS: dict[str, dict[str, int]] = {
+    "ci": {"train_search_1_2": 2, "train_final_1_2": 2, "total": 28},
+    "table1": {"train_search_1_2": 4, "train_search_3": 4, "train_final_1_2": 4, "train_final_3": 4, "total": 52},
+}
+
+
 @pytest.mark.parametrize("preset", ["small", "ci", "table1"])
 def test_each_presets_dry_run_lists_the_same_jobs(workflow_copy: Callable[[dict[str, Any]], Path], preset: str) -> None:
     directory = workflow_copy({"preset": preset})
@@ -58,6 +68,25 @@ def test_each_presets_dry_run_lists_the_same_jobs(workflow_copy: Callable[[dict[
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert job_counts(output) == DAG_JOBS[preset]
+
+
+@pytest.mark.parametrize("preset", ["ci", "table1"])
+def test_two_runs_per_job_train_each_group_of_runs_in_one_job_and_keep_one_output_per_run(
+    workflow_copy: Callable[[dict[str, Any]], Path], preset: str
+) -> None:
+    directory = workflow_copy({"preset": preset, "resources": {"runs_per_job": 2}})
+    result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    expected = {rule: count for rule, count in DAG_JOBS[preset].items() if rule != "train"} | GROUPED_TRAIN_JOBS[preset]
+    assert job_counts(output) == expected
+    commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm train")]
+    final = next(line for line in commands if "--architecture Tf " in line and "--phase final --seed 1 2 " in line)
+    assert (" --out results/runs/question-formation/tf/final/1 results/runs/question-formation/tf/final/2"
+            " --log logs/train/question-formation/tf/final/1.log logs/train/question-formation/tf/final/2.log") in final
+    assert final.endswith("> logs/train/question-formation/tf/final/1+2.log 2>&1")
+    search = next(line for line in commands if "--architecture Tf " in line and "--phase search --seed 1 2 --trial 1 2 " in line)
+    assert "--hparams results/search/question-formation/tf/trial1.json results/search/question-formation/tf/trial2.json " in search
 
 
 def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:

@@ -2,6 +2,7 @@
 # `final`, index = seed). The resumable state lives at a `params:` path, not an output:
 # Snakemake deletes the outputs of a failed job, and a retried or re-run job resumes from it.
 # The job never touches MLflow: `tracking_sync` mirrors its train.parquet once the task's runs are done.
+# With resources.runs_per_job K > 1, the rules below train the runs instead, K to a job.
 
 
 rule train:
@@ -23,6 +24,8 @@ rule train:
         trial=lambda wildcards: dag.trial_option(wildcards.phase, wildcards.index),
     log:
         dag.TRAIN_LOG,
+    wildcard_constraints:
+        phase=dag.single_run_phases(SETTINGS.resources),
     threads: 1
     resources:
         gpu=0,
@@ -35,3 +38,44 @@ rule train:
         " --data-dir {params.data_dir} --hparams {input.hparams} --phase {wildcards.phase}{params.trial} --seed {wildcards.index}"
         " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
         " --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+# resources.runs_per_job K > 1: each group of K runs of a phase (dag.run_groups: final seeds, or
+# search trials) trains in one process, one run after another, for every task x architecture. Each
+# run keeps its own outputs, checkpoint and log (the same paths as above); the group's log holds the
+# process's own output. The time is the family's x K; gpu and threads are the rule `train`'s defaults.
+for group in dag.run_groups(SETTINGS.search, SETTINGS.final, SETTINGS.resources):
+
+    rule:
+        name:
+            group.rule
+        input:
+            data=lambda wildcards: data_stage.data_files(wildcards.task),
+            hparams=group.hparams,
+            settings=settings_file("train"),
+        output:
+            model=group.paths(dag.RUN_MODEL),
+            curve=group.paths(dag.RUN_CURVE),
+        params:
+            architecture=lambda wildcards: common.architecture_name(wildcards.architecture),
+            data_dir=data_stage.DATA_DIR,
+            run_dirs=group.paths(dag.RUN_DIR),
+            checkpoints=group.paths(dag.CHECKPOINT),
+            device=lambda wildcards, resources: common.device(resources.gpu),
+            phase=group.phase,
+            runs=group.options,
+        log:
+            runs=group.paths(dag.TRAIN_LOG),
+            job=group.log,
+        threads: 1
+        resources:
+            gpu=0,
+            runtime=lambda wildcards, attempt, runs=len(group.indices): dag.train_resources(SETTINGS.resources, wildcards.architecture, attempt, runs).runtime_min,
+            mem_mb=lambda wildcards, attempt: dag.train_resources(SETTINGS.resources, wildcards.architecture, attempt).mem_mb,
+        conda:
+            CONDA_ENV
+        shell:
+            "stacklm train --task {wildcards.task} --architecture {params.architecture:q}"
+            " --data-dir {params.data_dir} --hparams {input.hparams} --phase {params.phase} {params.runs}"
+            " --settings {input.settings} --checkpoint {params.checkpoints} --out {params.run_dirs} --log {log.runs}"
+            " --device {params.device} --threads {threads} > {log.job} 2>&1"

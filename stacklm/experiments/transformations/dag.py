@@ -11,6 +11,8 @@ Per task T and architecture A:
 - ``select``: the trial with the lowest validation cross-entropy (the only one when K = 1),
   ``max_epochs`` set to ``final.max_epochs`` (null: to convergence);
 - ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
+- with ``resources.runs_per_job`` K > 1, the runs of a phase train K to a job instead: a rule per
+  group of runs (``run_groups``: ``train_final_1_2``, …) whose outputs are every run's files;
 - ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures), and ``curves``
   per task.
 
@@ -21,11 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
-from stacklm.experiments.transformations.settings import ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
+from stacklm.experiments.transformations.settings import FinalSettings, ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
 
 Phase = Literal["search", "final"]
 PHASES: tuple[Phase, ...] = ("search", "final")
@@ -39,6 +41,7 @@ RUN_CURVE = RUN_DIR + "/train.parquet"
 RUN_METRICS = RUN_DIR + "/metrics.parquet"
 CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
 TRAIN_LOG = "logs/train/{task}/{architecture}/{phase}/{index}.log"  # among a run's artifacts in MLflow
+TRAIN_GROUP_LOG = "logs/train/{task}/{architecture}/{phase}/{indices}.log"  # a job of several runs; each run's lines are in its TRAIN_LOG
 EVALUATE_LOG = "logs/evaluate/{task}/{architecture}/{phase}/{index}.log"
 METRICS = "results/metrics.parquet"
 REPORT_TABLE = "results/report/tables/{task}.tex"
@@ -91,13 +94,64 @@ def trial_option(phase: str, index: str | int) -> str:
 
 
 @dataclass(frozen=True)
+class RunGroup:
+    """Runs of one phase that one ``stacklm train`` process trains one after another, for every
+    task x architecture: a rule of their own, whose outputs are every run's files (the DAG keeps
+    one output per run). Paths keep ``{task}`` and ``{architecture}`` as wildcards."""
+
+    phase: Phase
+    indices: tuple[int, ...]
+
+    @property
+    def rule(self) -> str:
+        return "_".join(["train", self.phase, *map(str, self.indices)])
+
+    def paths(self, pattern: str) -> list[str]:
+        """``pattern`` (a run's path: ``RUN_MODEL``, ``CHECKPOINT``, …) of each run, in order."""
+        return [pattern.format(task="{task}", architecture="{architecture}", phase=self.phase, index=index) for index in self.indices]
+
+    @property
+    def log(self) -> str:
+        """The process's own output (the runs' progress goes to their ``TRAIN_LOG``)."""
+        return TRAIN_GROUP_LOG.format(task="{task}", architecture="{architecture}", phase=self.phase, indices="+".join(map(str, self.indices)))
+
+    @property
+    def options(self) -> str:
+        """The runs of ``stacklm train``: ``--seed`` and, for search trials, ``--trial`` (seed k for trial k)."""
+        indices = " ".join(map(str, self.indices))
+        return f"--seed {indices}" + (f" --trial {indices}" if self.phase == "search" else "")
+
+    def hparams(self, wildcards: Any) -> list[str]:
+        """The ``HP.json`` files of the runs, each once: every trial's, or the selected one."""
+        paths = (hparams_path(wildcards.task, wildcards.architecture, self.phase, index) for index in self.indices)
+        return list(dict.fromkeys(paths))
+
+
+def run_groups(search: SearchSettings, final: FinalSettings, resources: ResourceSettings) -> list[RunGroup]:
+    """The trained search trials and the final seeds, ``resources.runs_per_job`` to a group, in
+    order; none when it is 1 (the rule ``train``, a job per run, trains them all)."""
+    size = resources.runs_per_job
+    if size == 1:
+        return []
+    runs: dict[Phase, list[int]] = {"search": trained_trials(search), "final": list(final.seeds)}
+    return [RunGroup(phase, tuple(indices[start : start + size])) for phase, indices in runs.items() for start in range(0, len(indices), size)]
+
+
+def single_run_phases(resources: ResourceSettings) -> str:
+    """The phases whose runs the rule ``train`` trains, a job each, as a wildcard constraint: both
+    when ``resources.runs_per_job`` is 1, none otherwise (a regular expression matching nothing)."""
+    return "|".join(PHASES) if resources.runs_per_job == 1 else "(?!)"
+
+
+@dataclass(frozen=True)
 class JobResources:
     runtime_min: int
     mem_mb: int
 
 
-def train_resources(resources: ResourceSettings, architecture: str, attempt: int) -> JobResources:
-    """Time and memory of a training job: its family's base values × growth^(attempt − 1).
+def train_resources(resources: ResourceSettings, architecture: str, attempt: int, runs: int = 1) -> JobResources:
+    """Time and memory of a training job of ``runs`` runs, trained one after another: its family's
+    base values × growth^(attempt − 1), the time × ``runs``.
 
     An architecture belongs to the first family in ``resources.families`` that lists its stack
     (the model registry's ``stack_name``: ``Nd``, ``Sup``); otherwise to ``resources.default``.
@@ -108,7 +162,7 @@ def train_resources(resources: ResourceSettings, architecture: str, attempt: int
     families = [family for family in resources.families if stack in family.stacks]
     base = families[0] if families else resources.default
     factor = resources.growth_per_retry ** (attempt - 1)
-    return JobResources(runtime_min=math.ceil(base.runtime_min * factor), mem_mb=math.ceil(base.mem_mb * factor))
+    return JobResources(runtime_min=math.ceil(base.runtime_min * factor * runs), mem_mb=math.ceil(base.mem_mb * factor))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -116,11 +116,13 @@ class ResourceFamily:
 
 @dataclass(frozen=True)
 class ResourceSettings:
-    """The ``resources`` section: cluster time and memory per architecture family."""
+    """The ``resources`` section: cluster time and memory per architecture family, and how many
+    runs one training job trains."""
 
     growth_per_retry: float = 2
     default: JobSize = JobSize(240, 4000)
     families: tuple[ResourceFamily, ...] = (ResourceFamily(("Nd",), 1440, 16000), ResourceFamily(("Sup",), 480, 8000))
+    runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x architecture x phase in one process, one after another
 
 
 class TransformationsSettings(Protocol):

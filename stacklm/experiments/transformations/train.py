@@ -1,9 +1,10 @@
-"""``stacklm train``: one training run of a syntactic-transformation task (the rule ``train``).
+"""``stacklm train``: training runs of a syntactic-transformation task (the rule ``train``, or a
+rule ``train_<phase>_<indices>`` for several runs).
 
-    stacklm train --task T --architecture A --data-dir results/data/T --out RUN_DIR
-        (--hparams HP.json | --learning-rate LR --tokens-per-batch B [--max-epochs N])
-        [--seed S] [--settings results/settings/train.json] [--checkpoint CKPT_PATH]
-        [--phase search|final] [--trial N] [--device cpu|cuda] [--threads N]
+    stacklm train --task T --architecture A --data-dir results/data/T --out RUN_DIR...
+        (--hparams HP.json... | --learning-rate LR --tokens-per-batch B [--max-epochs N])
+        [--seed S...] [--settings results/settings/train.json] [--checkpoint CKPT_PATH...]
+        [--phase search|final] [--trial N...] [--log LOG...] [--device cpu|cuda] [--threads N]
 
 The workflow gives a trial's ``HP.json`` and the resolved settings; by hand, the flags do, and
 without ``--settings`` every section takes its defaults, the paper's (App. D schedule, 200k
@@ -14,32 +15,44 @@ learning curve, one row per checkpoint, with the run's metadata); MLflow never s
 (``stacklm tracking sync`` mirrors the Parquet files later). The resumable state lives at
 CKPT_PATH (default ``RUN_DIR/checkpoint.pt``): the same command after a kill continues; on
 SIGTERM the state of the current step is saved first (exit status 1).
+
+Several ``--seed``s are several runs, trained one after another in this process, which reads
+torch, the data and the vocabulary once: each with its own ``--out``, ``--checkpoint``,
+``--trial`` (search runs), ``--log`` (its progress lines; default stderr) and ``--hparams`` (or
+one for all), in the order of the seeds. Each run equals the run trained alone (its own seeds,
+nothing it reads is changed by another). After a kill each resumes from its own state; a
+finished run's state holds its result, so it is written again without training. A run that
+fails does not stop the others: the command fails after the last, naming the failed runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
-from dataclasses import asdict
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence, TextIO
 
 import torch
 
 from stacklm.data.vocabulary import Vocabulary
-from stacklm.errors import UsageError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import add_resource_arguments
-from stacklm.models.options import ModelSettings
+from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.models.registry import build_model
 from stacklm.settings_file import build, read_json, read_settings
-from stacklm.tasks import get_task
+from stacklm.tasks import Task, get_task
+from stacklm.tasks.example import Example
 from stacklm.tracking import live
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import curve_table, data_version, write_table
 from stacklm.tracking.runs import task_run_identity
 from stacklm.training.config import Hyperparameters, TrainingSettings
+from stacklm.training.loop import StopRequest, TrainingInterrupted
 from stacklm.training.resumable import resumable_training
 from stacklm.training.run_files import choose_device, read_splits, set_threads, split_paths, token_features
 
@@ -49,104 +62,205 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--task", required=True)
     parser.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
     parser.add_argument("--data-dir", required=True, type=Path, help="the task's {train,validation,test,generalization}.tsv")
-    parser.add_argument("--out", required=True, type=Path, help="run directory: model.pt, train.parquet")
+    parser.add_argument("--out", required=True, type=Path, nargs="+", help="run directory, one per seed: model.pt, train.parquet")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hparams", type=Path, help='a trial\'s JSON: {"learning_rate", "tokens_per_batch", "max_epochs"}')
+    source.add_argument("--hparams", type=Path, nargs="+",
+                        help='a trial\'s JSON, {"learning_rate", "tokens_per_batch", "max_epochs"}: one for every run, or one per seed')
     source.add_argument("--learning-rate", type=float, help="initial learning rate of Adam (with --tokens-per-batch)")
     parser.add_argument("--tokens-per-batch", type=int, help="B, the token budget of a batch (with --learning-rate)")
     parser.add_argument("--max-epochs", type=int, help="with --learning-rate; default: training.max_epochs, early stopping ends the run")
-    parser.add_argument("--seed", type=int, default=1, help="parameters, dropout and shuffling (default: 1)")
+    parser.add_argument("--seed", type=int, nargs="+", default=[1], help="parameters, dropout and shuffling (default: 1); several: a run each")
     parser.add_argument("--settings", type=Path, help="the workflow's resolved settings; default: the paper's")
-    parser.add_argument("--checkpoint", type=Path, help="resumable training state; default: RUN_DIR/checkpoint.pt")
+    parser.add_argument("--checkpoint", type=Path, nargs="+", help="resumable training state, one per seed; default: RUN_DIR/checkpoint.pt")
     parser.add_argument("--phase", choices=("search", "final"), default="final")
-    parser.add_argument("--trial", type=int, default=None, help="trial number of a search run")
+    parser.add_argument("--trial", type=int, nargs="+", default=None, help="trial number of a search run, one per seed")
+    parser.add_argument("--log", type=Path, nargs="+", help="a file per seed for its run's progress lines; default: stderr")
     add_resource_arguments(parser)
     parser.set_defaults(func=run)
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of the command line: its seed and the options given per run."""
+
+    seed: int
+    trial: int | None
+    hyperparameters: Hyperparameters
+    out: Path
+    checkpoint: Path
+    log: Path | None
+
+
+@dataclass(frozen=True)
+class SharedInputs:
+    """What every run of the process reads, built once: settings, data and the device."""
+
+    task: Task
+    vocabulary: Vocabulary
+    training: TrainingSettings
+    evaluation: EvaluationSettings
+    options: ModelOptions
+    data_version: str
+    training_strings: list[list[int]]
+    validation_strings: list[list[int]]
+    curve_sets: tuple[list[Example], list[Example]]  # the fixed test and generalization subsets of the curves
+    device: torch.device
+
+
 def run(args: argparse.Namespace) -> int:
+    planned = planned_runs(args)
     settings = read_settings(args.settings) if args.settings is not None else None
-    training = settings.section("training", TrainingSettings) if settings is not None else TrainingSettings()
     evaluation = settings.section("evaluation", EvaluationSettings) if settings is not None else EvaluationSettings()
-    options = (settings.section("model", ModelSettings) if settings is not None else ModelSettings()).options()
-    hyperparameters = chosen_hyperparameters(args)
-    config = training.train_config(hyperparameters)
-    checkpoint = args.checkpoint if args.checkpoint is not None else args.out / "checkpoint.pt"
     device = choose_device(args.device)
     set_threads(args.threads)
-
     task = get_task(args.task)
     vocabulary = Vocabulary(task.vocabulary())
     splits = read_splits(args.data_dir, task)
-    version = data_version(split_paths(args.data_dir))
+    shared = SharedInputs(
+        task=task,
+        vocabulary=vocabulary,
+        training=settings.section("training", TrainingSettings) if settings is not None else TrainingSettings(),
+        evaluation=evaluation,
+        options=(settings.section("model", ModelSettings) if settings is not None else ModelSettings()).options(),
+        data_version=data_version(split_paths(args.data_dir)),
+        training_strings=[vocabulary.encode(example.language_model_string()) for example in splits["train"]],
+        validation_strings=[vocabulary.encode(example.language_model_string()) for example in splits["validation"]],
+        curve_sets=(curve_subset(splits["test"], evaluation.curve_examples), curve_subset(splits["generalization"], evaluation.curve_examples)),
+        device=device,
+    )
+    stop_request = StopRequest()
+    stop_request.install()
+    failed: list[str] = []
+    for number, run_plan in enumerate(planned, start=1):
+        if stop_request.reason is not None:
+            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} (seed {run_plan.seed}) started")
+        if len(planned) > 1:
+            print(f"run {number} of {len(planned)}: seed {run_plan.seed} -> {run_plan.out}" + (f" (log: {run_plan.log})" if run_plan.log else ""),
+                  file=sys.stderr, flush=True)
+        with progress_stream(run_plan.log) as stream:
+            try:
+                train_run(args.architecture, args.phase, run_plan, shared, stop_request, stream)
+            except TrainingInterrupted:
+                raise
+            except StacklmError as error:
+                if len(planned) == 1:
+                    raise
+                print(f"error: {error}", file=stream or sys.stderr, flush=True)
+                failed.append(f"seed {run_plan.seed}: {error}")
+    if failed:
+        raise StacklmError(f"{len(failed)} of {len(planned)} runs failed; the others are written. " + "; ".join(failed))
+    return 0
+
+
+def train_run(architecture: str, phase: str, planned: PlannedRun, shared: SharedInputs, stop_request: StopRequest, stream: TextIO | None) -> None:
+    """Train one run and write its ``model.pt`` and ``train.parquet``."""
+    hyperparameters = planned.hyperparameters
+    config = shared.training.train_config(hyperparameters)
     run_settings: dict[str, Any] = {
-        "task": args.task,
-        "architecture": args.architecture,
-        "phase": args.phase,
-        "trial": args.trial,
-        "seed": args.seed,
+        "task": shared.task.name,
+        "architecture": architecture,
+        "phase": phase,
+        "trial": planned.trial,
+        "seed": planned.seed,
         "hyperparameters": asdict(hyperparameters),
-        "model": asdict(options),
+        "model": asdict(shared.options),
         "train_config": asdict(config),
-        "training": asdict(training),
-        "evaluation": asdict(evaluation),
+        "training": asdict(shared.training),
+        "evaluation": asdict(shared.evaluation),
     }
     determining = ("task", "architecture", "seed", "hyperparameters", "model", "train_config")
-    fingerprint_source = {key: run_settings[key] for key in determining} | {"parameter_budget": training.parameter_budget, "data_version": version}
+    fingerprint_source = {key: run_settings[key] for key in determining} | {
+        "parameter_budget": shared.training.parameter_budget, "data_version": shared.data_version}
 
+    vocabulary, task = shared.vocabulary, shared.task
     model = build_model(
-        args.architecture,
+        architecture,
         len(vocabulary),
-        parameter_budget=training.parameter_budget,
-        token_features=token_features(args.architecture, task, vocabulary.tokens),
-        options=options,
-        generator=torch.Generator().manual_seed(args.seed),
+        parameter_budget=shared.training.parameter_budget,
+        token_features=token_features(architecture, task, vocabulary.tokens),
+        options=shared.options,
+        generator=torch.Generator().manual_seed(planned.seed),
     )
-    torch.manual_seed(args.seed)  # dropout
+    torch.manual_seed(planned.seed)  # dropout
     checkpoint_scores = None
-    if evaluation.curve_examples > 0:
-        evaluator = TaskEvaluator(model, vocabulary, PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by), evaluation, device)
-        test, generalization = (curve_subset(splits[name], evaluation.curve_examples) for name in ("test", "generalization"))
-        checkpoint_scores = functools.partial(evaluator.checkpoint_scores, test, generalization)
+    if shared.evaluation.curve_examples > 0:
+        partial = PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by)
+        evaluator = TaskEvaluator(model, vocabulary, partial, shared.evaluation, shared.device)
+        checkpoint_scores = functools.partial(evaluator.checkpoint_scores, *shared.curve_sets)
     result = resumable_training(
         model,
-        [vocabulary.encode(example.language_model_string()) for example in splits["train"]],
-        [vocabulary.encode(example.language_model_string()) for example in splits["validation"]],
+        shared.training_strings,
+        shared.validation_strings,
         config,
         fingerprint_source=fingerprint_source,
-        seed=args.seed,
+        seed=planned.seed,
         eos_index=vocabulary.eos_index,
-        checkpoint=checkpoint,
-        device=device,
-        progress_interval_s=training.progress_interval_s,
+        checkpoint=planned.checkpoint,
+        device=shared.device,
+        progress_interval_s=shared.training.progress_interval_s,
         checkpoint_scores=checkpoint_scores,
-        on_state=lambda state: live.start(state, args.task, *task_run_identity(args.task, args.architecture, args.phase, args.trial, args.seed)),
+        on_state=lambda state: live.start(state, task.name, *task_run_identity(task.name, architecture, phase, planned.trial, planned.seed)),
+        stop_request=stop_request,
+        progress_stream=stream,
     )
     metadata = run_metadata(
         model,
         result,
         run_settings,
-        task=args.task,
-        architecture=args.architecture,
-        phase=args.phase,
-        trial=args.trial,
-        seed=args.seed,
+        task=task.name,
+        architecture=architecture,
+        phase=phase,
+        trial=planned.trial,
+        seed=planned.seed,
         learning_rate=hyperparameters.learning_rate,
         tokens_per_batch=hyperparameters.tokens_per_batch,
-        data_version=version,
+        data_version=shared.data_version,
     )
-    save_trained_model(args.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
-    write_table(curve_table(result.curve, metadata), args.out / "train.parquet")
-    return 0
+    save_trained_model(planned.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
+    write_table(curve_table(result.curve, metadata), planned.out / "train.parquet")
 
 
-def chosen_hyperparameters(args: argparse.Namespace) -> Hyperparameters:
-    """A trial's ``--hparams`` file, or ``--learning-rate`` with ``--tokens-per-batch`` (and ``--max-epochs``)."""
+@contextlib.contextmanager
+def progress_stream(log: Path | None) -> Iterator[TextIO | None]:
+    """The run's log file, written afresh, or None (stderr) when it has none."""
+    if log is None:
+        yield None
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as stream:
+        yield stream
+
+
+def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:
+    """A run per ``--seed``, with the per-run options in the same order (each checked for its count)."""
+    seeds: list[int] = args.seed
+    if len(set(seeds)) < len(seeds):
+        raise UsageError(f"--seed: a seed is given twice ({' '.join(map(str, seeds))}): each seed is one run")
+    count = len(seeds)
+
+    def per_run(option: str, values: Sequence[Any] | None, default: Sequence[Any], allow_one: bool = False) -> list[Any]:
+        if values is None:
+            return list(default)
+        if allow_one and len(values) == 1:
+            return list(values) * count
+        if len(values) != count:
+            raise UsageError(f"{option}: {len(values)} given for {count} --seed: one per seed, in the same order" + (" (or one for all)" if allow_one else ""))
+        return list(values)
+
+    outs = per_run("--out", args.out, [])
+    hyperparameters = per_run("--hparams", chosen_hyperparameters(args), [], allow_one=True)
+    checkpoints = per_run("--checkpoint", args.checkpoint, [out / "checkpoint.pt" for out in outs])
+    trials = per_run("--trial", args.trial, [None] * count)
+    logs = per_run("--log", args.log, [None] * count)
+    return [PlannedRun(*fields) for fields in zip(seeds, trials, hyperparameters, outs, checkpoints, logs)]
+
+
+def chosen_hyperparameters(args: argparse.Namespace) -> list[Hyperparameters]:
+    """The trials' ``--hparams`` files, or ``--learning-rate`` with ``--tokens-per-batch`` (and ``--max-epochs``)."""
     if args.hparams is not None:
         if args.tokens_per_batch is not None or args.max_epochs is not None:
             raise UsageError("--hparams holds tokens_per_batch and max_epochs: leave out --tokens-per-batch and --max-epochs")
-        return build(Hyperparameters, read_json(args.hparams), source=args.hparams)
+        return [build(Hyperparameters, read_json(path), source=path) for path in args.hparams]
     if args.tokens_per_batch is None:
         raise UsageError("--learning-rate needs --tokens-per-batch (or give a trial's --hparams HP.json)")
-    return Hyperparameters(learning_rate=args.learning_rate, tokens_per_batch=args.tokens_per_batch, max_epochs=args.max_epochs)
-
+    return [Hyperparameters(learning_rate=args.learning_rate, tokens_per_batch=args.tokens_per_batch, max_epochs=args.max_epochs)]

@@ -1,6 +1,7 @@
 """End to end: ``stacklm train`` then ``stacklm evaluate`` on a small generated question-formation set."""
 
 import argparse
+import re
 import json
 import signal
 import subprocess
@@ -174,3 +175,132 @@ def test_hyperparameters_come_from_a_trial_file_or_from_flags(flags: list[str], 
     with pytest.raises(SystemExit) as stop:
         cli.main(base + ["--hparams", "hp.json", "--learning-rate", "0.001"])
     assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+# Several runs in one process (resources.runs_per_job): two search trials of their own hyperparameters,
+# with dropout (the global RNG) and generalization curves (sampling) on, checked against each run
+# trained alone in a process of its own.
+TRIALS = {1: {"learning_rate": 0.003, "tokens_per_batch": 256, "max_epochs": 1}, 2: {"learning_rate": 0.001, "tokens_per_batch": 384, "max_epochs": 1}}
+
+
+def runs_command(data_dir: Path, directory: Path, name: str, seeds: list[int]) -> list[str]:
+    """``stacklm train`` of the search trials ``seeds`` in one process, its files under ``directory/name``."""
+    def each(pattern: str) -> list[str]:
+        return [str(directory / name / pattern.format(seed=seed)) for seed in seeds]
+
+    return [sys.executable, "-c", RUNNER, "train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir),
+            "--settings", str(directory / "settings.json"), "--device", "cpu", "--threads", "1", "--phase", "search",
+            "--seed", *map(str, seeds), "--trial", *map(str, seeds), "--hparams", *(str(directory / f"hp{seed}.json") for seed in seeds),
+            "--out", *each("run{seed}"), "--checkpoint", *each("state{seed}.pt"), "--log", *each("run{seed}.log")]
+
+
+@pytest.fixture(scope="module")
+def alone(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Each trial trained alone, by a process of its own."""
+    directory = tmp_path_factory.mktemp("runs")
+    (directory / "settings.json").write_text(json.dumps({
+        "model": {"dropout": 0.1},
+        "training": {"parameter_budget": 8000, "examples_per_checkpoint": 300, "progress_interval_s": 0},
+        "evaluation": {"curve_examples": 20, "samples_per_input": 2},
+    }))
+    for seed, hyperparameters in TRIALS.items():
+        (directory / f"hp{seed}.json").write_text(json.dumps(hyperparameters))
+        subprocess.run(runs_command(data_dir, directory, "alone", [seed]), check=True, capture_output=True)
+    return directory
+
+
+def assert_runs_equal(directory: Path, name: str) -> None:
+    """Curves, final parameters and training states of ``directory/name`` equal those of the runs trained alone."""
+    timing = ["wall_time_s", "tokens_per_s", "code_version"]
+    for seed in TRIALS:
+        curves = [pq.read_table(directory / group / f"run{seed}" / "train.parquet").drop(timing).to_pylist() for group in ("alone", name)]
+        assert curves[0] == curves[1] and len(curves[0]) >= 3 and {row["trial"] for row in curves[0]} == {seed}
+        parameters = [load_model(directory / group / f"run{seed}" / "model.pt").parameters for group in ("alone", name)]
+        assert parameters[0].keys() == parameters[1].keys() and all(torch.equal(parameters[0][key], parameters[1][key]) for key in parameters[0])
+        [state_alone], [state_together] = (list((directory / group).glob(f"state{seed}.*.pt")) for group in ("alone", name))
+        assert state_alone.name == state_together.name  # the same fingerprint
+        states = [checkpoint.load(path) for path in (state_alone, state_together)]
+        for state in states:
+            del state["counters"]["wall_time_s"]
+        assert_same_values(states[0], states[1])
+
+
+def assert_same_values(first: object, second: object) -> None:
+    if isinstance(first, torch.Tensor):
+        assert isinstance(second, torch.Tensor) and torch.equal(first, second)
+    elif isinstance(first, dict):
+        assert isinstance(second, dict) and first.keys() == second.keys()
+        for key in first:
+            assert_same_values(first[key], second[key])
+    elif isinstance(first, (list, tuple)):
+        assert isinstance(second, (list, tuple)) and len(first) == len(second)
+        for one, other in zip(first, second):
+            assert_same_values(one, other)
+    else:
+        assert first == second
+
+
+def test_runs_trained_in_one_process_equal_each_run_trained_alone(data_dir: Path, alone: Path) -> None:
+    together = subprocess.run(runs_command(data_dir, alone, "together", list(TRIALS)), check=True, capture_output=True, text=True)
+    assert "run 2 of 2: seed 2" in together.stderr and "checkpoint 1:" not in together.stderr  # the runs' lines are in their logs
+    assert_runs_equal(alone, "together")
+    logs = [(alone / "together" / f"run{seed}.log").read_text() for seed in TRIALS]
+    assert all(log.startswith("epoch 1 batch 1/") and "checkpoint 1:" in log for log in logs)
+
+
+def test_a_killed_process_of_several_runs_resumes_each_run_and_retrains_none_that_finished(data_dir: Path, alone: Path) -> None:
+    command = runs_command(data_dir, alone, "killed", list(TRIALS))
+    killed = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert killed.stderr is not None
+    for line in killed.stderr:
+        if line.startswith("run 2 of 2"):
+            break
+    second_log = alone / "killed" / "run2.log"
+    while "checkpoint 2:" not in (second_log.read_text() if second_log.exists() else ""):  # the line follows the saved state
+        assert killed.poll() is None, "the second run ended before it was killed"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert (alone / "killed" / "run1" / "model.pt").exists() and not (alone / "killed" / "run2" / "model.pt").exists()
+    (alone / "killed" / "run1" / "model.pt").unlink()  # Snakemake deletes the outputs of a killed job
+
+    subprocess.run(command, check=True, capture_output=True)
+    first, second = ((alone / "killed" / f"run{seed}.log").read_text().splitlines() for seed in TRIALS)
+    assert first[0].startswith("resuming from") and not any(line.startswith(("epoch", "checkpoint")) for line in first)  # finished: not retrained
+    assert second[0].startswith("resuming from") and "checkpoint 3:" in "\n".join(second) and not any(line.startswith("checkpoint 1:") for line in second)
+    assert_runs_equal(alone, "killed")
+
+
+def test_a_failed_run_does_not_stop_the_others(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trained: list[int] = []
+
+    def train_run(architecture: str, phase: str, planned: train_command.PlannedRun, *rest: object) -> None:
+        trained.append(planned.seed)
+        if planned.seed == 1:
+            raise StacklmError("loss is nan at step 7")
+
+    monkeypatch.setattr(train_command, "train_run", train_run)
+    logs = [str(tmp_path / f"{seed}.log") for seed in (1, 2)]
+    with pytest.raises(StacklmError, match="1 of 2 runs failed; the others are written. seed 1: loss is nan at step 7"):
+        run("train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir), "--learning-rate", "0.001",
+            "--tokens-per-batch", "256", "--seed", "1", "2", "--out", str(tmp_path / "a"), str(tmp_path / "b"), "--log", *logs)
+    assert trained == [1, 2] and (tmp_path / "1.log").read_text() == "error: loss is nan at step 7\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--seed", "1", "2", "--out", "a"], "--out: 1 given for 2 --seed: one per seed, in the same order"),
+        (["--seed", "1", "2", "--out", "a", "b", "--hparams", "x.json", "y.json", "z.json"], r"--hparams: 3 given for 2 --seed: .* \(or one for all\)"),
+        (["--seed", "1", "2", "--out", "a", "b", "--log", "l"], "--log: 1 given"),
+        (["--seed", "3", "3", "--out", "a", "b"], "a seed is given twice"),
+    ],
+)
+def test_the_options_of_several_runs_are_one_per_seed(flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("x.json", "y.json", "z.json"):
+        (tmp_path / name).write_text(json.dumps({"learning_rate": 0.001, "tokens_per_batch": 256, "max_epochs": 1}))
+    base = ["train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(tmp_path)]
+    if "--hparams" not in flags:
+        base += ["--learning-rate", "0.001", "--tokens-per-batch", "256"]
+    flags = [str(tmp_path / flag) if flag.endswith(".json") else flag for flag in flags]
+    assert cli.main(base + flags) == 2
+    assert re.search(message, capsys.readouterr().err)
