@@ -81,6 +81,14 @@ class CheckpointRecord:
     is_best: bool
     scores: dict[str, float] = field(default_factory=dict)  # checkpoint_scores of the model at this checkpoint
 
+    def describe(self) -> str:
+        """The checkpoint's line in the training log."""
+        return (
+            f"checkpoint {self.checkpoint}: epoch {self.epoch} step {self.step} train loss {self.train_loss:.4f} "
+            f"validation cross-entropy {self.validation_cross_entropy:.4f}{' (best)' if self.is_best else ''} learning rate {self.learning_rate_used:.3g}"
+            + "".join(f" {name} {value:.3f}" for name, value in self.scores.items())
+        )
+
 
 CheckpointScores = Callable[[], Mapping[str, float]]  # scores the model being trained
 AfterStep = Callable[[int, int], Sequence[Mapping[str, Any]]]  # (step, 1-based epoch) → rows to keep
@@ -166,7 +174,9 @@ def train(
     state = TrainingState(schedule=ScheduleState.initial(config))
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         state = _restore(checkpoint_path, fingerprint, model, optimizer, device)
-        progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}")
+        progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}, after")
+        for record in state.curve:
+            progress.line(f"  {record.describe()}")
     session_start = time.monotonic()
     wall_before = state.wall_time_s
 
@@ -281,12 +291,7 @@ def _take_checkpoint(
     state.stopped_early = should_stop(state.schedule, config)
     state.batches_since_checkpoint = 0
     state.loss_since_checkpoint = 0.0
-    return (
-        f"checkpoint {record.checkpoint}: epoch {record.epoch} step {record.step} train loss {record.train_loss:.4f} "
-        f"validation cross-entropy {cross_entropy:.4f}{' (best)' if new_best else ''} next learning rate {state.schedule.learning_rate:.3g}"
-        + "".join(f" {name} {value:.3f}" for name, value in scores.items())
-        + (" — stopping early" if state.stopped_early else "")
-    )
+    return f"{record.describe()} next learning rate {state.schedule.learning_rate:.3g}" + (" — stopping early" if state.stopped_early else "")
 
 
 def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState) -> None:

@@ -14,12 +14,12 @@ from stacklm.training.progress import Progress
 from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
 
 
-def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None) -> tuple[ToyLanguageModel, TrainResult]:
+def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None, log: io.StringIO | None = None) -> tuple[ToyLanguageModel, TrainResult]:
     model = ToyLanguageModel(3, dropout=0.1)
     model.initialize(torch.Generator().manual_seed(seed))
     torch.manual_seed(seed)
     result = train(model, counting_data(120, 1), counting_data(30, 2), config or toy_config(), seed=seed, eos_index=2,
-                   checkpoint_path=checkpoint, progress=Progress(io.StringIO(), interval_s=0.0))
+                   checkpoint_path=checkpoint, progress=Progress(log or io.StringIO(), interval_s=0.0))
     return model, result
 
 
@@ -47,6 +47,17 @@ def test_a_finished_run_restarted_writes_the_same_result(tmp_path: Path) -> None
     _, first = toy_run(checkpoint=tmp_path / "ckpt.pt")
     model, again = toy_run(checkpoint=tmp_path / "ckpt.pt")
     assert again.curve == first.curve and again.steps == first.steps
+
+
+def test_a_resumed_run_logs_the_checkpoints_of_its_earlier_sessions(tmp_path: Path) -> None:
+    """A job's log is rewritten when the job restarts: the resume line repeats the curve so far."""
+    first, again = io.StringIO(), io.StringIO()
+    toy_run(checkpoint=tmp_path / "ckpt.pt", log=first)
+    toy_run(checkpoint=tmp_path / "ckpt.pt", log=again)
+    live = [line.split(" next learning rate ")[0] for line in first.getvalue().splitlines() if line.startswith("checkpoint ")]
+    resumed = again.getvalue().splitlines()
+    assert len(live) == 8 and resumed[0].startswith(f"resuming from {tmp_path / 'ckpt.pt'}")
+    assert resumed[1:] == [f"  {line}" for line in live]
 
 
 def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
