@@ -18,7 +18,7 @@ PROBE = """
 import sys
 from stacklm.cli import COMMAND_MODULES, build_parser
 build_parser(sys.argv[1:])
-print(" ".join(name for name in [*COMMAND_MODULES, "torch", "pandas", "mlflow"] if name in sys.modules))
+print(" ".join(name for name in [*COMMAND_MODULES, "torch", "pandas", "mlflow", "sympy"] if name in sys.modules))
 """
 
 
@@ -50,6 +50,12 @@ def test_help_version_and_a_typo_import_no_command_module(argv: tuple[str, ...])
 def test_the_commands_of_small_jobs_import_no_torch_pandas_or_mlflow(argv: tuple[str, ...]) -> None:
     """Each of these jobs would pay seconds of start-up for them: they load in the commands that need them."""
     assert loaded_modules(*argv) & {"torch", "pandas", "mlflow"} == set()
+
+
+def test_evaluate_imports_no_sympy() -> None:
+    """Sizing a model needs SymPy, rebuilding a saved one does not: each of the hundreds of evaluation
+    jobs would pay 0.4 CPU-seconds for it (stacklm.models.sizing loads it at the first count)."""
+    assert "sympy" not in loaded_modules("evaluate")
 
 
 def test_help_lists_every_command_with_its_summary() -> None:

@@ -25,10 +25,9 @@ width, so the feasible widths on either side of the real root of count(d) = budg
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Literal
-
-import sympy
+from typing import TYPE_CHECKING, Literal
 
 from stacklm.errors import StacklmError
 from stacklm.models.options import ModelOptions
@@ -41,7 +40,25 @@ from stacklm.models.stack_interface import (
     transition_count,
 )
 
-WIDTH = sympy.Symbol("d", positive=True)
+if TYPE_CHECKING:
+    import sympy
+
+
+@functools.cache
+def width_symbol() -> sympy.Symbol:
+    """d, the width the counts are polynomials in. SymPy loads here, at the first count, not with
+    the module: a job that rebuilds a saved model (``stacklm evaluate``) never sizes one, and
+    importing SymPy would cost it 0.4 CPU-seconds."""
+    import sympy
+
+    return sympy.Symbol("d", positive=True)
+
+
+def __getattr__(name: str) -> object:
+    """``WIDTH``, the symbol d (:func:`width_symbol`)."""
+    if name == "WIDTH":
+        return width_symbol()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def interface_count(spec: StackSpec, width: sympy.Expr, bias: bool) -> sympy.Expr:
@@ -92,7 +109,9 @@ def feedforward_count(d: sympy.Expr) -> sympy.Expr:
 
 def parameter_count(shape: Shape, vocabulary_size: int, options: ModelOptions, feature_values: int = 0) -> sympy.Expr:
     """The closed-form count of ``shape`` as a polynomial in ``WIDTH``."""
-    d = WIDTH
+    import sympy
+
+    d = width_symbol()
     f = options.syntax_feature_width
     if shape.base == "transformer":
         total = embedding_count(vocabulary_size + 1, d, shape.syntax, f, feature_values) + 2 * d
@@ -128,11 +147,14 @@ def is_feasible(shape: Shape, width: int, options: ModelOptions) -> bool:
 
 def choose_width(shape: Shape, vocabulary_size: int, budget: int, options: ModelOptions, feature_values: int = 0) -> Sizing:
     """The feasible width whose count is nearest ``budget`` (ties: the smaller width)."""
+    import sympy
+
     count = parameter_count(shape, vocabulary_size, options, feature_values)
+    d = width_symbol()
     if shape.family == "rns-rnn":
         width = options.cfl_hidden_units
-        return Sizing(width, int(count.subs(WIDTH, width)), count, None)
-    polynomial = sympy.Poly(count - budget, WIDTH)
+        return Sizing(width, int(count.subs(d, width)), count, None)
+    polynomial = sympy.Poly(count - budget, d)
     roots = [float(sympy.re(root)) for root in polynomial.nroots() if abs(sympy.im(root)) < 1e-9 and sympy.re(root) > 0]
     if not roots:
         raise StacklmError(f"no positive width gives {budget} parameters (count {count})")
@@ -144,5 +166,5 @@ def choose_width(shape: Shape, vocabulary_size: int, budget: int, options: Model
     while not is_feasible(shape, above, options):
         above += 1
     candidates = [width for width in (below, above) if width > 0]
-    width = min(candidates, key=lambda w: (abs(int(count.subs(WIDTH, w)) - budget), w))
-    return Sizing(width, int(count.subs(WIDTH, width)), count, root)
+    width = min(candidates, key=lambda w: (abs(int(count.subs(d, w)) - budget), w))
+    return Sizing(width, int(count.subs(d, width)), count, root)
