@@ -17,6 +17,12 @@ only needed at step t + 1, so the stack is updated lazily there: n − 1 updates
 (n with +R), as in the reference. The whole-sequence forward drives the stack through its
 ``sequence_state`` (the dVPDA: one compiled kernel call per step, forward and backward).
 
+A step's products: the token's columns of W^(1) x'_t are batched over time; then one product
+per layer, W^(1) over [r_{t−1} ; h^(1)_{t−1}], W^(ℓ) over [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] for ℓ > 1, and
+one for all of the stack's action layers from h^(L)_t, their weights joined once per forward
+(``StepWeights``). Dropout is ``stacklm.models.dropout``'s; the whole-sequence forward draws the
+masks of h̸^(ℓ)_t for all steps at once.
+
 Two variants share this module:
 
 - ``bearing-syntactic-fruit`` (DuSell & Cotterell (2025)): tied embeddings (plain or +Syn), learned initial
@@ -36,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import LanguageModel, Layers, ModelState, uniform_, xavier_
+from stacklm.models.dropout import Dropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackSpec, build_interface
@@ -92,9 +99,21 @@ class RecurrentLayer(nn.Module):
         projected = F.linear(x, weight, self.bias)
         return projected if self.recurrent_bias is None else projected + self.recurrent_bias
 
-    def step(self, projected: Tensor, hidden: Tensor, cell: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """h_t (and c_t) from the projected input (B, gates · d) and h_{t−1}, c_{t−1} (B, d)."""
-        gates = torch.addmm(projected, hidden, self.recurrent_weight.t())  # projected + W h_{t−1}
+    def step_weight(self, input_columns: slice | None) -> Tensor:
+        """W^(ℓ)ᵀ over the input columns ``input_columns`` and h_{t−1}, for [x_t ; h_{t−1}]: (columns + d,
+        gates · d); None: over h_{t−1} alone. Made once per forward, sliced and joined once."""
+        if input_columns is None:
+            return self.recurrent_weight.t()
+        # A slice of the weight costs its backward a zero-filled copy of the whole weight.
+        input_weight = self.input_weight if input_columns == slice(None) else self.input_weight[:, input_columns]
+        return torch.cat([input_weight, self.recurrent_weight], dim=1).t()
+
+    def biases(self) -> Tensor:
+        """b^(ℓ), and PyTorch's second bias where there is one: (gates · d,)."""
+        return self.bias if self.recurrent_bias is None else self.bias + self.recurrent_bias
+
+    def step(self, gates: Tensor, cell: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """h_t (and c_t) from the gates' pre-activations W^(ℓ) [x_t ; h_{t−1}] + b (B, gates · d) and c_{t−1} (B, d)."""
         if self.cell == "rnn":
             return torch.tanh(gates), None
         assert cell is not None
@@ -139,7 +158,7 @@ class RecurrentLanguageModel(LanguageModel):
             # reference and in the RNS-RNN code (cfl-and-ptb.md §2.5).
             xavier = bearing and config.reference.initialization == "paper"
             self.interface = build_interface(config.stack, hidden, bias=True, xavier=xavier)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def _tokens(self, tokens: Tensor) -> Tensor:
         """x'_t: tied embeddings with dropout, or one-hot vectors: (…, token_width)."""
@@ -181,10 +200,12 @@ class RecurrentLanguageModel(LanguageModel):
         updates = length if self.config.reading_to_output else max(length - 1, 0)
         state = self._initial(batch_size, updates or None, sequence=True)
         projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
-        reading_weight = self._reading_weight()  # sliced once, not at every step
+        weights = self._step_weights()  # joined once, not at every step
+        masks = self._dropout_masks(length, batch_size)  # (n, L − 1, B, d), drawn at once
+        step_masks = [None] * length if masks is None else masks.unbind(0)
         outputs = [state.pre_output()]
-        for projected_token in projected.unbind(1):  # one backward for all steps, not one per index
-            state = state.advance(projected_token, reading_weight)
+        for projected_token, step_mask in zip(projected.unbind(1), step_masks):  # unbind: one backward for all steps
+            state = state.advance(projected_token, weights, step_mask)
             outputs.append(state.pre_output())
         return self._logits(torch.stack(outputs, dim=1))  # (B, n + 1, V)
 
@@ -197,17 +218,32 @@ class RecurrentLanguageModel(LanguageModel):
             if index > 0:
                 x = self.dropout(x)
             projected = layer.project(x)  # (B, n, gates · d), one matmul for all steps
+            recurrent_weight = layer.step_weight(None)  # (d, gates · d)
             hidden, cell = initial.hidden[index], initial.cells[index] if initial.cells else None
             outputs = []
             for projected_token in projected.unbind(1):  # one backward for all steps, not one per index
-                hidden, cell = layer.step(projected_token, hidden, cell)
+                hidden, cell = layer.step(torch.addmm(projected_token, hidden, recurrent_weight), cell)
                 outputs.append(hidden)
             x = torch.stack(outputs, dim=1) if outputs else projected.new_zeros(tokens.size(0), 0, self.config.hidden_units)
         return self._logits(torch.cat([top_initial.unsqueeze(1), x], dim=1))  # (B, n + 1, V)
 
-    def _reading_weight(self) -> Tensor:
-        """W^(1) over the columns of r_{t−1}: (gates · d, |r|)."""
-        return self.layers[0].input_weight[:, self.token_width :]
+    def _dropout_masks(self, length: int, batch_size: int) -> Tensor | None:
+        """Dropout's scaled masks (0 or 1/(1 − p)) of h̸^(ℓ)_t, ℓ < L, for n steps: (n, L − 1, B, d);
+        None where dropout is the identity."""
+        if not self.training or self.dropout.p == 0 or len(self.layers) == 1:
+            return None
+        like = self.layers[0].input_weight
+        return self.dropout(like.new_ones(length, len(self.layers) - 1, batch_size, self.config.hidden_units))
+
+    def _step_weights(self) -> StepWeights:
+        """The weights of a step's products (module docstring), for the steps of one forward."""
+        reading_columns = None if self.interface is None else slice(self.token_width, None)
+        layers = tuple(
+            layer.step_weight(reading_columns if index == 0 else slice(None)) for index, layer in enumerate(self.layers)
+        )
+        biases = tuple(layer.biases() for layer in self.layers[1:])
+        actions = None if self.interface is None else self.interface.input_weight()
+        return StepWeights(layers, biases, actions)
 
     def initialize(self, generator: torch.Generator) -> None:
         if self.embedding is not None:
@@ -223,6 +259,17 @@ class RecurrentLanguageModel(LanguageModel):
 
 
 @dataclass(frozen=True)
+class StepWeights:
+    """One forward's weights of a step's products: W^(1)ᵀ over [r_{t−1} ; h^(1)_{t−1}] (h^(1)_{t−1}
+    alone without a stack; the token's columns and the biases come with x'_t's projection), W^(ℓ)ᵀ
+    over [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] and b^(ℓ) for ℓ > 1, and the stack's action layers joined."""
+
+    layers: tuple[Tensor, ...]  # W^(ℓ)ᵀ (inputs, gates · d)
+    biases: tuple[Tensor, ...]  # b^(ℓ) for ℓ = 2 … L, (gates · d,)
+    actions: tuple[Tensor, Tensor | None] | None  # the interface's ``input_weight()``
+
+
+@dataclass(frozen=True)
 class RecurrentState(ModelState):
     model: RecurrentLanguageModel
     hidden: tuple[Tensor, ...]  # h^(ℓ)_t per layer, (B, d)
@@ -230,30 +277,41 @@ class RecurrentState(ModelState):
     stack: StackState[Any] | None  # +R: after the actions of h_t; else: before them
     pending: bool  # without +R: the actions of h_t are still to be applied
 
-    def advance(self, projected: Tensor, reading_weight: Tensor | None = None) -> RecurrentState:
+    def advance(
+        self, projected: Tensor, weights: StepWeights | None = None, dropout_masks: Tensor | None = None
+    ) -> RecurrentState:
         """The state after a token whose layer-1 input projection is ``projected`` (B, gates · d);
-        ``reading_weight``: the model's ``_reading_weight()``, when the caller has it already."""
+        ``weights``: the model's ``_step_weights()``, when the caller has them already;
+        ``dropout_masks``: the masks of h̸^(ℓ)_t (L − 1, B, d) (``_dropout_masks``), else drawn here."""
         model = self.model
+        weights = model._step_weights() if weights is None else weights
         stack = self.stack
         if stack is not None and self.pending:
-            stack = stack.next(model.interface.actions(self.hidden[-1]))  # type: ignore[union-attr]
-        if stack is not None:
-            reading = stack.reading()  # r_{t−1}
-            weight = model._reading_weight() if reading_weight is None else reading_weight
-            projected = torch.addmm(projected, reading, weight.t())  # + W^(1) r_{t−1}
+            stack = stack.next(self._actions(weights, self.hidden[-1]))
         hidden: list[Tensor] = []
         cells: list[Tensor] = []
         for index, layer in enumerate(model.layers):
-            if index > 0:
-                projected = layer.project(model.dropout(hidden[-1]))
-            new_hidden, new_cell = layer.step(projected, self.hidden[index], self.cells[index] if self.cells else None)
+            if index == 0:
+                layer_input = self.hidden[0] if stack is None else torch.cat([stack.reading(), self.hidden[0]], dim=-1)
+                gates = torch.addmm(projected, layer_input, weights.layers[0])  # (B, gates · d)
+            else:
+                dropped = model.dropout(hidden[-1]) if dropout_masks is None else hidden[-1] * dropout_masks[index - 1]
+                layer_input = torch.cat([dropped, self.hidden[index]], dim=-1)  # (B, 2d)
+                gates = torch.addmm(weights.biases[index - 1], layer_input, weights.layers[index])
+            new_hidden, new_cell = layer.step(gates, self.cells[index] if self.cells else None)
             hidden.append(new_hidden)
             if new_cell is not None:
                 cells.append(new_cell)
         reading_to_output = model.config.reading_to_output
         if stack is not None and reading_to_output:
-            stack = stack.next(model.interface.actions(hidden[-1]))  # type: ignore[union-attr]
+            stack = stack.next(self._actions(weights, hidden[-1]))
         return RecurrentState(model, tuple(hidden), tuple(cells), stack, pending=stack is not None and not reading_to_output)
+
+    def _actions(self, weights: StepWeights, top_hidden: Tensor) -> Any:
+        """The stack's actions from h^(L) (B, d), in one product for all action layers."""
+        interface = self.model.interface
+        assert interface is not None and weights.actions is not None
+        return interface.actions_from_logits(F.linear(top_hidden, *weights.actions))
 
     def pre_output(self) -> Tensor:
         """y'_t before dropout: h^(L)_t, or [h^(L)_t ; r_t] with +R: (B, output width)."""

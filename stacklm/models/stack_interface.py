@@ -4,7 +4,10 @@ A network hands a stack interface its hidden vectors h (the top layer's h_t in a
 x̄_t^LN in a stack-attention sublayer); the interface computes the stack's actions from them
 (DuSell & Cotterell (2025) §3 ``Actions``, §4.1, App. C.4; DuSell & Chiang (2022) §2–3, App. 7) and owns the parameter-free
 stack of ``stacklm.stacks``. ``actions`` accepts h with or without a time dimension, (B, d) or
-(B, n, d), so one interface serves step-by-step and whole-sequence use.
+(B, n, d), so one interface serves step-by-step and whole-sequence use. Every layer reading h is
+linear, so the actions are ``actions_from_logits`` of their outputs side by side; a stack RNN
+computes those in one product with the weights stacked (``input_weight``), its weight gradient
+deferred over the steps.
 
 Each kind of stack has a frozen spec (the sizes of the stack; the first field ``kind`` tags
 it in configs) and an interface module:
@@ -104,8 +107,26 @@ class StackInterface(nn.Module, ABC):
     reading_size: int
 
     @abstractmethod
+    def input_layers(self) -> tuple[nn.Linear, ...]:
+        """The layers reading h, in the order of their outputs in ``actions_from_logits``."""
+
+    @abstractmethod
+    def actions_from_logits(self, logits: Tensor) -> Any:
+        """The stack's actions from the outputs of ``input_layers`` side by side (…, Σ outputs)."""
+
+    def input_weight(self) -> tuple[Tensor, Tensor | None]:
+        """The weights of ``input_layers`` stacked (Σ outputs, d), and their biases (Σ outputs,) or None."""
+        layers = self.input_layers()
+        if len(layers) == 1:
+            return layers[0].weight, layers[0].bias
+        weight = torch.cat([layer.weight for layer in layers])
+        if layers[0].bias is None:
+            return weight, None
+        return weight, torch.cat([layer.bias for layer in layers])
+
     def actions(self, hidden: Tensor) -> Any:
         """The stack's actions for h of shape (B, d) or (B, n, d)."""
+        return self.actions_from_logits(torch.cat([layer(hidden) for layer in self.input_layers()], dim=-1))
 
     @abstractmethod
     def initialize(self, generator: torch.Generator) -> None: ...
@@ -131,9 +152,12 @@ class SuperpositionInterface(StackInterface):
         self.action_layer = nn.Linear(input_size, 3, bias=bias)  # W_a
         self.push_layer = nn.Linear(input_size, spec.vector_size, bias=bias)  # W_v
 
-    def actions(self, hidden: Tensor) -> SuperpositionActions:
-        probabilities = torch.softmax(self.action_layer(hidden), dim=-1)  # (…, 3)
-        pushed = self.push_layer(hidden)  # (…, m)
+    def input_layers(self) -> tuple[nn.Linear, ...]:
+        return self.action_layer, self.push_layer
+
+    def actions_from_logits(self, logits: Tensor) -> SuperpositionActions:
+        action_logits, pushed = logits.split([3, logits.size(-1) - 3], dim=-1)  # (…, 3), (…, m)
+        probabilities = torch.softmax(action_logits, dim=-1)
         if self.pushed_vector == "sigmoid":
             pushed = torch.sigmoid(pushed)
         return SuperpositionActions(probabilities=probabilities, pushed=pushed)
@@ -151,11 +175,13 @@ class StratificationInterface(StackInterface):
         self.strength_layer = nn.Linear(input_size, 2)  # (u_t, d_t) before σ
         self.push_layer = nn.Linear(input_size, spec.vector_size)  # v_t before tanh
 
-    def actions(self, hidden: Tensor) -> StratificationActions:
-        strengths = torch.sigmoid(self.strength_layer(hidden))  # (…, 2)
-        return StratificationActions(
-            pop_strength=strengths[..., 0], push_strength=strengths[..., 1], pushed=torch.tanh(self.push_layer(hidden))
-        )
+    def input_layers(self) -> tuple[nn.Linear, ...]:
+        return self.strength_layer, self.push_layer
+
+    def actions_from_logits(self, logits: Tensor) -> StratificationActions:
+        strength_logits, pushed = logits.split([2, logits.size(-1) - 2], dim=-1)  # (…, 2), (…, m)
+        strengths = torch.sigmoid(strength_logits)
+        return StratificationActions(pop_strength=strengths[..., 0], push_strength=strengths[..., 1], pushed=torch.tanh(pushed))
 
     def initialize(self, generator: torch.Generator) -> None:
         xavier_(self.strength_layer, 1.0, generator)
@@ -178,11 +204,12 @@ class NondeterministicInterface(StackInterface):
         self.reading_size = spec.reading_size
         self.action_layer = nn.Linear(input_size, num_action_logits(spec.num_states, spec.num_symbols), bias=bias)
 
-    def actions(self, hidden: Tensor) -> NondeterministicActions:
+    def input_layers(self) -> tuple[nn.Linear, ...]:
+        return (self.action_layer,)
+
+    def actions_from_logits(self, logits: Tensor) -> NondeterministicActions:
         spec = self.spec
-        return NondeterministicActions.from_logits(
-            self.action_layer(hidden), spec.num_states, spec.num_symbols, normalize=spec.normalized
-        )
+        return NondeterministicActions.from_logits(logits, spec.num_states, spec.num_symbols, normalize=spec.normalized)
 
     def initialize(self, generator: torch.Generator) -> None:
         _linear_(self.action_layer, self.xavier, generator)
@@ -203,11 +230,15 @@ class VectorNondeterministicInterface(StackInterface):
         self.action_layer = nn.Linear(input_size, num_action_logits(spec.num_states, spec.num_symbols), bias=bias)
         self.push_layer = nn.Linear(input_size, spec.vector_size, bias=bias)
 
-    def actions(self, hidden: Tensor) -> VectorNondeterministicActions:
-        pushed = self.push_layer(hidden)  # (…, m)
-        log_pushed = nn.functional.logsigmoid(pushed) if self.pushed_vector == "sigmoid" else pushed
+    def input_layers(self) -> tuple[nn.Linear, ...]:
+        return self.action_layer, self.push_layer
+
+    def actions_from_logits(self, logits: Tensor) -> VectorNondeterministicActions:
         spec = self.spec
-        return VectorNondeterministicActions.from_logits(self.action_layer(hidden), log_pushed, spec.num_states, spec.num_symbols)
+        vector_size = spec.vector_size
+        action_logits, pushed = logits.split([logits.size(-1) - vector_size, vector_size], dim=-1)  # (…, QS(2QS + Q)), (…, m)
+        log_pushed = nn.functional.logsigmoid(pushed) if self.pushed_vector == "sigmoid" else pushed
+        return VectorNondeterministicActions.from_logits(action_logits, log_pushed, spec.num_states, spec.num_symbols)
 
     def initialize(self, generator: torch.Generator) -> None:
         _linear_(self.action_layer, self.xavier, generator)

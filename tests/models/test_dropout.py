@@ -108,7 +108,7 @@ def test_off_is_the_identity() -> None:
     torch.testing.assert_close(dropout_add(residual, x, 0.1, False), residual + x, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["Tf", "Tf+Nd"])
+@pytest.mark.parametrize("name", ["Tf", "Tf+Nd", "RNN", "LSTM", "RNN+Nd", "LSTM+Nd+R", "LSTM+Sup"])
 def test_a_training_step_is_the_same_from_the_same_seed(name: str) -> None:
     """Same seed, same masks: the same loss and gradients, twice; another seed, another loss."""
     model = build_model(name, 6, options=ModelOptions(width=16), generator=torch.Generator().manual_seed(0)).train()

@@ -78,13 +78,15 @@ def test_stack_rnn_actions_come_from_the_top_hidden_state_without_dropout(tiny_m
     model = tiny_model("LSTM+Sup", dropout=0.5).train()
     assert isinstance(model, RecurrentLanguageModel) and model.interface is not None
     seen: list[torch.Tensor] = []
-    actions = model.interface.actions
+    actions_from_logits = model.interface.actions_from_logits
 
-    def recording_actions(hidden: torch.Tensor) -> object:
-        seen.append(hidden)
-        return actions(hidden)
+    def recording_actions(logits: torch.Tensor) -> object:
+        seen.append(logits)
+        return actions_from_logits(logits)
 
-    model.interface.actions = recording_actions  # type: ignore[method-assign]
+    model.interface.actions_from_logits = recording_actions  # type: ignore[method-assign]
     first = model.initial_state(2).next(torch.tensor([1, 2]))
     first.next(torch.tensor([3, 4]))
-    assert len(seen) == 1 and seen[0] is first.hidden[-1]  # h_1 itself, applied lazily at step 2
+    assert len(seen) == 1  # the actions of h_1, applied lazily at step 2
+    expected = torch.nn.functional.linear(first.hidden[-1], *model.interface.input_weight())  # from h_1 itself
+    torch.testing.assert_close(seen[0], expected, rtol=0, atol=0)

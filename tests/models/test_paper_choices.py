@@ -428,8 +428,10 @@ def test_recurrent_dropout_positions() -> None:
     model(TOKENS)
     shapes = [tuple(c.shape) for c in calls]
     assert shapes[0] == (2, n, 56)  # Dropout(x_t): the embedding of width d + r
-    assert shapes[1:-1] == [(2, 6)] * (2 * n)  # between the 3 layers, at every step
+    assert shapes[1] == (n, 2, 2, 6)  # between the 3 layers, at every step: the masks, drawn at once
+    torch.testing.assert_close(calls[1], torch.ones(n, 2, 2, 6, dtype=calls[1].dtype), rtol=0, atol=0)
     assert shapes[-1] == (2, n + 1, 56)  # Dropout([h_t ; r_t]) before the tied output
+    assert len(shapes) == 3
     torch.testing.assert_close(calls[0], model.embedding.matrix()[TOKENS], rtol=0, atol=0)
 
 
