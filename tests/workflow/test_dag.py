@@ -32,16 +32,18 @@ def job_counts(output: str) -> dict[str, int]:
 # (640 -> 667); none in the ci and table1 presets. Then 2 ptb_html (its two tables as pages of
 # `snakemake --report`): 4,586 and 669. Then Figure 2 of DuSell & Chiang (2022): the marked-reversal runs of
 # NS+S and NS+S+U train as cfl_train_actions (cfl_train logging the stack actions; 40 of the 1,100 runs, 2 of
-# the small preset's 35) and one cfl_actions draws the figure: 4,587 and 670.
+# the small preset's 35) and one cfl_actions draws the figure: 4,587 and 670. Then the small preset's
+# resources.runs_per_job: 17, a job per task for its 17 architectures' final runs: 119 train and 119
+# evaluate jobs become 7 train_final_group1 and 7 evaluate_final_group1 (670 -> 446).
 DAG_JOBS: dict[str | None, dict[str, int]] = {
     None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
            "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
            "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "total": 4587},
     "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 33, "cfl_train_actions": 2, "data_summarize": 7, "hparams": 119,
-              "tracking": 1, "cfl_select": 35, "data_report": 1, "select": 119, "cfl_evaluate": 35, "train": 119,
-              "cfl_figures": 1, "curves": 7, "evaluate": 119, "tracking_sync": 13, "aggregate": 1, "report": 1, "html": 7,
-              "ptb_train": 10, "ptb_evaluate": 10, "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "total": 670},
+              "tracking": 1, "cfl_select": 35, "data_report": 1, "select": 119, "cfl_evaluate": 35, "train_final_group1": 7,
+              "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "tracking_sync": 13, "aggregate": 1, "report": 1, "html": 7,
+              "ptb_train": 10, "ptb_evaluate": 10, "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "total": 446},
     "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
            "total": 32},
@@ -51,13 +53,16 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
 }
 
 
-# resources.runs_per_job: 2 (not the default): the training jobs of each preset, a rule per group of
-# runs (dag.run_groups), a job of it per task x architecture; every other rule keeps its jobs. The ci
-# preset's 2 trials and 2 seeds become one job each (8 -> 4 training jobs, 32 -> 28 in all); table1's
-# 3 and 3, two each, [1, 2] and [3] (24 -> 16, 60 -> 52).
-GROUPED_TRAIN_JOBS: dict[str, dict[str, int]] = {
-    "ci": {"train_search_1_2": 2, "train_final_1_2": 2, "total": 28},
-    "table1": {"train_search_1_2": 4, "train_search_3": 4, "train_final_1_2": 4, "train_final_3": 4, "total": 52},
+# resources.runs_per_job: 2 (not the default): the training and evaluation jobs of each preset, a rule
+# per group of a task's runs of a phase in the order architecture x index (dag.run_groups), a job of it
+# per task; every other rule keeps its jobs. The ci preset's 2 architectures x 2 trials and x 2 seeds
+# become 2 jobs each (8 -> 4 training jobs, 4 -> 2 evaluations, 32 -> 26 in all); table1's 4 x 3 and
+# 4 x 3, 6 jobs each (24 -> 12, 12 -> 6, 60 -> 42).
+GROUPED_JOBS: dict[str, dict[str, int]] = {
+    "ci": {"train_search_group1": 1, "train_search_group2": 1, "train_final_group1": 1, "train_final_group2": 1,
+           "evaluate_final_group1": 1, "evaluate_final_group2": 1, "total": 26},
+    "table1": {**{f"train_{phase}_group{number}": 1 for phase in ("search", "final") for number in range(1, 7)},
+               **{f"evaluate_final_group{number}": 1 for number in range(1, 7)}, "total": 42},
 }
 
 
@@ -71,22 +76,29 @@ def test_each_presets_dry_run_lists_the_same_jobs(workflow_copy: Callable[[dict[
 
 
 @pytest.mark.parametrize("preset", ["ci", "table1"])
-def test_two_runs_per_job_train_each_group_of_runs_in_one_job_and_keep_one_output_per_run(
+def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_keep_one_output_per_run(
     workflow_copy: Callable[[dict[str, Any]], Path], preset: str
 ) -> None:
     directory = workflow_copy({"preset": preset, "resources": {"runs_per_job": 2}})
     result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    expected = {rule: count for rule, count in DAG_JOBS[preset].items() if rule != "train"} | GROUPED_TRAIN_JOBS[preset]
+    expected = {rule: count for rule, count in DAG_JOBS[preset].items() if rule not in ("train", "evaluate")} | GROUPED_JOBS[preset]
     assert job_counts(output) == expected
-    commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm train")]
-    final = next(line for line in commands if "--architecture Tf " in line and "--phase final --seed 1 2 " in line)
+    commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm ")]
+    final = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase final" in line and "--architecture Tf Tf " in line)
+    assert "--seed 1 2 " in final and "--hparams results/search/question-formation/tf/best.json results/search/question-formation/tf/best.json " in final
     assert (" --out results/runs/question-formation/tf/final/1 results/runs/question-formation/tf/final/2"
             " --log logs/train/question-formation/tf/final/1.log logs/train/question-formation/tf/final/2.log") in final
-    assert final.endswith("> logs/train/question-formation/tf/final/1+2.log 2>&1")
-    search = next(line for line in commands if "--architecture Tf " in line and "--phase search --seed 1 2 --trial 1 2 " in line)
+    assert final.endswith("> logs/train/question-formation/final/group1.log 2>&1")
+    search = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase search" in line and "--architecture Tf Tf " in line)
+    assert "--seed 1 2 --trial 1 2 " in search
     assert "--hparams results/search/question-formation/tf/trial1.json results/search/question-formation/tf/trial2.json " in search
+    evaluation = next(line for line in commands if line.startswith("Shell command: stacklm evaluate") and "/tf/final/1 " in line)
+    assert ("--run results/runs/question-formation/tf/final/1 results/runs/question-formation/tf/final/2 " in evaluation
+            and " --out results/runs/question-formation/tf/final/1/metrics.parquet results/runs/question-formation/tf/final/2/metrics.parquet"
+            " --log logs/evaluate/question-formation/tf/final/1.log logs/evaluate/question-formation/tf/final/2.log " in evaluation)
+    assert evaluation.endswith("> logs/evaluate/question-formation/final/group1.log 2>&1")
 
 
 def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:

@@ -40,42 +40,43 @@ rule train:
         " --device {params.device} --threads {threads} > {log} 2>&1"
 
 
-# resources.runs_per_job K > 1: each group of K runs of a phase (dag.run_groups: final seeds, or
-# search trials) trains in one process, one run after another, for every task x architecture. Each
-# run keeps its own outputs, checkpoint and log (the same paths as above); the group's log holds the
-# process's own output. The time is the family's x K; gpu and threads are the rule `train`'s defaults.
-for group in dag.run_groups(SETTINGS.search, SETTINGS.final, SETTINGS.resources):
+# resources.runs_per_job K > 1: each group of K runs of a task's phase (dag.run_groups: the
+# architecture x index pairs of the final seeds, or of the search trials) trains in one process, one
+# run after another, for every task. Each run keeps its own outputs, checkpoint and log (the same
+# paths as above); the group's log holds the process's own output. The time is the sum of the runs'
+# and the memory the most of them; gpu and threads are the rule `train`'s defaults.
+for group in dag.run_groups(SETTINGS):
 
     rule:
         name:
-            group.rule
+            group.rule("train")
         input:
             data=lambda wildcards: data_stage.data_files(wildcards.task),
-            hparams=group.hparams,
+            hparams=group.hparams_inputs,
             settings=settings_file("train"),
         output:
             model=group.paths(dag.RUN_MODEL),
             curve=group.paths(dag.RUN_CURVE),
         params:
-            architecture=lambda wildcards: common.architecture_name(wildcards.architecture),
             data_dir=data_stage.DATA_DIR,
+            hparams=group.hparams,
             run_dirs=group.paths(dag.RUN_DIR),
             checkpoints=group.paths(dag.CHECKPOINT),
             device=lambda wildcards, resources: common.device(resources.gpu),
             phase=group.phase,
-            runs=group.options,
+            runs=group.train_options,
         log:
             runs=group.paths(dag.TRAIN_LOG),
-            job=group.log,
+            job=group.log(dag.TRAIN_GROUP_LOG),
         threads: 1
         resources:
             gpu=0,
-            runtime=lambda wildcards, attempt, runs=len(group.indices): dag.train_resources(SETTINGS.resources, wildcards.architecture, attempt, runs).runtime_min,
-            mem_mb=lambda wildcards, attempt: dag.train_resources(SETTINGS.resources, wildcards.architecture, attempt).mem_mb,
+            runtime=lambda wildcards, attempt, group=group: group.resources(SETTINGS.resources, attempt).runtime_min,
+            mem_mb=lambda wildcards, attempt, group=group: group.resources(SETTINGS.resources, attempt).mem_mb,
         conda:
             CONDA_ENV
         shell:
-            "stacklm train --task {wildcards.task} --architecture {params.architecture:q}"
-            " --data-dir {params.data_dir} --hparams {input.hparams} --phase {params.phase} {params.runs}"
+            "stacklm train --task {wildcards.task} {params.runs}"
+            " --data-dir {params.data_dir} --hparams {params.hparams} --phase {params.phase}"
             " --settings {input.settings} --checkpoint {params.checkpoints} --out {params.run_dirs} --log {log.runs}"
             " --device {params.device} --threads {threads} > {log.job} 2>&1"

@@ -11,8 +11,9 @@ Per task T and architecture A:
 - ``select``: the trial with the lowest validation cross-entropy (the only one when K = 1),
   ``max_epochs`` set to ``final.max_epochs`` (null: to convergence);
 - ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
-- with ``resources.runs_per_job`` K > 1, the runs of a phase train K to a job instead: a rule per
-  group of runs (``run_groups``: ``train_final_1_2``, …) whose outputs are every run's files;
+- with ``resources.runs_per_job`` K > 1, the runs of a task's phase (architecture × index) train
+  and evaluate K to a job instead: rules per group of runs (``run_groups``: ``train_final_group1``,
+  ``evaluate_final_group1``, …) whose outputs are every run's files;
 - ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures), and ``curves``
   per task.
 
@@ -22,12 +23,13 @@ The data stage before them is ``stacklm.experiments.transformations.data``.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
-from stacklm.experiments.transformations.settings import FinalSettings, ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
+from stacklm.experiments.transformations.settings import ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
 
 Phase = Literal["search", "final"]
 PHASES: tuple[Phase, ...] = ("search", "final")
@@ -41,8 +43,9 @@ RUN_CURVE = RUN_DIR + "/train.parquet"
 RUN_METRICS = RUN_DIR + "/metrics.parquet"
 CHECKPOINT = "results/checkpoints/{task}/{architecture}/{phase}/{index}.pt"
 TRAIN_LOG = "logs/train/{task}/{architecture}/{phase}/{index}.log"  # among a run's artifacts in MLflow
-TRAIN_GROUP_LOG = "logs/train/{task}/{architecture}/{phase}/{indices}.log"  # a job of several runs; each run's lines are in its TRAIN_LOG
+TRAIN_GROUP_LOG = "logs/train/{task}/{phase}/group{number}.log"  # a job of several runs; each run's lines are in its TRAIN_LOG
 EVALUATE_LOG = "logs/evaluate/{task}/{architecture}/{phase}/{index}.log"
+EVALUATE_GROUP_LOG = "logs/evaluate/{task}/{phase}/group{number}.log"  # each run's lines are in its EVALUATE_LOG
 METRICS = "results/metrics.parquet"
 REPORT_TABLE = "results/report/tables/{task}.tex"
 REPORT_MARKDOWN = "results/report/tables/{task}.md"
@@ -95,51 +98,74 @@ def trial_option(phase: str, index: str | int) -> str:
 
 @dataclass(frozen=True)
 class RunGroup:
-    """Runs of one phase that one ``stacklm train`` process trains one after another, for every
-    task x architecture: a rule of their own, whose outputs are every run's files (the DAG keeps
-    one output per run). Paths keep ``{task}`` and ``{architecture}`` as wildcards."""
+    """Runs of one phase of a task that one process trains (rule ``train_<phase>_group<n>``) and,
+    final runs, evaluates (rule ``evaluate_final_group<n>``) one after another, for every task:
+    rules of their own, whose outputs are every run's files (the DAG keeps one output per run).
+    A run is an (architecture registry name, index) pair; paths keep ``{task}`` as a wildcard."""
 
     phase: Phase
-    indices: tuple[int, ...]
+    number: int  # the group's place among its phase's, from 1
+    runs: tuple[tuple[str, int], ...]
 
-    @property
-    def rule(self) -> str:
-        return "_".join(["train", self.phase, *map(str, self.indices)])
+    def rule(self, command: Literal["train", "evaluate"]) -> str:
+        return f"{command}_{self.phase}_group{self.number}"
 
     def paths(self, pattern: str) -> list[str]:
         """``pattern`` (a run's path: ``RUN_MODEL``, ``CHECKPOINT``, …) of each run, in order."""
-        return [pattern.format(task="{task}", architecture="{architecture}", phase=self.phase, index=index) for index in self.indices]
+        return [pattern.format(task="{task}", architecture=architecture_slug(name), phase=self.phase, index=index) for name, index in self.runs]
+
+    def log(self, pattern: str) -> str:
+        """The process's own output, ``pattern`` ``TRAIN_GROUP_LOG`` or ``EVALUATE_GROUP_LOG`` (each
+        run's lines go to its own log)."""
+        return pattern.format(task="{task}", phase=self.phase, number=self.number)
 
     @property
-    def log(self) -> str:
-        """The process's own output (the runs' progress goes to their ``TRAIN_LOG``)."""
-        return TRAIN_GROUP_LOG.format(task="{task}", architecture="{architecture}", phase=self.phase, indices="+".join(map(str, self.indices)))
-
-    @property
-    def options(self) -> str:
-        """The runs of ``stacklm train``: ``--seed`` and, for search trials, ``--trial`` (seed k for trial k)."""
-        indices = " ".join(map(str, self.indices))
-        return f"--seed {indices}" + (f" --trial {indices}" if self.phase == "search" else "")
+    def train_options(self) -> str:
+        """The runs of ``stacklm train``: ``--architecture``, ``--seed`` and, for search trials,
+        ``--trial`` (seed k for trial k), one per run."""
+        architectures = " ".join(shlex.quote(name) for name, _ in self.runs)
+        indices = " ".join(str(index) for _, index in self.runs)
+        return f"--architecture {architectures} --seed {indices}" + (f" --trial {indices}" if self.phase == "search" else "")
 
     def hparams(self, wildcards: Any) -> list[str]:
-        """The ``HP.json`` files of the runs, each once: every trial's, or the selected one."""
-        paths = (hparams_path(wildcards.task, wildcards.architecture, self.phase, index) for index in self.indices)
-        return list(dict.fromkeys(paths))
+        """The ``HP.json`` of each run, in order: its trial's, or its architecture's selection."""
+        return [hparams_path(wildcards.task, architecture_slug(name), self.phase, index) for name, index in self.runs]
+
+    def hparams_inputs(self, wildcards: Any) -> list[str]:
+        """The ``HP.json`` files the runs read, each once."""
+        return list(dict.fromkeys(self.hparams(wildcards)))
+
+    def resources(self, resources: ResourceSettings, attempt: int) -> JobResources:
+        """Time and memory of the group's job: the sum of its runs' times (they train one after
+        another), the most memory any of them takes."""
+        each = [train_resources(resources, architecture_slug(name), attempt) for name, _ in self.runs]
+        return JobResources(runtime_min=sum(run.runtime_min for run in each), mem_mb=max(run.mem_mb for run in each))
 
 
-def run_groups(search: SearchSettings, final: FinalSettings, resources: ResourceSettings) -> list[RunGroup]:
-    """The trained search trials and the final seeds, ``resources.runs_per_job`` to a group, in
-    order; none when it is 1 (the rule ``train``, a job per run, trains them all)."""
-    size = resources.runs_per_job
+def run_groups(settings: TransformationsSettings) -> list[RunGroup]:
+    """The trained search trials and the final seeds of a task, ``resources.runs_per_job`` to a
+    group, in the order architecture (``architectures``) × index, so that a group may hold runs of
+    several architectures; none when it is 1 (the rules ``train`` and ``evaluate``, a job per run)."""
+    size = settings.resources.runs_per_job
     if size == 1:
         return []
-    runs: dict[Phase, list[int]] = {"search": trained_trials(search), "final": list(final.seeds)}
-    return [RunGroup(phase, tuple(indices[start : start + size])) for phase, indices in runs.items() for start in range(0, len(indices), size)]
+    indices: dict[Phase, list[int]] = {"search": trained_trials(settings.search), "final": list(settings.final.seeds)}
+    groups = []
+    for phase in PHASES:
+        runs = [(name, index) for name in settings.architectures for index in indices[phase]]
+        groups += [RunGroup(phase, number, tuple(runs[start : start + size])) for number, start in enumerate(range(0, len(runs), size), start=1)]
+    return groups
+
+
+def evaluation_groups(settings: TransformationsSettings) -> list[RunGroup]:
+    """The groups of final runs (``run_groups``), which are evaluated together as they trained."""
+    return [group for group in run_groups(settings) if group.phase == "final"]
 
 
 def single_run_phases(resources: ResourceSettings) -> str:
-    """The phases whose runs the rule ``train`` trains, a job each, as a wildcard constraint: both
-    when ``resources.runs_per_job`` is 1, none otherwise (a regular expression matching nothing)."""
+    """The phases whose runs the rules ``train`` and ``evaluate`` train and evaluate, a job each, as
+    a wildcard constraint: both when ``resources.runs_per_job`` is 1, none otherwise (a regular
+    expression matching nothing)."""
     return "|".join(PHASES) if resources.runs_per_job == 1 else "(?!)"
 
 
@@ -149,9 +175,8 @@ class JobResources:
     mem_mb: int
 
 
-def train_resources(resources: ResourceSettings, architecture: str, attempt: int, runs: int = 1) -> JobResources:
-    """Time and memory of a training job of ``runs`` runs, trained one after another: its family's
-    base values × growth^(attempt − 1), the time × ``runs``.
+def train_resources(resources: ResourceSettings, architecture: str, attempt: int) -> JobResources:
+    """Time and memory of a training job of one run: its family's base values × growth^(attempt − 1).
 
     An architecture belongs to the first family in ``resources.families`` that lists its stack
     (the model registry's ``stack_name``: ``Nd``, ``Sup``); otherwise to ``resources.default``.
@@ -162,7 +187,7 @@ def train_resources(resources: ResourceSettings, architecture: str, attempt: int
     families = [family for family in resources.families if stack in family.stacks]
     base = families[0] if families else resources.default
     factor = resources.growth_per_retry ** (attempt - 1)
-    return JobResources(runtime_min=math.ceil(base.runtime_min * factor * runs), mem_mb=math.ceil(base.mem_mb * factor))
+    return JobResources(runtime_min=math.ceil(base.runtime_min * factor), mem_mb=math.ceil(base.mem_mb * factor))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,27 +1,40 @@
-"""``stacklm evaluate``: every metric of one trained run (the rule ``evaluate``).
+"""``stacklm evaluate``: every metric of trained runs of a task (the rule ``evaluate``, or a rule
+``evaluate_final_group<n>`` for several runs).
 
-    stacklm evaluate --task T --run RUN_DIR --data-dir results/data/T
-        --settings results/settings/evaluate.json --out RUN_DIR/metrics.parquet [--device cpu|cuda] [--threads N]
+    stacklm evaluate --task T --run RUN_DIR... --data-dir results/data/T
+        --settings results/settings/evaluate.json --out RUN_DIR/metrics.parquet... [--log LOG...]
+        [--device cpu|cuda] [--threads N]
 
 Reads ``RUN_DIR/model.pt`` (written by ``stacklm train``), scores the validation, test and
 generalization splits (``stacklm.evaluation.metrics``) and writes ``metrics.parquet``, the
 source of truth; MLflow never sees the job (``stacklm tracking sync`` mirrors the file later).
+
+Several ``--run``s are evaluated one after another in this process, which reads torch, the
+settings and the data once: each with its own ``--out`` and ``--log`` (a file for its errors;
+default stderr), in the order of the runs. Each equals the run evaluated alone (the model is
+rebuilt from its own file, sampling is seeded per evaluation). A run that fails does not stop
+the others: the command fails after the last, naming the failed runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-from dataclasses import asdict, replace
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import torch
+
 from stacklm.data.vocabulary import Vocabulary
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
 from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import add_resource_arguments
 from stacklm.settings_file import read_settings
-from stacklm.tasks import get_task
+from stacklm.tasks import Task, get_task
+from stacklm.tasks.example import Example
 from stacklm.tracking.records import RunMetadata, data_version, metrics_table, write_table
 from stacklm.training.run_files import choose_device, load_model, read_splits, rebuild_model, set_threads, split_paths
 
@@ -29,32 +42,78 @@ from stacklm.training.run_files import choose_device, load_model, read_splits, r
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate")
     parser.add_argument("--task", required=True)
-    parser.add_argument("--run", required=True, type=Path, help="run directory holding model.pt")
+    parser.add_argument("--run", required=True, type=Path, nargs="+", help="run directory holding model.pt; several: evaluated in turn")
     parser.add_argument("--data-dir", required=True, type=Path)
     parser.add_argument("--settings", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path, help="metrics.parquet to write")
+    parser.add_argument("--out", required=True, type=Path, nargs="+", help="metrics.parquet to write, one per run")
+    parser.add_argument("--log", type=Path, nargs="+", help="a file per run for its errors; default: stderr")
     add_resource_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    runs: list[Path] = args.run
+    logs: list[Path | None] = args.log if args.log is not None else [None] * len(runs)
+    for option, values in (("--out", args.out), ("--log", logs)):
+        if len(values) != len(runs):
+            raise UsageError(f"{option}: {len(values)} given for {len(runs)} --run: one per run, in the same order")
     settings = read_settings(args.settings)
     evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
-    saved = load_model(args.run / "model.pt")
-    if saved.task != args.task:
-        raise StacklmError(f"{args.run / 'model.pt'} was trained on {saved.task!r}, not on --task {args.task!r}")
+    data = TaskData(get_task(args.task), args.data_dir)
+    failed: list[str] = []
+    for number, (run_dir, out, log) in enumerate(zip(runs, args.out, logs), start=1):
+        if len(runs) > 1:
+            print(f"run {number} of {len(runs)}: {run_dir} -> {out}" + (f" (log: {log})" if log else ""), file=sys.stderr, flush=True)
+        errors = ""
+        try:
+            evaluate_run(run_dir, out, data, evaluation, device)
+        except StacklmError as error:
+            if len(runs) == 1:
+                raise
+            errors = f"error: {error}\n"
+            failed.append(f"{run_dir}: {error}")
+        if log is None:
+            sys.stderr.write(errors)
+        else:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(errors, encoding="utf-8")
+    if failed:
+        raise StacklmError(f"{len(failed)} of {len(runs)} runs failed; the others are written. " + "; ".join(failed))
+    return 0
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """The task and its data directory, whose files are read once, when a run first needs them
+    (after its ``model.pt``, so that a bad model file is named before missing data)."""
+
+    task: Task
+    directory: Path
+
+    @functools.cached_property
+    def version(self) -> str:
+        return data_version(split_paths(self.directory))
+
+    @functools.cached_property
+    def splits(self) -> dict[str, list[Example]]:
+        return read_splits(self.directory, self.task)
+
+
+def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: EvaluationSettings, device: torch.device) -> None:
+    """Score one run's ``model.pt`` and write its ``metrics.parquet``."""
+    task = data.task
+    saved = load_model(run_dir / "model.pt")
+    if saved.task != task.name:
+        raise StacklmError(f"{run_dir / 'model.pt'} was trained on {saved.task!r}, not on --task {task.name!r}")
     # the run's settings, with the evaluation settings this command used
     metadata = RunMetadata(**saved.metadata)
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | {"evaluation": asdict(evaluation)}, sort_keys=True))
-    version = data_version(split_paths(args.data_dir))
-    if version != metadata.data_version:
-        raise StacklmError(f"the data in {args.data_dir} differs from the data {args.run} was trained on (sha256 {version[:12]} ≠ {metadata.data_version[:12]})")
-    task = get_task(args.task)
+    if data.version != metadata.data_version:
+        raise StacklmError(f"the data in {data.directory} differs from the data {run_dir} was trained on"
+                           f" (sha256 {data.version[:12]} ≠ {metadata.data_version[:12]})")
     model = rebuild_model(saved, task).to(device)
-    splits = read_splits(args.data_dir, task)
     evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by), evaluation, device)
-    rows = evaluator.evaluate(splits["validation"], splits["test"], splits["generalization"])
-    write_table(metrics_table(rows, metadata), args.out)
-    return 0
+    rows = evaluator.evaluate(data.splits["validation"], data.splits["test"], data.splits["generalization"])
+    write_table(metrics_table(rows, metadata), out)

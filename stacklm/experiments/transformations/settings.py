@@ -117,12 +117,12 @@ class ResourceFamily:
 @dataclass(frozen=True)
 class ResourceSettings:
     """The ``resources`` section: cluster time and memory per architecture family, and how many
-    runs one training job trains."""
+    runs one training (and evaluation) job takes."""
 
     growth_per_retry: float = 2
     default: JobSize = JobSize(240, 4000)
     families: tuple[ResourceFamily, ...] = (ResourceFamily(("Nd",), 1440, 16000), ResourceFamily(("Sup",), 480, 8000))
-    runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x architecture x phase in one process, one after another
+    runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x phase (architecture x index) in one process, one after another
 
 
 class TransformationsSettings(Protocol):

@@ -1,7 +1,7 @@
 """``stacklm train``: training runs of a syntactic-transformation task (the rule ``train``, or a
-rule ``train_<phase>_<indices>`` for several runs).
+rule ``train_<phase>_group<n>`` for several runs).
 
-    stacklm train --task T --architecture A --data-dir results/data/T --out RUN_DIR...
+    stacklm train --task T --architecture A... --data-dir results/data/T --out RUN_DIR...
         (--hparams HP.json... | --learning-rate LR --tokens-per-batch B [--max-epochs N])
         [--seed S...] [--settings results/settings/train.json] [--checkpoint CKPT_PATH...]
         [--phase search|final] [--trial N...] [--log LOG...] [--device cpu|cuda] [--threads N]
@@ -18,9 +18,10 @@ SIGTERM the state of the current step is saved first (exit status 1).
 
 Several ``--seed``s are several runs, trained one after another in this process, which reads
 torch, the data and the vocabulary once: each with its own ``--out``, ``--checkpoint``,
-``--trial`` (search runs), ``--log`` (its progress lines; default stderr) and ``--hparams`` (or
-one for all), in the order of the seeds. Each run equals the run trained alone (its own seeds,
-nothing it reads is changed by another). After a kill each resumes from its own state; a
+``--trial`` (search runs), ``--log`` (its progress lines; default stderr), and ``--architecture``
+and ``--hparams`` (or one for all), in the order of the seeds; a seed may recur for another
+architecture. Each run equals the run trained alone (its own seeds, nothing it reads is changed
+by another). After a kill each resumes from its own state; a
 finished run's state holds its result, so it is written again without training. A run that
 fails does not stop the others: the command fails after the last, naming the failed runs.
 """
@@ -60,7 +61,7 @@ from stacklm.training.run_files import choose_device, read_splits, set_threads, 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train")
     parser.add_argument("--task", required=True)
-    parser.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
+    parser.add_argument("--architecture", required=True, nargs="+", help="registry name, e.g. Tf+Nd: one for every run, or one per seed")
     parser.add_argument("--data-dir", required=True, type=Path, help="the task's {train,validation,test,generalization}.tsv")
     parser.add_argument("--out", required=True, type=Path, nargs="+", help="run directory, one per seed: model.pt, train.parquet")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -81,8 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One run of the command line: its seed and the options given per run."""
+    """One run of the command line: its architecture, its seed and the options given per run."""
 
+    architecture: str
     seed: int
     trial: int | None
     hyperparameters: Hyperparameters
@@ -133,28 +135,28 @@ def run(args: argparse.Namespace) -> int:
     failed: list[str] = []
     for number, run_plan in enumerate(planned, start=1):
         if stop_request.reason is not None:
-            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} (seed {run_plan.seed}) started")
+            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} ({run_plan.architecture}, seed {run_plan.seed}) started")
         if len(planned) > 1:
-            print(f"run {number} of {len(planned)}: seed {run_plan.seed} -> {run_plan.out}" + (f" (log: {run_plan.log})" if run_plan.log else ""),
-                  file=sys.stderr, flush=True)
+            print(f"run {number} of {len(planned)}: {run_plan.architecture}, seed {run_plan.seed} -> {run_plan.out}"
+                  + (f" (log: {run_plan.log})" if run_plan.log else ""), file=sys.stderr, flush=True)
         with progress_stream(run_plan.log) as stream:
             try:
-                train_run(args.architecture, args.phase, run_plan, shared, stop_request, stream)
+                train_run(args.phase, run_plan, shared, stop_request, stream)
             except TrainingInterrupted:
                 raise
             except StacklmError as error:
                 if len(planned) == 1:
                     raise
                 print(f"error: {error}", file=stream or sys.stderr, flush=True)
-                failed.append(f"seed {run_plan.seed}: {error}")
+                failed.append(f"{run_plan.architecture}, seed {run_plan.seed}: {error}")
     if failed:
         raise StacklmError(f"{len(failed)} of {len(planned)} runs failed; the others are written. " + "; ".join(failed))
     return 0
 
 
-def train_run(architecture: str, phase: str, planned: PlannedRun, shared: SharedInputs, stop_request: StopRequest, stream: TextIO | None) -> None:
+def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_request: StopRequest, stream: TextIO | None) -> None:
     """Train one run and write its ``model.pt`` and ``train.parquet``."""
-    hyperparameters = planned.hyperparameters
+    architecture, hyperparameters = planned.architecture, planned.hyperparameters
     config = shared.training.train_config(hyperparameters)
     run_settings: dict[str, Any] = {
         "task": shared.task.name,
@@ -234,8 +236,6 @@ def progress_stream(log: Path | None) -> Iterator[TextIO | None]:
 def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:
     """A run per ``--seed``, with the per-run options in the same order (each checked for its count)."""
     seeds: list[int] = args.seed
-    if len(set(seeds)) < len(seeds):
-        raise UsageError(f"--seed: a seed is given twice ({' '.join(map(str, seeds))}): each seed is one run")
     count = len(seeds)
 
     def per_run(option: str, values: Sequence[Any] | None, default: Sequence[Any], allow_one: bool = False) -> list[Any]:
@@ -247,12 +247,16 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:
             raise UsageError(f"{option}: {len(values)} given for {count} --seed: one per seed, in the same order" + (" (or one for all)" if allow_one else ""))
         return list(values)
 
+    architectures = per_run("--architecture", args.architecture, [], allow_one=True)
+    runs = list(zip(architectures, seeds))
+    if len(set(runs)) < count:
+        raise UsageError("--seed: an architecture's seed is given twice (" + ", ".join(f"{name} {seed}" for name, seed in runs) + "): each is one run")
     outs = per_run("--out", args.out, [])
     hyperparameters = per_run("--hparams", chosen_hyperparameters(args), [], allow_one=True)
     checkpoints = per_run("--checkpoint", args.checkpoint, [out / "checkpoint.pt" for out in outs])
     trials = per_run("--trial", args.trial, [None] * count)
     logs = per_run("--log", args.log, [None] * count)
-    return [PlannedRun(*fields) for fields in zip(seeds, trials, hyperparameters, outs, checkpoints, logs)]
+    return [PlannedRun(*fields) for fields in zip(architectures, seeds, trials, hyperparameters, outs, checkpoints, logs)]
 
 
 def chosen_hyperparameters(args: argparse.Namespace) -> list[Hyperparameters]:

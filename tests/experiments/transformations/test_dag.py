@@ -46,28 +46,47 @@ def test_targets_cover_every_final_run_and_the_report(settings: ResolvedSettings
     assert {"results/report/figures/figure3.png", "results/report/figures/figure3.pdf"} <= set(targets)
 
 
-def test_runs_per_job_groups_the_trained_trials_and_the_seeds_in_order() -> None:
-    search, final = SearchSettings(trials=5), FinalSettings(seeds=(1, 7, 9))
-    assert transformations.run_groups(search, final, ResourceSettings()) == []  # 1: the rule `train`, a job per run
+def grouping(runs_per_job: int, trials: int = 2, seeds: tuple[int, ...] = (1, 7, 9)) -> SimpleNamespace:
+    """The settings ``run_groups`` reads: two architectures, ``trials`` search trials, ``seeds``."""
+    return SimpleNamespace(architectures=("Tf", "LSTM+Nd"), search=SearchSettings(trials=trials), final=FinalSettings(seeds=seeds),
+                           resources=ResourceSettings(runs_per_job=runs_per_job))
+
+
+def test_runs_per_job_groups_a_tasks_runs_of_a_phase_in_the_order_architecture_by_index() -> None:
+    assert transformations.run_groups(grouping(1)) == []  # 1: the rules `train` and `evaluate`, a job per run
     assert transformations.single_run_phases(ResourceSettings()) == "search|final"
-    groups = transformations.run_groups(search, final, ResourceSettings(runs_per_job=2))
-    assert [(group.phase, group.indices) for group in groups] == [("search", (1, 2)), ("search", (3, 4)), ("search", (5,)), ("final", (1, 7)), ("final", (9,))]
-    assert [group.rule for group in groups] == ["train_search_1_2", "train_search_3_4", "train_search_5", "train_final_1_7", "train_final_9"]
-    assert not re.fullmatch(transformations.single_run_phases(ResourceSettings(runs_per_job=2)), "final")  # the rule `train` trains none
-    assert transformations.run_groups(SearchSettings(trials=1), final, ResourceSettings(runs_per_job=5)) == [transformations.RunGroup("final", (1, 7, 9))]
+    groups = transformations.run_groups(grouping(4))
+    assert [(group.phase, group.number, group.runs) for group in groups] == [
+        ("search", 1, (("Tf", 1), ("Tf", 2), ("LSTM+Nd", 1), ("LSTM+Nd", 2))),
+        ("final", 1, (("Tf", 1), ("Tf", 7), ("Tf", 9), ("LSTM+Nd", 1))),  # a group may span architectures
+        ("final", 2, (("LSTM+Nd", 7), ("LSTM+Nd", 9))),
+    ]
+    assert [group.rule("train") for group in groups] == ["train_search_group1", "train_final_group1", "train_final_group2"]
+    assert transformations.evaluation_groups(grouping(4)) == groups[1:]
+    assert not re.fullmatch(transformations.single_run_phases(ResourceSettings(runs_per_job=2)), "final")  # the rules of one run have none
+    whole = transformations.run_groups(grouping(6, trials=1))  # a search of one trial trains no search model
+    assert [(group.phase, len(group.runs)) for group in whole] == [("final", 6)]
 
 
 def test_a_group_names_every_runs_files_and_options() -> None:
-    search, final = transformations.RunGroup("search", (3, 4)), transformations.RunGroup("final", (1, 7))
-    assert search.paths(transformations.RUN_MODEL) == ["results/runs/{task}/{architecture}/search/3/model.pt", "results/runs/{task}/{architecture}/search/4/model.pt"]
-    assert final.paths(transformations.CHECKPOINT) == ["results/checkpoints/{task}/{architecture}/final/1.pt", "results/checkpoints/{task}/{architecture}/final/7.pt"]
-    assert final.log == "logs/train/{task}/{architecture}/final/1+7.log"
-    assert search.options == "--seed 3 4 --trial 3 4" and final.options == "--seed 1 7"
-    wildcards = SimpleNamespace(task="qf", architecture="tf")
-    assert search.hparams(wildcards) == ["results/search/qf/tf/trial3.json", "results/search/qf/tf/trial4.json"]
-    assert final.hparams(wildcards) == ["results/search/qf/tf/best.json"]
+    search, _, final, _ = transformations.run_groups(grouping(3, seeds=(1, 7)))  # 4 runs of each phase: 3 and 1
+    assert search.runs == (("Tf", 1), ("Tf", 2), ("LSTM+Nd", 1)) and final.runs == (("Tf", 1), ("Tf", 7), ("LSTM+Nd", 1))
+    assert search.paths(transformations.RUN_MODEL) == [
+        "results/runs/{task}/tf/search/1/model.pt", "results/runs/{task}/tf/search/2/model.pt", "results/runs/{task}/lstm+nd/search/1/model.pt"]
+    assert final.paths(transformations.CHECKPOINT) == [
+        "results/checkpoints/{task}/tf/final/1.pt", "results/checkpoints/{task}/tf/final/7.pt", "results/checkpoints/{task}/lstm+nd/final/1.pt"]
+    assert final.log(transformations.TRAIN_GROUP_LOG) == "logs/train/{task}/final/group1.log"
+    assert final.log(transformations.EVALUATE_GROUP_LOG) == "logs/evaluate/{task}/final/group1.log"
+    assert search.rule("train") == "train_search_group1" and final.rule("evaluate") == "evaluate_final_group1"
+    assert search.train_options == "--architecture Tf Tf LSTM+Nd --seed 1 2 1 --trial 1 2 1"
+    assert final.train_options == "--architecture Tf Tf LSTM+Nd --seed 1 7 1"
+    wildcards = SimpleNamespace(task="qf")
+    assert search.hparams(wildcards) == ["results/search/qf/tf/trial1.json", "results/search/qf/tf/trial2.json", "results/search/qf/lstm+nd/trial1.json"]
+    assert final.hparams(wildcards) == ["results/search/qf/tf/best.json", "results/search/qf/tf/best.json", "results/search/qf/lstm+nd/best.json"]
+    assert final.hparams_inputs(wildcards) == ["results/search/qf/tf/best.json", "results/search/qf/lstm+nd/best.json"]
 
 
-def test_a_job_of_several_runs_has_their_time(settings: ResolvedSettings) -> None:
-    resources = transformations.train_resources(settings.resources, shared.architecture_slug("Tf+Nd"), 2, runs=3)
-    assert resources == transformations.JobResources(3 * 2 * 1440, 2 * 16000)  # one after another: the time adds up, the memory does not
+def test_a_job_of_several_runs_has_the_sum_of_their_times_and_the_most_memory_of_them(settings: ResolvedSettings) -> None:
+    group = transformations.RunGroup("final", 1, (("Tf+Nd", 1), ("Tf", 1), ("Tf+Nd", 2), ("LSTM+Sup", 1)))
+    resources = group.resources(settings.resources, 2)
+    assert resources == transformations.JobResources(2 * (2 * 1440 + 240 + 480), 2 * 16000)  # one after another: the time adds up

@@ -183,12 +183,16 @@ def test_hyperparameters_come_from_a_trial_file_or_from_flags(flags: list[str], 
 TRIALS = {1: {"learning_rate": 0.003, "tokens_per_batch": 256, "max_epochs": 1}, 2: {"learning_rate": 0.001, "tokens_per_batch": 384, "max_epochs": 1}}
 
 
-def runs_command(data_dir: Path, directory: Path, name: str, seeds: list[int]) -> list[str]:
-    """``stacklm train`` of the search trials ``seeds`` in one process, its files under ``directory/name``."""
-    def each(pattern: str) -> list[str]:
-        return [str(directory / name / pattern.format(seed=seed)) for seed in seeds]
+def runs_command(data_dir: Path, directory: Path, name: str, seeds: list[int], architectures: tuple[str, ...] = ("Tf",)) -> list[str]:
+    """``stacklm train`` of the search trials ``seeds`` of ``architectures`` (one for all, or one
+    per seed) in one process, its files under ``directory/name``: ``run<seed>``, ``state<seed>.pt``
+    and ``run<seed>.log`` for Tf, ``run<seed>-<architecture>`` and so on for another."""
+    runs = list(zip(architectures * len(seeds) if len(architectures) == 1 else architectures, seeds))
 
-    return [sys.executable, "-c", RUNNER, "train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir),
+    def each(pattern: str) -> list[str]:
+        return [str(directory / name / pattern.format(seed=seed if architecture == "Tf" else f"{seed}-{architecture.lower()}")) for architecture, seed in runs]
+
+    return [sys.executable, "-c", RUNNER, "train", "--task", "question-formation", "--architecture", *architectures, "--data-dir", str(data_dir),
             "--settings", str(directory / "settings.json"), "--device", "cpu", "--threads", "1", "--phase", "search",
             "--seed", *map(str, seeds), "--trial", *map(str, seeds), "--hparams", *(str(directory / f"hp{seed}.json") for seed in seeds),
             "--out", *each("run{seed}"), "--checkpoint", *each("state{seed}.pt"), "--log", *each("run{seed}.log")]
@@ -211,18 +215,23 @@ def alone(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def assert_runs_equal(directory: Path, name: str) -> None:
     """Curves, final parameters and training states of ``directory/name`` equal those of the runs trained alone."""
-    timing = ["wall_time_s", "tokens_per_s", "code_version"]
     for seed in TRIALS:
-        curves = [pq.read_table(directory / group / f"run{seed}" / "train.parquet").drop(timing).to_pylist() for group in ("alone", name)]
-        assert curves[0] == curves[1] and len(curves[0]) >= 3 and {row["trial"] for row in curves[0]} == {seed}
-        parameters = [load_model(directory / group / f"run{seed}" / "model.pt").parameters for group in ("alone", name)]
-        assert parameters[0].keys() == parameters[1].keys() and all(torch.equal(parameters[0][key], parameters[1][key]) for key in parameters[0])
-        [state_alone], [state_together] = (list((directory / group).glob(f"state{seed}.*.pt")) for group in ("alone", name))
-        assert state_alone.name == state_together.name  # the same fingerprint
-        states = [checkpoint.load(path) for path in (state_alone, state_together)]
-        for state in states:
-            del state["counters"]["wall_time_s"]
-        assert_same_values(states[0], states[1])
+        assert_run_equal(directory / "alone", directory / name, str(seed))
+
+
+def assert_run_equal(alone: Path, together: Path, stem: str) -> None:
+    """The run ``run<stem>`` (state ``state<stem>``) of ``together`` equals that of ``alone``: curves, final parameters, training state."""
+    timing = ["wall_time_s", "tokens_per_s", "code_version"]
+    curves = [pq.read_table(group / f"run{stem}" / "train.parquet").drop(timing).to_pylist() for group in (alone, together)]
+    assert curves[0] == curves[1] and len(curves[0]) >= 3
+    parameters = [load_model(group / f"run{stem}" / "model.pt").parameters for group in (alone, together)]
+    assert parameters[0].keys() == parameters[1].keys() and all(torch.equal(parameters[0][key], parameters[1][key]) for key in parameters[0])
+    [state_alone], [state_together] = (list(group.glob(f"state{stem}.*.pt")) for group in (alone, together))
+    assert state_alone.name == state_together.name  # the same fingerprint
+    states = [checkpoint.load(path) for path in (state_alone, state_together)]
+    for state in states:
+        del state["counters"]["wall_time_s"]
+    assert_same_values(states[0], states[1])
 
 
 def assert_same_values(first: object, second: object) -> None:
@@ -242,10 +251,22 @@ def assert_same_values(first: object, second: object) -> None:
 
 def test_runs_trained_in_one_process_equal_each_run_trained_alone(data_dir: Path, alone: Path) -> None:
     together = subprocess.run(runs_command(data_dir, alone, "together", list(TRIALS)), check=True, capture_output=True, text=True)
-    assert "run 2 of 2: seed 2" in together.stderr and "checkpoint 1:" not in together.stderr  # the runs' lines are in their logs
+    assert "run 2 of 2: Tf, seed 2" in together.stderr and "checkpoint 1:" not in together.stderr  # the runs' lines are in their logs
     assert_runs_equal(alone, "together")
     logs = [(alone / "together" / f"run{seed}.log").read_text() for seed in TRIALS]
     assert all(log.startswith("epoch 1 batch 1/") and "checkpoint 1:" in log for log in logs)
+    assert {row["trial"] for seed in TRIALS for row in pq.read_table(alone / "together" / f"run{seed}" / "train.parquet").to_pylist()} == set(TRIALS)
+
+
+def test_runs_of_several_architectures_in_one_process_equal_each_run_trained_alone(data_dir: Path, alone: Path) -> None:
+    """Trial 1 of Tf and of LSTM (the same seed) together, as a group of a task's runs spans architectures."""
+    subprocess.run(runs_command(data_dir, alone, "alone", [1], ("LSTM",)), check=True, capture_output=True)
+    together = subprocess.run(runs_command(data_dir, alone, "architectures", [1, 1], ("Tf", "LSTM")), check=True, capture_output=True, text=True)
+    assert "run 1 of 2: Tf, seed 1" in together.stderr and "run 2 of 2: LSTM, seed 1" in together.stderr
+    for stem in ("1", "1-lstm"):
+        assert_run_equal(alone / "alone", alone / "architectures", stem)
+    architectures = [{row["architecture"] for row in pq.read_table(alone / "architectures" / f"run{stem}" / "train.parquet").to_pylist()} for stem in ("1", "1-lstm")]
+    assert architectures == [{"Tf"}, {"LSTM"}]
 
 
 def test_a_killed_process_of_several_runs_resumes_each_run_and_retrains_none_that_finished(data_dir: Path, alone: Path) -> None:
@@ -270,17 +291,36 @@ def test_a_killed_process_of_several_runs_resumes_each_run_and_retrains_none_tha
     assert_runs_equal(alone, "killed")
 
 
+def test_runs_evaluated_in_one_process_equal_each_run_evaluated_alone_and_a_failed_one_stops_none(data_dir: Path, alone: Path) -> None:
+    def evaluate(runs: list[str], outs: list[str], logs: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", RUNNER, "evaluate", "--task", "question-formation", "--data-dir", str(data_dir),
+                               "--settings", str(alone / "settings.json"), "--device", "cpu", "--threads", "1",
+                               "--run", *(str(alone / "alone" / run) for run in runs), "--out", *(str(alone / out) for out in outs),
+                               "--log", *(str(alone / log) for log in logs)], capture_output=True, text=True)
+
+    for seed in TRIALS:
+        assert evaluate([f"run{seed}"], [f"alone{seed}.parquet"], [f"alone{seed}.log"]).returncode == 0
+    together = evaluate(["run1", "missing", "run2"], ["together1.parquet", "missing.parquet", "together2.parquet"], ["1.log", "missing.log", "2.log"])
+    assert together.returncode == 1 and "1 of 3 runs failed; the others are written." in together.stderr
+    assert "run 3 of 3: " in together.stderr and "model file not found" in (alone / "missing.log").read_text()
+    for seed in TRIALS:
+        rows = [pq.read_table(alone / f"{group}{seed}.parquet").to_pylist() for group in ("alone", "together")]
+        assert rows[0] == rows[1] and {row["trial"] for row in rows[0]} == {seed}
+        assert (alone / f"{seed}.log").read_text() == (alone / f"alone{seed}.log").read_text() == ""
+    assert not (alone / "missing.parquet").exists()
+
+
 def test_a_failed_run_does_not_stop_the_others(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trained: list[int] = []
 
-    def train_run(architecture: str, phase: str, planned: train_command.PlannedRun, *rest: object) -> None:
+    def train_run(phase: str, planned: train_command.PlannedRun, *rest: object) -> None:
         trained.append(planned.seed)
         if planned.seed == 1:
             raise StacklmError("loss is nan at step 7")
 
     monkeypatch.setattr(train_command, "train_run", train_run)
     logs = [str(tmp_path / f"{seed}.log") for seed in (1, 2)]
-    with pytest.raises(StacklmError, match="1 of 2 runs failed; the others are written. seed 1: loss is nan at step 7"):
+    with pytest.raises(StacklmError, match="1 of 2 runs failed; the others are written. Tf, seed 1: loss is nan at step 7"):
         run("train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir), "--learning-rate", "0.001",
             "--tokens-per-batch", "256", "--seed", "1", "2", "--out", str(tmp_path / "a"), str(tmp_path / "b"), "--log", *logs)
     assert trained == [1, 2] and (tmp_path / "1.log").read_text() == "error: loss is nan at step 7\n"
@@ -292,13 +332,14 @@ def test_a_failed_run_does_not_stop_the_others(data_dir: Path, tmp_path: Path, m
         (["--seed", "1", "2", "--out", "a"], "--out: 1 given for 2 --seed: one per seed, in the same order"),
         (["--seed", "1", "2", "--out", "a", "b", "--hparams", "x.json", "y.json", "z.json"], r"--hparams: 3 given for 2 --seed: .* \(or one for all\)"),
         (["--seed", "1", "2", "--out", "a", "b", "--log", "l"], "--log: 1 given"),
-        (["--seed", "3", "3", "--out", "a", "b"], "a seed is given twice"),
+        (["--seed", "3", "3", "--out", "a", "b"], r"an architecture's seed is given twice \(Tf 3, Tf 3\)"),
+        (["--architecture", "LSTM", "LSTM", "Tf", "--seed", "3", "4", "--out", "a", "b"], "--architecture: 3 given for 2 --seed: .* \\(or one for all\\)"),
     ],
 )
 def test_the_options_of_several_runs_are_one_per_seed(flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("x.json", "y.json", "z.json"):
         (tmp_path / name).write_text(json.dumps({"learning_rate": 0.001, "tokens_per_batch": 256, "max_epochs": 1}))
-    base = ["train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(tmp_path)]
+    base = ["train", "--task", "question-formation", "--data-dir", str(tmp_path)] + ([] if "--architecture" in flags else ["--architecture", "Tf"])
     if "--hparams" not in flags:
         base += ["--learning-rate", "0.001", "--tokens-per-batch", "256"]
     flags = [str(tmp_path / flag) if flag.endswith(".json") else flag for flag in flags]
