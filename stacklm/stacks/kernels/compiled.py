@@ -169,9 +169,22 @@ class StepTables:
         return self._replaced((*tensors, alpha), capacity, steps)  # type: ignore[arg-type]
 
     def transform(self, function: Callable[[Tensor], Tensor]) -> StepTables:
-        """``function`` applied to every table along the batch dimension, into tables of their own."""
-        tensors = tuple(function(table).clone() for table in (self.gamma, self.shares, self.pops, self.alpha))
-        return self._replaced(tensors, self.capacity, self.steps)  # type: ignore[arg-type]
+        """``function`` applied to every table along the batch dimension, into tables of their own
+        holding columns 0 … ``steps`` and room for one more step (a copy grows past it like any
+        state): a copy of every prompt for each of V − 1 first tokens takes only what it reads."""
+        configurations = self.alpha.size(2)
+        used = _table_size(self.steps, configurations, self.vector_size)
+        capacity = self.steps + 1
+        tensors = []
+        for table in (self.gamma, self.shares, self.pops):
+            part = function(table[:, :used])
+            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size))
+            copy[:, :used] = part
+            tensors.append(copy)
+        part = function(self.alpha[:, : self.steps + 1])
+        alpha = part.new_empty(part.size(0), capacity + 1, configurations)
+        alpha[:, : self.steps + 1] = part
+        return self._replaced((*tensors, alpha), capacity, self.steps)  # type: ignore[arg-type]
 
 
 def _table_size(steps: int, configurations: int, vector_size: int) -> int:
