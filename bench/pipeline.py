@@ -85,8 +85,9 @@ def report(preset: str, elapsed_s: float, cpu_s: float, times: dict[str, list[fl
     verdict = "met" if elapsed_s <= TARGET_S[preset] else "NOT met"
     print(f"{preset} preset: {jobs} jobs in {elapsed_s / 60:.1f} min (target {TARGET_S[preset] / 60:.0f} min: {verdict});"
           f" {cpu_s / 60:.1f} CPU-minutes (Snakemake and its jobs, user + system)")
+    width = max(map(len, times), default=0)
     for rule, values in sorted(times.items(), key=lambda item: -sum(item[1])):
-        print(f"  {rule:15s} {len(values):4d} jobs  {sum(values):7.0f} s in all  {sum(values) / len(values):5.1f} s each  {max(values):5.0f} s at most")
+        print(f"  {rule:{width}s} {len(values):4d} jobs  {sum(values):7.0f} s in all  {sum(values) / len(values):5.1f} s each  {max(values):5.0f} s at most")
 
 
 def main() -> None:
