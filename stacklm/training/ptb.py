@@ -155,6 +155,13 @@ class EpochRecord:
     valid_perplexity: float
     is_best: bool  # a new best validation perplexity
 
+    def describe(self) -> str:
+        """The epoch's line in the training log."""
+        return (
+            f"epoch {self.epoch}: learning rate {self.learning_rate:.4g} train NLL {self.train_nll:.4f} validation perplexity {self.valid_perplexity:.2f}"
+            + (" (best)" if self.is_best else "")
+        )
+
 
 @dataclass(frozen=True)
 class TrainingResult:
@@ -214,7 +221,9 @@ def train(
     state, position = _State(best_parameters=_copy(model.state_dict())), EpochPosition()
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         state, position = _restore(checkpoint_path, fingerprint, model, optimizer, schedule, train_chunks)
-        progress.line(f"resuming from {checkpoint_path} after epoch {len(state.records)}, chunk {position.chunk}")
+        progress.line(f"resuming from {checkpoint_path} after epoch {len(state.records)}, chunk {position.chunk}, after")
+        for record in state.records:
+            progress.line(f"  {record.describe()}")
     while not state.finished and len(state.records) < max_epochs:
         epoch = len(state.records) + 1
         learning_rate = optimizer.param_groups[0]["lr"]
@@ -249,10 +258,7 @@ def train(
             state.best_parameters, state.best_epoch, state.without_best = _copy(model.state_dict()), epoch, 0
         else:
             state.without_best += 1
-        progress.line(
-            f"epoch {epoch}: learning rate {learning_rate:.4g} train NLL {train_nll:.4f} validation perplexity {perplexity:.2f}"
-            + (" (best)" if is_best else "") + (" — stopping early" if state.finished else "")
-        )
+        progress.line(state.records[-1].describe() + (" — stopping early" if state.finished else ""))
         if checkpoint_path is not None:
             _save(checkpoint_path, fingerprint, model, optimizer, schedule, state, position)
     progress.close()

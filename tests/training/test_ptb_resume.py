@@ -97,14 +97,17 @@ def test_every_model_resumes_bitwise_from_any_chunk(tmp_path: Path, stack, hidde
 
 def test_a_finished_run_resumed_trains_no_more_and_holds_the_best_epoch(tmp_path: Path) -> None:
     path = tmp_path / "run.pt"
-    first_model = fresh_model()
-    first = train(first_model, SPLIT, VALID, DRAW, max_epochs=4, checkpoint_path=path, fingerprint="f", progress=quiet())
+    first_model, first_lines = fresh_model(), io.StringIO()
+    first = train(first_model, SPLIT, VALID, DRAW, max_epochs=4, checkpoint_path=path, fingerprint="f", progress=Progress(stream=first_lines))
     stamp = path.stat().st_mtime_ns
     again_model, lines = fresh_model(), io.StringIO()
     again = train(again_model, SPLIT, VALID, DRAW, max_epochs=4, checkpoint_path=path, fingerprint="f", progress=Progress(stream=lines))
     assert_same_run((first, first_model), (again, again_model))
     assert path.stat().st_mtime_ns == stamp and "epoch 5:" not in lines.getvalue()
-    assert f"resuming from {path} after epoch {len(first.epochs)}, chunk 0" in lines.getvalue()
+    resumed = [line for line in lines.getvalue().splitlines() if line.strip()]
+    assert resumed[0] == f"resuming from {path} after epoch {len(first.epochs)}, chunk 0, after"
+    earlier = [line.removesuffix(" — stopping early") for line in first_lines.getvalue().splitlines() if line.startswith("epoch ") and ": learning rate" in line]
+    assert len(earlier) == len(first.epochs) and resumed[1:] == [f"  {line}" for line in earlier]
 
 
 def test_each_epoch_end_is_saved_and_matches_the_curve(tmp_path: Path) -> None:
