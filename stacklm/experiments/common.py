@@ -1,19 +1,21 @@
 """What every experiment shares: one seed derivation, one selection rule, the figure formats,
-the JSON files the rules write, the torch device of a job and its command-line options, and
-the architectures' path slugs."""
+the JSON files the rules write, the torch device of a job and its command-line options, the
+loop of a command that runs several runs in one process, and the architectures' path slugs."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import json
 import math
+import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence, TextIO, TypeVar
 
 from stacklm.atomic import write_text_atomically
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")  # every figure is written in both
 
@@ -49,6 +51,80 @@ def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
     ``choose_device`` and ``set_threads`` read them)."""
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")
+
+
+# Several runs in one process (``stacklm train``, ``stacklm evaluate``): each run's options are
+# given one per run, in the same order; the runs go one after another, each writing its lines to
+# its own log; one run's error stops none of the others, and the command fails after the last.
+
+Value = TypeVar("Value")
+
+
+def per_run(option: str, values: Sequence[Value] | None, count: int, leader: str,
+            default: Sequence[Value] = (), allow_one: bool = False) -> list[Value]:
+    """The values of the per-run ``option``, one for each of the ``count`` values of ``leader``
+    (``--seed``, ``--run``), in their order: ``default`` when the option is not given; with
+    ``allow_one``, one value serves every run. Any other count is a :class:`UsageError`."""
+    if values is None:
+        return list(default)
+    if allow_one and len(values) == 1:
+        return list(values) * count
+    if len(values) != count:
+        raise UsageError(f"{option}: {len(values)} given for {count} {leader}: one per {leader.lstrip('-')}, in the same order"
+                         + (" (or one for all)" if allow_one else ""))
+    return list(values)
+
+
+class OneRun(Protocol):
+    """A run of a command's several: what names it, where it writes, where its lines go."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def out(self) -> Path: ...
+
+    @property
+    def log(self) -> Path | None: ...
+
+
+Run = TypeVar("Run", bound=OneRun)
+
+
+def run_each(runs: Sequence[Run], work: Callable[[Run, TextIO | None], None], *,
+             before: Callable[[int, Run], None] | None = None, fatal: tuple[type[StacklmError], ...] = ()) -> None:
+    """``work(run, stream)`` for each run in turn, ``stream`` its log opened afresh (None:
+    stderr). With several runs, each is announced on stderr, and a :class:`StacklmError` of one
+    goes to its log and stops none of the others: after the last, one error names every failed
+    run. A lone run's error, and an error of a ``fatal`` kind, is raised as it is.
+    ``before(number, run)`` is called before run ``number`` (from 1) starts."""
+    failed: list[str] = []
+    for number, run in enumerate(runs, start=1):
+        if before is not None:
+            before(number, run)
+        if len(runs) > 1:
+            print(f"run {number} of {len(runs)}: {run.label} -> {run.out}" + (f" (log: {run.log})" if run.log else ""), file=sys.stderr, flush=True)
+        with progress_stream(run.log) as stream:
+            try:
+                work(run, stream)
+            except StacklmError as error:
+                if len(runs) == 1 or isinstance(error, fatal):
+                    raise
+                print(f"error: {error}", file=stream or sys.stderr, flush=True)
+                failed.append(f"{run.label}: {error}")
+    if failed:
+        raise StacklmError(f"{len(failed)} of {len(runs)} runs failed; the others are written. " + "; ".join(failed))
+
+
+@contextlib.contextmanager
+def progress_stream(log: Path | None) -> Iterator[TextIO | None]:
+    """The run's log file, written afresh, or None (stderr) when it has none."""
+    if log is None:
+        yield None
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as stream:
+        yield stream
 
 
 # Architecture names (tables, config) and slugs (paths), from the model registry. The registry

@@ -1,11 +1,16 @@
-"""stacklm.experiments.common: the selection rule, the architectures' path slugs, a job's device."""
+"""stacklm.experiments.common: the selection rule, the architectures' path slugs, a job's device,
+the loop of several runs in one process."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
 
 import pytest
 
 import stacklm.experiments.common as shared
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.workflow.settings import ResolvedSettings
 
 
@@ -25,3 +30,71 @@ def test_slugs_round_trip(settings: ResolvedSettings) -> None:
 def test_device_from_the_gpu_resource() -> None:
     assert shared.device(0) == "cpu"
     assert shared.device(1) == "cuda"
+
+
+def test_a_per_run_option_is_one_per_run_or_one_for_all() -> None:
+    assert shared.per_run("--out", ["a", "b"], 2, "--seed") == ["a", "b"]
+    assert shared.per_run("--log", None, 2, "--seed", [None, None]) == [None, None]
+    assert shared.per_run("--hparams", ["h"], 3, "--seed", allow_one=True) == ["h", "h", "h"]
+    with pytest.raises(UsageError, match=r"^--out: 1 given for 2 --run: one per run, in the same order$"):
+        shared.per_run("--out", ["a"], 2, "--run")
+    with pytest.raises(UsageError, match=r"^--hparams: 3 given for 2 --seed: one per seed, in the same order \(or one for all\)$"):
+        shared.per_run("--hparams", ["x", "y", "z"], 2, "--seed", allow_one=True)
+
+
+@dataclass(frozen=True)
+class Planned:
+    label: str
+    out: Path
+    log: Path | None
+
+
+class Interrupted(StacklmError):
+    pass
+
+
+def test_several_runs_each_write_their_own_log_and_a_failed_one_stops_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [Planned(name, tmp_path / f"{name}.out", tmp_path / "logs" / f"{name}.log") for name in ("a", "b", "c")]
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_text("an earlier attempt\n")
+    done: list[str] = []
+
+    def work(run: Planned, stream: TextIO | None) -> None:
+        assert stream is not None
+        stream.write(f"training {run.label}\n")
+        done.append(run.label)
+        if run.label == "b":
+            raise StacklmError("loss is nan")
+
+    with pytest.raises(StacklmError, match=r"^1 of 3 runs failed; the others are written. b: loss is nan$"):
+        shared.run_each(runs, work)
+    assert done == ["a", "b", "c"]
+    assert [(tmp_path / "logs" / f"{name}.log").read_text() for name in "abc"] == ["training a\n", "training b\nerror: loss is nan\n", "training c\n"]
+    announced = capsys.readouterr().err.splitlines()
+    assert announced == [f"run {number} of 3: {name} -> {tmp_path / name}.out (log: {tmp_path / 'logs' / name}.log)"
+                         for number, name in enumerate("abc", start=1)]
+
+
+def test_a_lone_run_and_a_fatal_error_raise_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def fail(run: Planned, stream: TextIO | None) -> None:
+        assert stream is None  # no log: stderr
+        raise (Interrupted if run.label == "a" else StacklmError)(f"{run.label} failed")
+
+    with pytest.raises(StacklmError, match="^b failed$"):
+        shared.run_each([Planned("b", tmp_path / "b", None)], fail)
+    with pytest.raises(Interrupted, match="^a failed$"):
+        shared.run_each([Planned("b", tmp_path / "b", None), Planned("a", tmp_path / "a", None), Planned("c", tmp_path / "c", None)],
+                        fail, fatal=(Interrupted,))
+    assert "error: b failed" in capsys.readouterr().err
+
+
+def test_before_may_stop_the_runs_before_the_next_starts(tmp_path: Path) -> None:
+    started: list[str] = []
+
+    def before(number: int, run: Planned) -> None:
+        if number == 2:
+            raise Interrupted(f"stopped before run {number} ({run.label})")
+
+    with pytest.raises(Interrupted, match=r"stopped before run 2 \(b\)"):
+        shared.run_each([Planned(name, tmp_path / name, None) for name in "ab"], lambda run, stream: started.append(run.label), before=before)
+    assert started == ["a"]

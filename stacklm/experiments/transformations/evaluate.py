@@ -21,17 +21,17 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
 from stacklm.data.vocabulary import Vocabulary
-from stacklm.errors import StacklmError, UsageError
+from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments
+from stacklm.experiments.common import add_resource_arguments, per_run, run_each
 from stacklm.settings_file import read_settings
 from stacklm.tasks import Task, get_task
 from stacklm.tasks.example import Example
@@ -51,36 +51,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """One ``--run`` with its ``--out`` and ``--log``."""
+
+    run_dir: Path
+    out: Path
+    log: Path | None
+
+    @property
+    def label(self) -> str:
+        return str(self.run_dir)
+
+
 def run(args: argparse.Namespace) -> int:
-    runs: list[Path] = args.run
-    logs: list[Path | None] = args.log if args.log is not None else [None] * len(runs)
-    for option, values in (("--out", args.out), ("--log", logs)):
-        if len(values) != len(runs):
-            raise UsageError(f"{option}: {len(values)} given for {len(runs)} --run: one per run, in the same order")
+    count = len(args.run)
+    outs = per_run("--out", args.out, count, "--run")
+    logs = per_run("--log", args.log, count, "--run", [None] * count)
+    runs = [EvaluatedRun(*fields) for fields in zip(args.run, outs, logs)]
     settings = read_settings(args.settings)
     evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
     data = TaskData(get_task(args.task), args.data_dir)
-    failed: list[str] = []
-    for number, (run_dir, out, log) in enumerate(zip(runs, args.out, logs), start=1):
-        if len(runs) > 1:
-            print(f"run {number} of {len(runs)}: {run_dir} -> {out}" + (f" (log: {log})" if log else ""), file=sys.stderr, flush=True)
-        errors = ""
-        try:
-            evaluate_run(run_dir, out, data, evaluation, device)
-        except StacklmError as error:
-            if len(runs) == 1:
-                raise
-            errors = f"error: {error}\n"
-            failed.append(f"{run_dir}: {error}")
-        if log is None:
-            sys.stderr.write(errors)
-        else:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(errors, encoding="utf-8")
-    if failed:
-        raise StacklmError(f"{len(failed)} of {len(runs)} runs failed; the others are written. " + "; ".join(failed))
+
+    def evaluate(run: EvaluatedRun, stream: TextIO | None) -> None:
+        evaluate_run(run.run_dir, run.out, data, evaluation, device)
+
+    run_each(runs, evaluate)
     return 0
 
 

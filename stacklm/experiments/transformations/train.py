@@ -29,20 +29,18 @@ fails does not stop the others: the command fails after the last, naming the fai
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence, TextIO
+from typing import Any, TextIO
 
 import torch
 
 from stacklm.data.vocabulary import Vocabulary
-from stacklm.errors import StacklmError, UsageError
+from stacklm.errors import UsageError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments
+from stacklm.experiments.common import add_resource_arguments, per_run, run_each
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.models.registry import build_model
 from stacklm.settings_file import build, read_json, read_settings
@@ -92,6 +90,10 @@ class PlannedRun:
     checkpoint: Path
     log: Path | None
 
+    @property
+    def label(self) -> str:
+        return f"{self.architecture}, seed {self.seed}"
+
 
 @dataclass(frozen=True)
 class SharedInputs:
@@ -132,25 +134,13 @@ def run(args: argparse.Namespace) -> int:
     )
     stop_request = StopRequest()
     stop_request.install()
-    failed: list[str] = []
-    for number, run_plan in enumerate(planned, start=1):
+
+    def unless_stopped(number: int, run_plan: PlannedRun) -> None:
         if stop_request.reason is not None:
-            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} ({run_plan.architecture}, seed {run_plan.seed}) started")
-        if len(planned) > 1:
-            print(f"run {number} of {len(planned)}: {run_plan.architecture}, seed {run_plan.seed} -> {run_plan.out}"
-                  + (f" (log: {run_plan.log})" if run_plan.log else ""), file=sys.stderr, flush=True)
-        with progress_stream(run_plan.log) as stream:
-            try:
-                train_run(args.phase, run_plan, shared, stop_request, stream)
-            except TrainingInterrupted:
-                raise
-            except StacklmError as error:
-                if len(planned) == 1:
-                    raise
-                print(f"error: {error}", file=stream or sys.stderr, flush=True)
-                failed.append(f"{run_plan.architecture}, seed {run_plan.seed}: {error}")
-    if failed:
-        raise StacklmError(f"{len(failed)} of {len(planned)} runs failed; the others are written. " + "; ".join(failed))
+            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} ({run_plan.label}) started")
+
+    run_each(planned, lambda run_plan, stream: train_run(args.phase, run_plan, shared, stop_request, stream),
+             before=unless_stopped, fatal=(TrainingInterrupted,))
     return 0
 
 
@@ -222,40 +212,19 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
     write_table(curve_table(result.curve, metadata), planned.out / "train.parquet")
 
 
-@contextlib.contextmanager
-def progress_stream(log: Path | None) -> Iterator[TextIO | None]:
-    """The run's log file, written afresh, or None (stderr) when it has none."""
-    if log is None:
-        yield None
-        return
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as stream:
-        yield stream
-
-
 def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:
     """A run per ``--seed``, with the per-run options in the same order (each checked for its count)."""
     seeds: list[int] = args.seed
     count = len(seeds)
-
-    def per_run(option: str, values: Sequence[Any] | None, default: Sequence[Any], allow_one: bool = False) -> list[Any]:
-        if values is None:
-            return list(default)
-        if allow_one and len(values) == 1:
-            return list(values) * count
-        if len(values) != count:
-            raise UsageError(f"{option}: {len(values)} given for {count} --seed: one per seed, in the same order" + (" (or one for all)" if allow_one else ""))
-        return list(values)
-
-    architectures = per_run("--architecture", args.architecture, [], allow_one=True)
+    architectures: list[str] = per_run("--architecture", args.architecture, count, "--seed", allow_one=True)
     runs = list(zip(architectures, seeds))
     if len(set(runs)) < count:
         raise UsageError("--seed: an architecture's seed is given twice (" + ", ".join(f"{name} {seed}" for name, seed in runs) + "): each is one run")
-    outs = per_run("--out", args.out, [])
-    hyperparameters = per_run("--hparams", chosen_hyperparameters(args), [], allow_one=True)
-    checkpoints = per_run("--checkpoint", args.checkpoint, [out / "checkpoint.pt" for out in outs])
-    trials = per_run("--trial", args.trial, [None] * count)
-    logs = per_run("--log", args.log, [None] * count)
+    outs: list[Path] = per_run("--out", args.out, count, "--seed")
+    hyperparameters = per_run("--hparams", chosen_hyperparameters(args), count, "--seed", allow_one=True)
+    checkpoints = per_run("--checkpoint", args.checkpoint, count, "--seed", [out / "checkpoint.pt" for out in outs])
+    trials = per_run("--trial", args.trial, count, "--seed", [None] * count)
+    logs = per_run("--log", args.log, count, "--seed", [None] * count)
     return [PlannedRun(*fields) for fields in zip(architectures, seeds, trials, hyperparameters, outs, checkpoints, logs)]
 
 
