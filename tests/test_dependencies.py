@@ -1,11 +1,14 @@
 """The dependencies: every requirement of pyproject.toml is pinned in constraints.txt at a
 version it allows; constraints.txt pins what this environment runs (the versions the tests ran
-with); the cluster's conda env lists pyproject's requirements with the extras it needs."""
+with); the cluster's conda env lists pyproject's requirements with the extras it needs; an
+installed package holds every file of the package's source tree."""
 
+import subprocess
 import tomllib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -57,3 +60,14 @@ def test_the_cluster_env_lists_the_requirements_with_tracking_and_slurm() -> Non
     environment = yaml.safe_load((ROOT / "envs" / "stacklm.yaml").read_text())
     pip = next(item["pip"] for item in environment["dependencies"] if isinstance(item, dict))
     assert [Requirement(line) for line in pip] == requirements("tracking", "slurm")
+
+
+def test_the_package_data_holds_every_file_of_the_package_that_is_not_python() -> None:
+    """A non-editable install copies the Python modules and the package-data globs: any other
+    file of the package's tree (a kernel's C++ source, a grammar, a template) would be missing."""
+    tracked = subprocess.run(["git", "ls-files", "stacklm"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout: the package's files are not known")
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["stacklm"]
+    others = [Path(path).relative_to("stacklm") for path in tracked if not path.endswith(".py")]
+    assert others and [path for path in others if not any(path.match(pattern) for pattern in globs)] == []
