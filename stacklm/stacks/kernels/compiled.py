@@ -9,8 +9,8 @@ exact per-column normalisers, the pop read from shares Ŝ ∈ [0, 1]. One batch 
 task (OpenMP through ``at::parallel_for``, so ``torch.set_num_threads`` applies), every step
 in one call: no tensor operation per step. Its backward is written by hand in the same
 kernel (each log-sum-exp passes g·exp(term − result), from the same shifted products).
-What it keeps for backward is O(B·n²·N²): the columns of γ (log), their shares and each
-step's pop totals, and α.
+What it keeps for backward is O(B·n²·N²): the columns of γ (log), their shares, each
+step's pop totals and the weights of its log-sum-exp of the replace and pop terms, and α.
 
 The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
 at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the
@@ -160,9 +160,9 @@ class StepTables:
         used = _table_size(steps, configurations, self.vector_size)
         batch = self.alpha.size(0)
         tensors = []
-        for table in (self.gamma, self.shares, self.pops):
-            copy = table.new_empty(batch, _table_size(capacity, configurations, self.vector_size))
-            copy[:, :used] = table[:, :used]
+        for table in (self.gamma, self.shares, self.pops):  # (B, table) or (B, 3, table)
+            copy = table.new_empty(batch, *table.shape[1:-1], _table_size(capacity, configurations, self.vector_size))
+            copy[..., :used] = table[..., :used]
             tensors.append(copy)
         alpha = self.alpha.new_empty(batch, capacity + 1, configurations)
         alpha[:, : steps + 1] = self.alpha[:, : steps + 1]
@@ -176,10 +176,10 @@ class StepTables:
         used = _table_size(self.steps, configurations, self.vector_size)
         capacity = self.steps + 1
         tensors = []
-        for table in (self.gamma, self.shares, self.pops):
-            part = function(table[:, :used])
-            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size))
-            copy[:, :used] = part
+        for table in (self.gamma, self.shares, self.pops):  # (B, table) or (B, 3, table)
+            part = function(table[..., :used])
+            copy = part.new_empty(*part.shape[:-1], _table_size(capacity, configurations, self.vector_size))
+            copy[..., :used] = part
             tensors.append(copy)
         part = function(self.alpha[:, : self.steps + 1])
         alpha = part.new_empty(part.size(0), capacity + 1, configurations)

@@ -9,8 +9,11 @@
 // column is stored transposed, [c][row], at offset(t) of one flat table:
 //   gamma:   log γ[i→t][a, c] (η rows: log η[t][j, c])
 //   shares:  Ŝ = exp(log γ + log α[i][a] − log α[t][c]) ∈ [0, 1] (η rows: exp(log η − log α))
-//   pops:    at offset(t−2), the pop's real total Σ_{k,u} Ŝ_k ŵ of step t (rows(t−2) rows)
-// and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs.
+//   pops:    three tables, at offset(t−2) of each, rows(t−2) rows of step t: the pop's real
+//            total P = Σ_{k,u} Ŝ_k ŵ, the replace term's share of column t and the pop term's
+//            share over P (the log-sum-exp's weights, so the backward takes no exp or log there)
+// and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs. The shares are
+// also the weights of log α[t]'s log-sum-exp over the γ rows.
 // Step t of the forward, from column t−1 (Ĝ = exp(γ − log α[t−1] − ρ), ρ the row maximum):
 //   products = log(Ĝ R̂) + ρ + offset, R̂ = exp(log α[t−1] + [Δ^R | Δ⁻] − offset), offset exact
 //     -> the replace term (every row) and γ'_t[k][(u,y), r] (γ rows)
@@ -380,6 +383,8 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
   row_weights(z, alpha, t, weights);  // rows i ≤ t−1 enter with weight α[i]
   products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
   T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
+  T* replaced_shares = pop_total + z.table();
+  T* popped_scales = pop_total + 2 * z.table();
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
     std::fill(pop_total, pop_total + N * R2, T(0));
@@ -404,11 +409,14 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     T* out = column + target * Rt;
     const T* replaced_total = s.total.data() + target * R;
     const T* popped_total = pop_total + target * R2;
+    T* replaced_share = replaced_shares + target * R2;
+    T* popped_scale = popped_scales + target * R2;
     const T* rho = s.rho.data();
     const T* weight = weights.data();
     const T replaced_offset = s.right_offset[target];
     const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
-    // Offsets, ρ and L are finite; log 0 = −∞ marks an empty sum.
+    // Offsets, ρ and L are finite; log 0 = −∞ marks an empty sum. The terms' weights are
+    // taken relative to the largest term (not to the rounded log-sum) for the backward.
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
       T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
@@ -416,8 +424,14 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
       T high = replaced > popped ? replaced : popped;
       T base = high == NEG<T> ? T(0) : high;
-      T sum = std::exp(replaced - base) + std::exp(popped - base);
+      T replaced_term = std::exp(replaced - base), popped_term = std::exp(popped - base);
+      T sum = replaced_term + popped_term;
       out[row] = base + std::log(sum);
+      T inverse_or_inf = T(1) / sum;
+      T inverse = sum > 0 ? inverse_or_inf : T(0);
+      replaced_share[row] = replaced_term * inverse;
+      T scale_or_nan = popped_term * inverse / popped_total[row];
+      popped_scale[row] = popped_total[row] > 0 ? scale_or_nan : T(0);
     }
 #pragma omp simd
     for (int64_t row = R2; row < R; ++row) out[row] = std::log(replaced_total[row]) + rho[row] + replaced_offset;
@@ -480,7 +494,7 @@ void forward_element(const Sizes& z, const T* push, const T* replace, const T* p
 template <typename T>
 struct BackwardScratch {
   Step<T> step;
-  std::vector<T> weights, grad_products, scaled_pop, grad_pushed_offset, partial;
+  std::vector<T> weights, grad_products, scaled_pop, grad_pushed_offset;
 };
 
 // Step t ≥ 1 of one element in reverse: given ∂r_t and the adjoints of column t and α[t]
@@ -497,10 +511,8 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   std::vector<T>& grad_products = scratch.grad_products;
   std::vector<T>& scaled_pop = scratch.scaled_pop;
   std::vector<T>& grad_pushed_offset = scratch.grad_pushed_offset;
-  std::vector<T>& partial = scratch.partial;
   row_weights(z, alpha, t, weights);
   grad_pushed_offset.resize(N);
-  partial.resize(z.rows(t));
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
   const T* column = gamma + z.offset(t);
   T* grad_column = grad_gamma + z.offset(t);
@@ -524,40 +536,29 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
         grad_current_alpha[c] += grad_normalizer * (std::exp(current_alpha[c] - high) / sum);
     }
   }
-  // log α[t] = log-sum over γ rows of log α(row) + γ. Each term's weight is taken relative
-  // to the largest term (as autograd through a shifted log-sum-exp does), never as
-  // exp(term − log α[t]): log α[t] is rounded at its magnitude, which reaches thousands.
+  // log α[t] = log-sum over γ rows of log α(row) + γ; each term's weight is its share Ŝ,
+  // computed in the forward relative to the largest term (as autograd through a shifted
+  // log-sum-exp does), never as exp(term − log α[t]): log α[t] is rounded at its magnitude,
+  // which reaches thousands.
   for (int64_t target = 0; target < N; ++target) {
     T g = grad_current_alpha[target];
     if (g == 0) continue;
-    const T* values = column + target * Rt;
     T* out = grad_column + target * Rt;
-    const T* weight = weights.data();
-    T high = NEG<T>;
-#pragma omp simd reduction(max : high)
-    for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
-    if (high == NEG<T>) continue;
-    T sum = 0;
-    T* terms = partial.data();
-#pragma omp simd reduction(+ : sum)
-    for (int64_t row = m; row < Rt; ++row) {
-      T term = std::exp(weight[row] + values[row] - high);
-      terms[row] = term;
-      sum += term;
-    }
-    const T scale = g / sum;
+    const T* share = shares + z.offset(t) + target * Rt;
     T* grad_rows = grad_alpha - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
 #pragma omp simd
     for (int64_t row = m + N; row < Rt; ++row) {
-      T value = scale * terms[row];
+      T value = g * share[row];
       out[row] += value;
       grad_rows[row - m] += value;
     }
-    for (int64_t row = m; row < m + N; ++row) out[row] += scale * terms[row];
+    for (int64_t row = m; row < m + N; ++row) out[row] += g * share[row];
   }
   products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
   if (t >= 2) pop_weights(z, t, alpha, s);
   const T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
+  const T* replaced_shares = pop_total + z.table();
+  const T* popped_scales = pop_total + 2 * z.table();
   grad_products.assign(J * R, T(0));
   scaled_pop.assign(N * R2, T(0));
   std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
@@ -567,28 +568,14 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     const T* grads = grad_column + target * Rt;
     for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
     const T* replaced_total = s.total.data() + target * R;
-    const T* popped_total = pop_total + target * R2;
-    const T* rho = s.rho.data();
-    const T* weight = weights.data();
-    const T replaced_offset = s.right_offset[target];
-    const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+    const T* replaced_share = replaced_shares + target * R2;
+    const T* popped_scale = popped_scales + target * R2;
     T* grad_replaced = grad_products.data() + target * R;
     T* scaled = scaled_pop.data() + target * R2;
-    // The terms' weights relative to the largest term (not to the rounded log-sum), as in the forward.
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
-      T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
-      T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
-      T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
-      T high = std::max(replaced, popped);
-      T base = high == NEG<T> ? T(0) : high;
-      T replaced_share = std::exp(replaced - base), popped_share = std::exp(popped - base);
-      T sum = replaced_share + popped_share;
-      T scale_or_nan = grads[row] / sum;
-      T scale = sum > 0 ? scale_or_nan : T(0);
-      grad_replaced[row] = scale * replaced_share;
-      T scaled_or_nan = scale * popped_share / popped_total[row];
-      scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
+      grad_replaced[row] = grads[row] * replaced_share[row];
+      scaled[row] = grads[row] * popped_scale[row];
     }
 #pragma omp simd
     for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
@@ -717,8 +704,8 @@ Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& 
 }
 
 // push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
-// Returns readings (B, n, N·m) and what the backward needs: gamma, shares, pops (B, table),
-// alpha (B, n+1, N).
+// Returns readings (B, n, N·m) and what the backward needs: gamma, shares (B, table), pops
+// (B, 3, table), alpha (B, n+1, N).
 std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                                       const at::Tensor& pushed, const at::Tensor& bottom) {
   check(push, 4, "push");
@@ -733,7 +720,7 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
   auto readings = at::empty({z.batch, z.steps, z.configs * z.vector}, options);
   auto gamma = at::empty({z.batch, z.table()}, options);
   auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::empty({z.batch, z.table()}, options);
+  auto pops = at::empty({z.batch, 3, z.table()}, options);
   auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
   AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
     const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
@@ -744,7 +731,7 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
             pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
             bottom.data_ptr<scalar_t>() + b * z.vector, readings.data_ptr<scalar_t>() + b * z.steps * z.configs * z.vector,
             gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pops.data_ptr<scalar_t>() + b * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
+            pops.data_ptr<scalar_t>() + b * 3 * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
       }
     });
   });
@@ -773,7 +760,7 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
             replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
             pushed.data_ptr<scalar_t>() + b * z.steps * z.vector, readings.data_ptr<scalar_t>() + b * readings_size,
             gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pops.data_ptr<scalar_t>() + b * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs,
+            pops.data_ptr<scalar_t>() + b * 3 * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs,
             grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
             grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
             grad_bottom.data_ptr<scalar_t>() + b * z.vector);
@@ -815,7 +802,7 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   auto options = bottom.options();
   auto gamma = at::empty({z.batch, z.table()}, options);
   auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::empty({z.batch, z.table()}, options);
+  auto pops = at::empty({z.batch, 3, z.table()}, options);
   auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
   AT_DISPATCH_FLOATING_TYPES(bottom.scalar_type(), "dvpda_start", [&] {
     at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
@@ -852,7 +839,7 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& push, const at::Tensor& repla
                                pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.vector,
                                reading.data_ptr<scalar_t>() + b * z.configs * z.vector,
                                gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-                               pops.data_ptr<scalar_t>() + b * z.table(),
+                               pops.data_ptr<scalar_t>() + b * 3 * z.table(),
                                alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs, s, weights);
     });
   });
@@ -883,7 +870,7 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
             replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
             pushed.data_ptr<scalar_t>() + b * z.vector, reading.data_ptr<scalar_t>() + b * Nm,
             gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pops.data_ptr<scalar_t>() + b * z.table(), alpha.data_ptr<scalar_t>() + b * A,
+            pops.data_ptr<scalar_t>() + b * 3 * z.table(), alpha.data_ptr<scalar_t>() + b * A,
             grad_gamma.data_ptr<scalar_t>() + b * z.table(), grad_alpha.data_ptr<scalar_t>() + b * A,
             grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
             grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.vector, scratch);
