@@ -13,7 +13,9 @@ position, BOS included). After the last layer: LN, then the tied output y_t = �
 bias). Position t's output (BOS = position 0) gives the logits of w_{t+1}; position n's, EOS.
 
 Dropout is ``stacklm.models.dropout``'s (on the CPU, masks from a counter-based generator,
-fused with the scaling and, after a sublayer, with the residual add).
+fused with the scaling and, after a sublayer, with the residual add). On the CPU, a whole
+sequence's attention runs on a compiled kernel from the packed q, k, v projection
+(``stacklm.models.transformer_attention``), with dropout on its probabilities inside it.
 
 Step by step, the state caches the keys and values of every attention layer and the stack
 state of every stack layer, so each new token costs one position.
@@ -35,6 +37,7 @@ from stacklm.models.dropout import Dropout, dropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
+from stacklm.models.transformer_attention import causal_attention, uses_attention_kernel
 from stacklm.stacks.base import StackState
 
 
@@ -97,9 +100,10 @@ class CausalSelfAttention(nn.Module):
     def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
         """softmax(q kᵀ / √(d/heads) + mask) v, dropout on the probabilities; (B·heads, ·, d/heads) in, (B, ·, d) out.
 
-        Written out rather than ``F.scaled_dot_product_attention``: with dropout, PyTorch's CPU
-        path is its reference implementation, whose safe softmax adds a comparison, a reduction
-        and a select per layer. Here the scaled scores and the mask are one ``baddbmm``.
+        Steps, and whole sequences where the compiled kernel does not run. Written out rather
+        than ``F.scaled_dot_product_attention``: with dropout, PyTorch's CPU path is its
+        reference implementation, whose safe softmax adds a comparison, a reduction and a
+        select per layer. Here the scaled scores and the mask are one ``baddbmm``.
         """
         scale = queries.size(-1) ** -0.5
         if mask is None:
@@ -118,7 +122,10 @@ class CausalSelfAttention(nn.Module):
         # q, k and v from one product: the three layers' weights side by side.
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3d, d)
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # (3d,)
-        projected = F.linear(x, weight, bias).view(batch_size, length, 3, self.num_heads, width // self.num_heads)
+        projected = F.linear(x, weight, bias)  # (B, n, 3d): q, k, v, each with its heads side by side
+        if uses_attention_kernel(projected):
+            return self.out(causal_attention(projected, self.num_heads, self.dropout, self.training))
+        projected = projected.view(batch_size, length, 3, self.num_heads, width // self.num_heads)
         heads = projected.permute(2, 0, 3, 1, 4).reshape(3, batch_size * self.num_heads, length, width // self.num_heads)
         queries, keys, values = heads.unbind(0)  # (B·heads, n, d/heads) each
         return self._attend(queries, keys, values, causal_mask(length, x))

@@ -23,6 +23,7 @@ from stacklm.models.recurrent import RecurrentLanguageModel
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.stack_interface import SuperpositionInterface, VectorNondeterministicInterface
 from stacklm.models.transformer import CausalSelfAttention, StackAttention, Transformer
+from stacklm.models.transformer_attention import causal_attention
 from stacklm.stacks.superposition import NOOP_INDEX, POP_INDEX, PUSH_INDEX
 
 V = 7  # six tokens and EOS
@@ -408,7 +409,12 @@ def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
         rates.append(p if training else 0.0)
         return dropout(input, p, training)
 
+    def recording_attention(projected: Tensor, num_heads: int, p: float, training: bool) -> Tensor:  # the same, in the compiled attention
+        rates.append(p if training else 0.0)
+        return causal_attention(projected, num_heads, p, training)
+
     monkeypatch.setattr(transformer, "dropout", recording)
+    monkeypatch.setattr(transformer, "causal_attention", recording_attention)
     logits = model(TOKENS)
     dropped, kept = calls["input"][0], eval_inputs[0]
     assert bool(((dropped == 0) | torch.isclose(dropped, 2 * kept)).all()) and 0.3 < float((dropped == 0).double().mean()) < 0.7

@@ -39,7 +39,7 @@ from torch import Tensor
 
 NAME = "stacklm_kernels"
 SOURCE = Path(__file__).with_name("dvpda.cpp")
-SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp")]  # one library: the dVPDA and dropout (``stacklm.models.dropout``)
+SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``) and attention (``stacklm.models.transformer_attention``)
 
 _loaded = False
 _error: BaseException | None = None

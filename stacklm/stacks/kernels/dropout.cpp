@@ -100,10 +100,34 @@ void philox_block(uint64_t first, uint64_t seed, uint32_t* __restrict words) {
 }
 #endif
 
+
+}  // namespace
+
+namespace stacklm_dropout {
+
+// round(p · 2³²), saturated: a word is kept iff it is ≥ this.
 uint32_t threshold(double p) {
   const double scaled = std::nearbyint(p * 4294967296.0);
   return static_cast<uint32_t>(std::min(scaled, 4294967295.0));
 }
+
+// Words first_word … first_word + count − 1 of the stream keyed by seed (also used by attention.cpp).
+void stream_words(int64_t first_word, int64_t count, uint64_t seed, uint32_t* words) {
+  uint32_t block_words[BLOCK];
+  for (int64_t written = 0; written < count;) {
+    const int64_t word = first_word + written, counter = word / 4, skip = word - 4 * counter;
+    philox_block(static_cast<uint64_t>(counter), seed, block_words);
+    const int64_t taken = std::min(BLOCK - skip, count - written);
+    std::copy(block_words + skip, block_words + skip + taken, words + written);
+    written += taken;
+  }
+}
+
+}  // namespace stacklm_dropout
+
+namespace {
+
+using stacklm_dropout::threshold;
 
 // out[i] = (residual[i] +) input[i] · mask_i / (1 − p) for the elements of one block; residual may be null.
 template <typename scalar_t>

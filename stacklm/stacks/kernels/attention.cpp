@@ -1,0 +1,320 @@
+// Causal multi-head self-attention with dropout on its probabilities, forward and backward, on
+// the CPU, for a transformer's small heads (d/heads = 17 at the paper's sizes).
+//
+// For one batch element b and head h, with q_i, k_j, v_j ∈ ℝ^{d/heads} read from the packed
+// projection [q ; k ; v] of position i (layout (B, n, 3, heads, d/heads)) and s = (d/heads)^{−1/2}:
+//   P_ij = softmax_{j ≤ i}(s · q_i · k_j),   P'_ij = P_ij · mask_ij / (1 − p),   o_i = Σ_{j ≤ i} P'_ij v_j,
+// written to the output's columns h·d/heads … of position i (layout (B, n, heads, d/heads)).
+// Dropout: with T = ⌈n / W⌉ tiles of W positions, element (i, j) of pair g = b·heads + h is kept
+// iff word W·(j mod W) + (i mod W) of tile ((g·T + ⌊j/W⌋)·T + ⌊i/W⌋) of the Philox stream keyed
+// by the seed (``dropout.cpp``; tile t = words 64t … 64t + 63) is ≥ round(p · 2³²): each tile of
+// W keys × W queries is one block of the generator, and tiles above the diagonal are never drawn.
+// P is kept for the backward, the mask recomputed from the seed. The backward:
+//   dP'_ij = dO_i · v_j,   dP_ij = dP'_ij · mask_ij / (1 − p),   dS_ij = P_ij (dP_ij − Σ_l P_il dP_il),
+//   dq_i = s Σ_j dS_ij k_j,   dk_j = s Σ_i dS_ij q_i,   dv_j = Σ_i P'_ij dO_i,
+// into the gradient of the packed projection, so no head layout is ever copied.
+//
+// One (b, h) pair per task. Every product is one shape: rows of a small matrix times W lanes
+// (W queries, or for dk and dv W keys), R rows at a time in registers (rows_times_lanes).
+// Scores and probabilities are held key-major, [j][i] with i in lanes, so the softmax over j is
+// lane-wise; the backward also writes P' and s·dS query-major for dk and dv. Queries past n
+// (padding to whole lanes) are zero and never written out; masked keys get probability 0.
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+// glibc's vector math library has SIMD exp; declared here so that `omp simd` loops call it
+// (glibc declares it only under -ffast-math, which would also assume no −∞, and masked scores are −∞).
+extern "C" {
+__attribute__((simd("notinbranch"))) float expf(float);
+__attribute__((simd("notinbranch"))) double exp(double);
+}
+
+namespace stacklm_dropout {
+// dropout.cpp: round(p · 2³²), and words first_word … first_word + count − 1 of the Philox stream keyed by seed.
+uint32_t threshold(double p);
+void stream_words(int64_t first_word, int64_t count, uint64_t seed, uint32_t* words);
+}  // namespace stacklm_dropout
+
+namespace {
+
+constexpr int64_t W = 8;  // lanes: one AVX2 register of floats
+constexpr int R = 8;      // rows per block of rows_times_lanes: independent accumulators
+
+template <typename scalar_t>
+struct Lanes {
+  typedef scalar_t type __attribute__((vector_size(W * sizeof(scalar_t))));
+};
+
+template <typename scalar_t>
+typename Lanes<scalar_t>::type load(const scalar_t* from) {
+  typename Lanes<scalar_t>::type lanes;
+  std::memcpy(&lanes, from, sizeof lanes);
+  return lanes;
+}
+
+template <typename scalar_t>
+void store(scalar_t* to, typename Lanes<scalar_t>::type lanes) {
+  std::memcpy(to, &lanes, sizeof lanes);
+}
+
+// out[r · W + l] = Σ_k rows[r · row_stride + k · inner_stride] · lanes[k · lane_stride + l] for
+// r < ROWS, l < W.
+template <int ROWS, typename scalar_t>
+void block_times_lanes(
+    const scalar_t* rows, int64_t row_stride, int64_t inner_stride, int64_t inner, const scalar_t* lanes, int64_t lane_stride,
+    scalar_t* out) {
+  using Vector = typename Lanes<scalar_t>::type;
+  Vector sums[ROWS];
+  for (int r = 0; r < ROWS; ++r) sums[r] = Vector{};
+  for (int64_t k = 0; k < inner; ++k) {
+    const Vector lane = load(lanes + k * lane_stride);
+    const scalar_t* column = rows + k * inner_stride;
+    for (int r = 0; r < ROWS; ++r) sums[r] += column[r * row_stride] * lane;
+  }
+  for (int r = 0; r < ROWS; ++r) store(out + r * W, sums[r]);
+}
+
+// block_times_lanes for rows 0 … count − 1, R at a time.
+template <typename scalar_t>
+void rows_times_lanes(
+    int64_t count, const scalar_t* rows, int64_t row_stride, int64_t inner_stride, int64_t inner, const scalar_t* lanes,
+    int64_t lane_stride, scalar_t* out) {
+  int64_t row = 0;
+  for (; row + R <= count; row += R) {
+    block_times_lanes<R>(rows + row * row_stride, row_stride, inner_stride, inner, lanes, lane_stride, out + row * W);
+  }
+  for (; row < count; ++row) {
+    block_times_lanes<1>(rows + row * row_stride, row_stride, inner_stride, inner, lanes, lane_stride, out + row * W);
+  }
+}
+
+struct Shape {
+  int64_t batch, length, heads, head_width;
+  int64_t width() const { return heads * head_width; }
+  int64_t tiles() const { return (length + W - 1) / W; }  // T: positions in tiles of W
+  int64_t padded() const { return tiles() * W; }
+};
+
+// One (b, h) pair's rows in the packed projection (or its gradient): q_i at queries + i · stride,
+// k_i and v_i d and 2d further.
+struct Pair {
+  int64_t offset, stride, width;
+  Pair(const Shape& shape, int64_t pair)
+      : offset(pair / shape.heads * shape.length * 3 * shape.width() + pair % shape.heads * shape.head_width),
+        stride(3 * shape.width()),
+        width(shape.width()) {}
+};
+
+// The factors mask_ij / (1 − p) (0 or the scale) of keys j < rows in tile row W·tile_key …
+// and queries i in the W lanes of tile column tile_query, key-major: factors[(j − W·tile_key) · W + l].
+template <typename scalar_t>
+void tile_factors(const Shape& shape, int64_t pair, int64_t tile_key, int64_t tile_query, double p, uint64_t seed, scalar_t* factors) {
+  if (p == 0) {
+    std::fill(factors, factors + W * W, scalar_t(1));
+    return;
+  }
+  uint32_t words[W * W];
+  const int64_t tiles = shape.tiles();
+  stacklm_dropout::stream_words(((pair * tiles + tile_key) * tiles + tile_query) * W * W, W * W, seed, words);
+  const uint32_t cut = stacklm_dropout::threshold(p);
+  const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
+#pragma omp simd
+  for (int64_t e = 0; e < W * W; ++e) factors[e] = words[e] >= cut ? scale : scalar_t(0);
+}
+
+// The factors of keys 0 … W·(tile_query + 1) − 1 and the lanes of tile column tile_query.
+template <typename scalar_t>
+void chunk_factors(const Shape& shape, int64_t pair, int64_t tile_query, double p, uint64_t seed, scalar_t* factors) {
+  for (int64_t tile_key = 0; tile_key <= tile_query; ++tile_key) {
+    tile_factors(shape, pair, tile_key, tile_query, p, seed, factors + tile_key * W * W);
+  }
+}
+
+// (d/heads, n_pad): the d/heads columns of n rows (at rows + i · stride) as lanes, times factor, zero past n.
+template <typename scalar_t>
+std::vector<scalar_t> transposed(const scalar_t* rows, int64_t stride, int64_t n, int64_t padded, int64_t dh, scalar_t factor) {
+  std::vector<scalar_t> result(dh * padded, scalar_t(0));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < dh; ++c) result[c * padded + i] = factor * rows[i * stride + c];
+  }
+  return result;
+}
+
+template <typename scalar_t>
+void forward_pair(
+    const Shape& shape, int64_t pair, const scalar_t* projected, scalar_t* out, scalar_t* probabilities, double p, uint64_t seed) {
+  using Vector = typename Lanes<scalar_t>::type;
+  const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
+  const Pair heads(shape, pair);
+  const scalar_t* queries = projected + heads.offset;
+  const scalar_t* keys = queries + heads.width;
+  const scalar_t* values = queries + 2 * heads.width;
+  const scalar_t scale = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const std::vector<scalar_t> queries_t = transposed(queries, heads.stride, n, padded, dh, scale);
+  std::vector<scalar_t> scores(padded * W), factors(padded * W), attended(dh * W);
+  scalar_t* pair_probabilities = probabilities + pair * n * padded;
+  const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
+  for (int64_t first = 0; first < n; first += W) {
+    const int64_t keys_seen = std::min(n, first + W);  // keys j ≤ the lanes' last query
+    rows_times_lanes(keys_seen, keys, heads.stride, int64_t(1), dh, queries_t.data() + first, padded, scores.data());
+    for (int64_t j = first; j < keys_seen; ++j) {
+      for (int64_t l = 0; l < j - first; ++l) scores[j * W + l] = minus_infinity;  // i = first + l < j
+    }
+    Vector maximum = load(scores.data());
+    for (int64_t j = 1; j < keys_seen; ++j) {
+      const Vector score = load(scores.data() + j * W);
+      maximum = score > maximum ? score : maximum;
+    }
+    scalar_t shift[W];
+    store(shift, maximum);
+    Vector total{};
+    for (int64_t j = 0; j < keys_seen; ++j) {
+      scalar_t* score = scores.data() + j * W;
+#pragma omp simd
+      for (int64_t l = 0; l < W; ++l) score[l] = std::exp(score[l] - shift[l]);
+      total += load(score);
+    }
+    chunk_factors(shape, pair, first / W, p, seed, factors.data());
+    for (int64_t j = 0; j < keys_seen; ++j) {
+      const Vector probability = load(scores.data() + j * W) / total;
+      store(pair_probabilities + j * padded + first, probability);
+      store(scores.data() + j * W, probability * load(factors.data() + j * W));  // P'
+    }
+    rows_times_lanes(dh, values, int64_t(1), heads.stride, keys_seen, scores.data(), W, attended.data());
+    for (int64_t l = 0; l < std::min(W, n - first); ++l) {
+      scalar_t* out_row = out + (pair / shape.heads * n + first + l) * heads.width + pair % shape.heads * dh;
+      for (int64_t c = 0; c < dh; ++c) out_row[c] = attended[c * W + l];
+    }
+  }
+}
+
+template <typename scalar_t>
+void backward_pair(
+    const Shape& shape, int64_t pair, const scalar_t* grad_out, const scalar_t* projected, const scalar_t* probabilities,
+    scalar_t* grad_projected, double p, uint64_t seed) {
+  using Vector = typename Lanes<scalar_t>::type;
+  const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
+  const Pair heads(shape, pair);
+  const scalar_t* queries = projected + heads.offset;
+  const scalar_t* keys = queries + heads.width;
+  const scalar_t* values = queries + 2 * heads.width;
+  const scalar_t* grad_outs = grad_out + pair / shape.heads * n * heads.width + pair % shape.heads * dh;  // dO_i at i · d
+  const scalar_t scale = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const std::vector<scalar_t> grad_outs_t = transposed(grad_outs, heads.width, n, padded, dh, scalar_t(1));
+  // Query-major [i][j] copies of P' and s · dS, for dk and dv.
+  std::vector<scalar_t> kept_by_query(padded * padded, scalar_t(0)), grad_scores_by_query(padded * padded, scalar_t(0));
+  std::vector<scalar_t> grads(padded * W), factors(padded * W), lanes(dh * W), value_lanes(dh * W);
+  const scalar_t* pair_probabilities = probabilities + pair * n * padded;
+  scalar_t* grad_queries = grad_projected + heads.offset;
+  for (int64_t first = 0; first < n; first += W) {
+    const int64_t keys_seen = std::min(n, first + W);
+    rows_times_lanes(keys_seen, values, heads.stride, int64_t(1), dh, grad_outs_t.data() + first, padded, grads.data());  // dP'
+    chunk_factors(shape, pair, first / W, p, seed, factors.data());
+    Vector dot{};
+    for (int64_t j = 0; j < keys_seen; ++j) {
+      const Vector factor = load(factors.data() + j * W), probability = load(pair_probabilities + j * padded + first);
+      const Vector grad = load(grads.data() + j * W) * factor;  // dP
+      dot += probability * grad;
+      store(grads.data() + j * W, grad);
+      store(factors.data() + j * W, probability * factor);  // P'
+    }
+    for (int64_t j = 0; j < keys_seen; ++j) {
+      const Vector probability = load(pair_probabilities + j * padded + first);
+      store(grads.data() + j * W, scale * probability * (load(grads.data() + j * W) - dot));  // s · dS
+    }
+    for (int64_t j = 0; j < keys_seen; ++j) {
+      for (int64_t l = 0; l < W; ++l) {
+        kept_by_query[(first + l) * padded + j] = factors[j * W + l];
+        grad_scores_by_query[(first + l) * padded + j] = grads[j * W + l];
+      }
+    }
+    rows_times_lanes(dh, keys, int64_t(1), heads.stride, keys_seen, grads.data(), W, lanes.data());  // dq
+    for (int64_t l = 0; l < std::min(W, n - first); ++l) {
+      scalar_t* grad_query = grad_queries + (first + l) * heads.stride;
+      for (int64_t c = 0; c < dh; ++c) grad_query[c] = lanes[c * W + l];
+    }
+  }
+  // Keys j in lanes, summing over the queries i ≥ j that see them.
+  scalar_t* grad_keys = grad_queries + heads.width;
+  scalar_t* grad_values = grad_queries + 2 * heads.width;
+  for (int64_t first = 0; first < n; first += W) {
+    const int64_t seen_by = n - first;
+    const scalar_t* grad_scores = grad_scores_by_query.data() + first * padded + first;
+    rows_times_lanes(dh, queries + first * heads.stride, int64_t(1), heads.stride, seen_by, grad_scores, padded, lanes.data());
+    const scalar_t* kept = kept_by_query.data() + first * padded + first;
+    rows_times_lanes(dh, grad_outs + first * heads.width, int64_t(1), heads.width, seen_by, kept, padded, value_lanes.data());
+    for (int64_t l = 0; l < std::min(W, n - first); ++l) {
+      for (int64_t c = 0; c < dh; ++c) {
+        grad_keys[(first + l) * heads.stride + c] = lanes[c * W + l];
+        grad_values[(first + l) * heads.stride + c] = value_lanes[c * W + l];
+      }
+    }
+  }
+}
+
+Shape check_projected(const at::Tensor& projected, int64_t heads, double p) {
+  TORCH_CHECK(projected.is_cpu() && projected.is_contiguous() && projected.dim() == 3, "attention: a contiguous (B, n, 3d) CPU tensor");
+  TORCH_CHECK(heads > 0 && projected.size(2) % (3 * heads) == 0, "attention: 3d must be divisible by 3 · heads");
+  TORCH_CHECK(p >= 0 && p < 1, "attention: p must lie in [0, 1)");
+  return Shape{projected.size(0), projected.size(1), heads, projected.size(2) / (3 * heads)};
+}
+
+// (out (B, n, d), P (B·heads, n, n_pad) key-major, lanes of masked i < j or padded i ≥ n holding 0 or values never read) of the packed projection (B, n, 3d).
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& projected, int64_t heads, double p, int64_t seed) {
+  const Shape shape = check_projected(projected, heads, p);
+  at::Tensor out = at::empty({shape.batch, shape.length, shape.width()}, projected.options());
+  at::Tensor probabilities = at::empty({shape.batch * heads, shape.length, shape.padded()}, projected.options());
+  if (shape.length == 0) return {out, probabilities};
+  AT_DISPATCH_FLOATING_TYPES(projected.scalar_type(), "attention_forward", [&] {
+    const scalar_t* projected_data = projected.data_ptr<scalar_t>();
+    scalar_t* out_data = out.data_ptr<scalar_t>();
+    scalar_t* probability_data = probabilities.data_ptr<scalar_t>();
+    at::parallel_for(0, shape.batch * heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pair = begin; pair < end; ++pair) {
+        forward_pair<scalar_t>(shape, pair, projected_data, out_data, probability_data, p, static_cast<uint64_t>(seed));
+      }
+    });
+  });
+  return {out, probabilities};
+}
+
+// The gradient of the packed projection (B, n, 3d) from that of the output (B, n, d).
+at::Tensor backward(
+    const at::Tensor& grad_out, const at::Tensor& projected, const at::Tensor& probabilities, int64_t heads, double p, int64_t seed) {
+  const Shape shape = check_projected(projected, heads, p);
+  TORCH_CHECK(grad_out.is_contiguous() && grad_out.size(2) == shape.width(), "attention_backward: a contiguous (B, n, d) gradient");
+  at::Tensor grad_projected = at::empty_like(projected);
+  if (shape.length == 0) return grad_projected;
+  AT_DISPATCH_FLOATING_TYPES(projected.scalar_type(), "attention_backward", [&] {
+    const scalar_t* grad_out_data = grad_out.data_ptr<scalar_t>();
+    const scalar_t* projected_data = projected.data_ptr<scalar_t>();
+    const scalar_t* probability_data = probabilities.data_ptr<scalar_t>();
+    scalar_t* grad_data = grad_projected.data_ptr<scalar_t>();
+    at::parallel_for(0, shape.batch * heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t pair = begin; pair < end; ++pair) {
+        backward_pair<scalar_t>(
+            shape, pair, grad_out_data, projected_data, probability_data, grad_data, p, static_cast<uint64_t>(seed));
+      }
+    });
+  });
+  return grad_projected;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(stacklm_attention, library) {
+  library.def("forward", &forward);
+  library.def("backward", &backward);
+}
