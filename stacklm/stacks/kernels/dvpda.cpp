@@ -185,6 +185,7 @@ template <typename T>
 struct Step {
   std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, pop_offset, pushed_offset, dots;
   std::vector<T> column_high, column_sums;            // scratch of exp_columns
+  std::vector<T> padding;                             // POP_BLOCK rows the pop's padded blocks write to
   std::vector<T> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
   WeightedColumns<T> terms;
 };
@@ -330,6 +331,142 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
   }
 }
 
+// The pop's contraction over (k, u) runs in blocks of POP_BLOCK states u (the exposed element's)
+// by POP_BLOCK states r (after the pop), for one symbol y and one column k: one pass over the
+// rows of column k reads POP_BLOCK shares and updates POP_BLOCK totals, where a pass per (r, y)
+// read each share Q times. States past Q are padded with weight 0, reading a kept column and
+// writing to rows of `padding`.
+constexpr int64_t POP_BLOCK = 3;
+static_assert(POP_BLOCK == 3, "the passes below are written out for blocks of three states");
+
+template <typename T>
+struct PopBlock {
+  T weights[POP_BLOCK][POP_BLOCK];  // [r][u]: ŵ[r][k·N + (u, y)]
+  int64_t count_r, count_u;
+};
+
+template <typename T>
+PopBlock<T> pop_block(const Sizes& z, int64_t t, const Step<T>& s, int64_t k, int64_t y, int64_t first_r,
+                      int64_t first_u) {
+  const int64_t Q = z.states, S = z.symbols, KN = (t - 1) * z.configs;
+  PopBlock<T> block;
+  block.count_r = std::min(POP_BLOCK, Q - first_r);
+  block.count_u = std::min(POP_BLOCK, Q - first_u);
+  for (int64_t i = 0; i < POP_BLOCK; ++i)
+    for (int64_t j = 0; j < POP_BLOCK; ++j)
+      block.weights[i][j] = i < block.count_r && j < block.count_u
+                                ? s.weights[(first_r + i) * KN + k * z.configs + (first_u + j) * S + y]
+                                : T(0);
+  return block;
+}
+
+// pop total[(r, y)] = Σ_k Σ_u ŵ[r][k, (u, y)] Ŝ_k[(u, y)], over the rows of each column k.
+template <typename T>
+void pop_forward(const Sizes& z, int64_t t, const T* shares, Step<T>& s, T* pop_total) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, R2 = z.rows(t - 2);
+  std::fill(pop_total, pop_total + N * R2, T(0));
+  s.padding.resize(POP_BLOCK * R2);
+  for (int64_t k = 0; k < t - 1; ++k) {
+    const int64_t Rk = z.rows(k);
+    const T* share = shares + z.offset(k);
+    for (int64_t y = 0; y < S; ++y)
+      for (int64_t first_r = 0; first_r < Q; first_r += POP_BLOCK)
+        for (int64_t first_u = 0; first_u < Q; first_u += POP_BLOCK) {
+          const PopBlock<T> block = pop_block(z, t, s, k, y, first_r, first_u);
+          const T* in[POP_BLOCK];
+          T* out[POP_BLOCK];
+          for (int64_t i = 0; i < POP_BLOCK; ++i) {
+            in[i] = share + ((i < block.count_u ? first_u + i : first_u) * S + y) * Rk;
+            out[i] = i < block.count_r ? pop_total + ((first_r + i) * S + y) * R2 : s.padding.data() + i * R2;
+          }
+          const T(&w)[POP_BLOCK][POP_BLOCK] = block.weights;
+          const T *__restrict c0 = in[0], *__restrict c1 = in[1], *__restrict c2 = in[2];
+          T *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
+          const T w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
+                  w20 = w[2][0], w21 = w[2][1], w22 = w[2][2];
+#pragma omp simd
+          for (int64_t row = 0; row < Rk; ++row) {
+            const T v0 = c0[row], v1 = c1[row], v2 = c2[row];
+            o0[row] += w00 * v0 + w01 * v1 + w02 * v2;
+            o1[row] += w10 * v0 + w11 * v1 + w12 * v2;
+            o2[row] += w20 * v0 + w21 * v1 + w22 * v2;
+          }
+        }
+  }
+}
+
+// The adjoint of pop_forward given ∂/∂(pop total) scaled_pop [(r, y)][row]: the shares' gradient
+// Ŝ ⊙ Σ_r ŵ scaled goes straight to log γ of column k, and ∂/∂ŵ = Σ_row Ŝ scaled times ŵ to
+// γ'_t, the row of column t−1 that holds (k, (u, y)) in product column N + r. The dot products
+// keep explicit lanes, as in product_adjoint.
+template <typename T>
+void pop_backward(const Sizes& z, int64_t t, const T* shares, const T* scaled_pop, Step<T>& s, T* grad_gamma,
+                  T* grad_products) {
+  const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), R2 = z.rows(t - 2);
+  s.padding.resize(POP_BLOCK * R2);
+  for (int64_t k = 0; k < t - 1; ++k) {
+    const int64_t Rk = z.rows(k), whole = Rk - Rk % LANES;
+    const T* share = shares + z.offset(k);
+    T* grad_k = grad_gamma + z.offset(k);
+    for (int64_t y = 0; y < S; ++y)
+      for (int64_t first_r = 0; first_r < Q; first_r += POP_BLOCK)
+        for (int64_t first_u = 0; first_u < Q; first_u += POP_BLOCK) {
+          const PopBlock<T> block = pop_block(z, t, s, k, y, first_r, first_u);
+          const T* left[POP_BLOCK];
+          const T* right[POP_BLOCK];
+          T* out[POP_BLOCK];
+          for (int64_t i = 0; i < POP_BLOCK; ++i) {
+            const int64_t u = i < block.count_u ? first_u + i : first_u;
+            left[i] = share + (u * S + y) * Rk;
+            out[i] = i < block.count_u ? grad_k + (u * S + y) * Rk : s.padding.data() + i * R2;
+            right[i] = scaled_pop + ((i < block.count_r ? first_r + i : first_r) * S + y) * R2;
+          }
+          const T(&w)[POP_BLOCK][POP_BLOCK] = block.weights;
+          const T w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
+                  w20 = w[2][0], w21 = w[2][1], w22 = w[2][2];
+          const T *__restrict l0 = left[0], *__restrict l1 = left[1], *__restrict l2 = left[2];
+          const T *__restrict v0 = right[0], *__restrict v1 = right[1], *__restrict v2 = right[2];
+          T *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
+          // sums[r][u][lane] = Σ over rows ≡ lane of Ŝ_u scaled_r
+          T sums[POP_BLOCK][POP_BLOCK][LANES] = {};
+          for (int64_t row = 0; row < whole; row += LANES)
+#pragma omp simd
+            for (int64_t lane = 0; lane < LANES; ++lane) {
+              const int64_t at = row + lane;
+              const T a0 = l0[at], a1 = l1[at], a2 = l2[at], b0 = v0[at], b1 = v1[at], b2 = v2[at];
+              sums[0][0][lane] += a0 * b0;
+              sums[0][1][lane] += a1 * b0;
+              sums[0][2][lane] += a2 * b0;
+              sums[1][0][lane] += a0 * b1;
+              sums[1][1][lane] += a1 * b1;
+              sums[1][2][lane] += a2 * b1;
+              sums[2][0][lane] += a0 * b2;
+              sums[2][1][lane] += a1 * b2;
+              sums[2][2][lane] += a2 * b2;
+              o0[at] += a0 * (w00 * b0 + w10 * b1 + w20 * b2);
+              o1[at] += a1 * (w01 * b0 + w11 * b1 + w21 * b2);
+              o2[at] += a2 * (w02 * b0 + w12 * b1 + w22 * b2);
+            }
+          T dots[POP_BLOCK][POP_BLOCK] = {};
+          for (int64_t at = whole; at < Rk; ++at) {
+            const T a[POP_BLOCK] = {l0[at], l1[at], l2[at]}, b[POP_BLOCK] = {v0[at], v1[at], v2[at]};
+            for (int64_t i = 0; i < POP_BLOCK; ++i)
+              for (int64_t j = 0; j < POP_BLOCK; ++j) dots[i][j] += a[j] * b[i];
+            o0[at] += a[0] * (w00 * b[0] + w10 * b[1] + w20 * b[2]);
+            o1[at] += a[1] * (w01 * b[0] + w11 * b[1] + w21 * b[2]);
+            o2[at] += a[2] * (w02 * b[0] + w12 * b[1] + w22 * b[2]);
+          }
+          for (int64_t i = 0; i < block.count_r; ++i)
+            for (int64_t j = 0; j < block.count_u; ++j) {
+              T dot = dots[i][j];
+              for (int64_t lane = 0; lane < LANES; ++lane) dot += sums[i][j][lane];
+              const int64_t r = first_r + i, b = (first_u + j) * S + y;
+              grad_products[(N + r) * R + m + (k + 1) * N + b] += w[i][j] * dot;
+            }
+        }
+  }
+}
+
 // log α of every row index: 0 for η rows, 𝟙[q0, ⊥] for row −1, log α[i][a] for row (i, a).
 template <typename T>
 void row_weights(const Sizes& z, const T* alpha, int64_t columns, std::vector<T>& out) {
@@ -387,21 +524,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
   T* popped_scales = pop_total + 2 * z.table();
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
-    std::fill(pop_total, pop_total + N * R2, T(0));
-    // pop total[(r, y)] += Σ_u ŵ[r][k, (u, y)] Ŝ_k[(u, y)], over the rows of column k.
-    for (int64_t k = 0; k < t - 1; ++k) {
-      const int64_t Rk = z.rows(k);
-      const T* share = shares + z.offset(k);
-      for (int64_t y = 0; y < S; ++y)  // the columns (u, y) stay in L1 across r
-        for (int64_t r = 0; r < Q; ++r) {
-          s.terms.reset(Q);
-          for (int64_t u = 0; u < Q; ++u) {
-            const int64_t b = u * S + y;
-            s.terms.add(s.weights[r * (t - 1) * N + k * N + b], share + b * Rk, u);
-          }
-          add_weighted(Rk, s.terms, pop_total + (r * S + y) * R2);
-        }
-    }
+    pop_forward(z, t, shares, s, pop_total);
   }
   T* column = gamma + z.offset(t);
   for (int64_t target = 0; target < N; ++target) {
@@ -620,27 +743,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     }
     grad_alpha[(t - 1) * N + c] += total;
   }
-  // The pop: Σ_{k,u} Ŝ_k ŵ; the shares' gradient goes straight to log γ of column k.
-  if (t >= 2) {
-    for (int64_t k = 0; k < t - 1; ++k) {
-      const int64_t Rk = z.rows(k);
-      const T* share_k = shares + z.offset(k);
-      T* grad_k = grad_gamma + z.offset(k);
-      for (int64_t b = 0; b < N; ++b) {
-        const int64_t y = b % S;
-        s.terms.reset(Q);
-        for (int64_t r = 0; r < Q; ++r)
-          s.terms.add(s.weights[r * (t - 1) * N + k * N + b], scaled_pop.data() + (r * S + y) * R2, r);
-        s.dots.resize(s.terms.size());
-        product_adjoint(Rk, share_k + b * Rk, s.terms, s.dots.data(), grad_k + b * Rk);
-        for (int64_t i = 0; i < s.terms.size(); ++i) {
-          // ∂/∂γ'_t[k][(u,y), r]: the row of column t−1 that holds (k, b), product column N + r.
-          const int64_t r = s.terms.indices[i];
-          grad_products[(N + r) * R + m + (k + 1) * N + b] += s.terms.weights[i] * s.dots[i];
-        }
-      }
-    }
-  }
+  if (t >= 2) pop_backward(z, t, shares, scaled_pop.data(), s, grad_gamma, grad_products.data());
   // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total).
   T* grad_previous = grad_gamma + z.offset(t - 1);
   for (int64_t j = 0; j < J; ++j) {
