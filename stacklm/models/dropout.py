@@ -67,6 +67,20 @@ class _DropoutAdd(torch.autograd.Function):
         return grad, torch.ops.stacklm_dropout.dropout(grad.contiguous(), ctx.p, ctx.key), None, None
 
 
+class _ReLUDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, p: float, key: int) -> Tensor:
+        output = torch.ops.stacklm_dropout.relu_dropout(x, p, key)
+        ctx.p = p
+        ctx.save_for_backward(output)
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (output,) = ctx.saved_tensors
+        return torch.ops.stacklm_dropout.relu_dropout_backward(grad.contiguous(), output, ctx.p), None, None
+
+
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Dropout(x): x · mask / (1 − p), mask ~ Bernoulli(1 − p) elementwise."""
     if not training or p == 0:
@@ -85,6 +99,16 @@ def dropout_add(residual: Tensor, x: Tensor, p: float, training: bool) -> Tensor
     return _DropoutAdd.apply(residual.contiguous(), x.contiguous(), p, draw_key())
 
 
+def relu_dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Dropout(ReLU(x)) in one pass, the mask that ``dropout(torch.relu(x), p, training)`` would draw;
+    its backward reads the output (> 0 where the gradient passes), not the mask."""
+    if not training or p == 0:
+        return torch.relu(x)
+    if not uses_kernel(x):
+        return F.dropout(torch.relu(x), p, training)
+    return _ReLUDropout.apply(x.contiguous(), p, draw_key())
+
+
 class Dropout(nn.Dropout):
     """``nn.Dropout`` on the kernel above; ``add`` fuses a residual connection."""
 
@@ -94,3 +118,10 @@ class Dropout(nn.Dropout):
     def add(self, residual: Tensor, x: Tensor) -> Tensor:
         """residual + self(x)."""
         return dropout_add(residual, x, self.p, self.training)
+
+
+class ReLUDropout(Dropout):
+    """Dropout(ReLU(x)), fused (:func:`relu_dropout`)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return relu_dropout(x, self.p, self.training)

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
-from stacklm.models.dropout import Dropout, dropout
+from stacklm.models.dropout import Dropout, ReLUDropout, dropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
@@ -175,11 +175,11 @@ class FeedForward(nn.Module):
     def __init__(self, width: int, hidden_size: int, dropout: float) -> None:
         super().__init__()
         self.expand = nn.Linear(width, hidden_size)
-        self.dropout = Dropout(dropout)
+        self.dropout = ReLUDropout(dropout)  # Dropout(ReLU(·)) in one pass
         self.project = nn.Linear(hidden_size, width)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.project(self.dropout(torch.relu(self.expand(x))))
+        return self.project(self.dropout(self.expand(x)))
 
     def initialize(self, generator: torch.Generator, xavier: bool) -> None:
         if xavier:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from stacklm.models.dropout import dropout, dropout_add, uses_kernel
+from stacklm.models.dropout import dropout, dropout_add, relu_dropout, uses_kernel
 from stacklm.models.registry import build_model
 from stacklm.models.options import ModelOptions
 
@@ -99,6 +99,26 @@ def test_backward_applies_the_forward_mask() -> None:
     assert residual.grad is not None
     torch.testing.assert_close(x.grad, 2.0 * (out != 0).double() / 0.6, rtol=1e-15, atol=0)
     torch.testing.assert_close(residual.grad, torch.full_like(out, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_relu_dropout_equals_dropout_of_relu(dtype: torch.dtype) -> None:
+    """The same mask as ``dropout`` of ReLU(x) from the same seed, and the same gradient, zeros and
+    negative inputs included; off, it is ReLU."""
+    x = torch.randn(33, 65, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    x[0, :10] = 0
+    grad = torch.randn(33, 65, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    results = []
+    for fused in (True, False):
+        inputs = x.clone().requires_grad_()
+        torch.manual_seed(5)
+        output = relu_dropout(inputs, 0.3, True) if fused else dropout(torch.relu(inputs), 0.3, True)
+        output.backward(grad)
+        results.append((output, inputs.grad))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    torch.testing.assert_close(relu_dropout(x, 0.3, False), torch.relu(x), rtol=0, atol=0)
+    torch.testing.assert_close(relu_dropout(x, 0.0, True), torch.relu(x), rtol=0, atol=0)
 
 
 def test_off_is_the_identity() -> None:

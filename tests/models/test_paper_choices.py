@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models import transformer
-from stacklm.models.dropout import Dropout, dropout
+from stacklm.models.dropout import Dropout, ReLUDropout, dropout
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentLanguageModel
 from stacklm.models.registry import ARCHITECTURES, build_model
@@ -400,7 +400,7 @@ def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     add = Dropout.add
     monkeypatch.setattr(Dropout, "add", lambda module, residual, x: calls["residual"].append(x) or add(module, residual, x))
     for block in model.blocks:
-        block.feedforward.dropout.register_forward_hook(lambda module, args, output: calls["hidden"].append(args[0]))
+        block.feedforward.dropout.register_forward_hook(lambda module, args, output: calls["hidden"].append(output))
     final: list[Tensor] = []
     model.final_norm.register_forward_hook(lambda module, args, output: final.append(output))
     rates: list[float] = []
@@ -419,7 +419,8 @@ def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     dropped, kept = calls["input"][0], eval_inputs[0]
     assert bool(((dropped == 0) | torch.isclose(dropped, 2 * kept)).all()) and 0.3 < float((dropped == 0).double().mean()) < 0.7
     assert len(calls["residual"]) == 2 * 5  # after every sublayer: attention or stack, then FFN
-    assert len(calls["hidden"]) == 5 and all(h.size(-1) == 32 and bool((h >= 0).all()) for h in calls["hidden"])  # ReLU(W_1 x)
+    assert len(calls["hidden"]) == 5 and all(h.size(-1) == 32 and bool((h >= 0).all()) for h in calls["hidden"])  # Dropout(ReLU(W_1 x))
+    assert all(isinstance(block.feedforward.dropout, ReLUDropout) and block.feedforward.dropout.p == 0.5 for block in model.blocks)
     assert rates == [0.5] * 4  # the four attention layers' probabilities (the stack layer has none)
     torch.testing.assert_close(logits, final[0] @ model.embedding.matrix()[:V].T, rtol=0, atol=0)  # no dropout before the output
 

@@ -12,6 +12,8 @@
 // P(keep) = 1 − T / 2³² (within 2⁻³³ of 1 − p), every element independent. A kept element is
 // multiplied by 1 / (1 − p), a dropped one by 0 (so a NaN stays NaN, as in PyTorch's dropout).
 // The same seed gives the same mask: the backward multiplies the gradient by it again.
+// Dropout of ReLU(x) (relu_dropout) needs no mask in its backward: its output is > 0 exactly
+// where the gradient passes, scaled.
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -129,8 +131,12 @@ namespace {
 
 using stacklm_dropout::threshold;
 
-// out[i] = (residual[i] +) input[i] · mask_i / (1 − p) for the elements of one block; residual may be null.
-template <typename scalar_t>
+// What is dropped: input, residual + input, or ReLU(input).
+enum class Mode { plain, add, relu };
+
+// out[i] = input[i] · mask_i / (1 − p), plus residual[i] (add), or with max(input[i], 0) (relu),
+// for the elements of one block; residual is read only by add.
+template <Mode mode, typename scalar_t>
 void apply_block(
     int64_t block, uint64_t seed, int32_t signed_cut, scalar_t scale, const scalar_t* __restrict input,
     const scalar_t* __restrict residual, scalar_t* __restrict out, int64_t count) {
@@ -139,21 +145,23 @@ void apply_block(
   philox_block(static_cast<uint64_t>(block) * LANES, seed, words);
   // word ≥ T as a signed comparison (AVX2 compares signed 32-bit integers only).
   for (int64_t j = 0; j < BLOCK; ++j) factors[j] = static_cast<int32_t>(words[j] ^ SIGN) >= signed_cut ? scale : scalar_t(0);
-  if (residual != nullptr) {
+  if constexpr (mode == Mode::add) {
     for (int64_t j = 0; j < count; ++j) out[j] = residual[j] + input[j] * factors[j];
+  } else if constexpr (mode == Mode::relu) {
+    for (int64_t j = 0; j < count; ++j) out[j] = std::max(input[j], scalar_t(0)) * factors[j];
   } else {
     for (int64_t j = 0; j < count; ++j) out[j] = input[j] * factors[j];
   }
 }
 
-template <typename scalar_t>
+template <Mode mode, typename scalar_t>
 void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64_t size, double p, uint64_t seed) {
   const int32_t signed_cut = static_cast<int32_t>(threshold(p) ^ SIGN);
   const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
   at::parallel_for(0, (size + BLOCK - 1) / BLOCK, 256, [&](int64_t begin, int64_t end) {
     for (int64_t block = begin; block < end; ++block) {
       const int64_t start = block * BLOCK;
-      apply_block<scalar_t>(
+      apply_block<mode, scalar_t>(
           block, seed, signed_cut, scale, input + start, residual == nullptr ? nullptr : residual + start, out + start,
           std::min(BLOCK, size - start));
     }
@@ -165,7 +173,7 @@ at::Tensor dropout(const at::Tensor& input, double p, int64_t seed) {
   TORCH_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1)");
   at::Tensor out = at::empty_like(input);
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout", [&] {
-    apply<scalar_t>(input.data_ptr<scalar_t>(), nullptr, out.data_ptr<scalar_t>(), input.numel(), p, static_cast<uint64_t>(seed));
+    apply<Mode::plain, scalar_t>(input.data_ptr<scalar_t>(), nullptr, out.data_ptr<scalar_t>(), input.numel(), p, static_cast<uint64_t>(seed));
   });
   return out;
 }
@@ -176,11 +184,44 @@ at::Tensor dropout_add(const at::Tensor& residual, const at::Tensor& input, doub
   TORCH_CHECK(p >= 0 && p < 1, "dropout_add: p must lie in [0, 1)");
   at::Tensor out = at::empty_like(input);
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout_add", [&] {
-    apply<scalar_t>(
+    apply<Mode::add, scalar_t>(
         input.data_ptr<scalar_t>(), residual.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), input.numel(), p,
         static_cast<uint64_t>(seed));
   });
   return out;
+}
+
+// grad_input[i] = grad[i] · scale where output[i] > 0, else 0.
+template <typename scalar_t>
+void pass_positive(
+    const scalar_t* __restrict grad, const scalar_t* __restrict output, scalar_t* __restrict grad_input, int64_t size, scalar_t scale) {
+  at::parallel_for(0, size, 16384, [=](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) grad_input[i] = grad[i] * (output[i] > scalar_t(0) ? scale : scalar_t(0));
+  });
+}
+
+// Dropout(ReLU(input)), the mask of dropout(input, p, seed).
+at::Tensor relu_dropout(const at::Tensor& input, double p, int64_t seed) {
+  TORCH_CHECK(input.is_cpu() && input.is_contiguous(), "relu_dropout: a contiguous CPU tensor");
+  TORCH_CHECK(p >= 0 && p < 1, "relu_dropout: p must lie in [0, 1)");
+  at::Tensor out = at::empty_like(input);
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "relu_dropout", [&] {
+    apply<Mode::relu, scalar_t>(input.data_ptr<scalar_t>(), nullptr, out.data_ptr<scalar_t>(), input.numel(), p, static_cast<uint64_t>(seed));
+  });
+  return out;
+}
+
+// The gradient of relu_dropout's input from its output: grad / (1 − p) where the output is > 0
+// (input > 0 and kept), else 0; no mask to draw again.
+at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& output, double p) {
+  TORCH_CHECK(grad.is_contiguous() && output.is_contiguous() && grad.sizes() == output.sizes(), "relu_dropout_backward: contiguous tensors of one shape");
+  at::Tensor grad_input = at::empty_like(grad);
+  AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "relu_dropout_backward", [&] {
+    pass_positive<scalar_t>(
+        grad.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(), grad.numel(),
+        static_cast<scalar_t>(1.0 / (1.0 - p)));
+  });
+  return grad_input;
 }
 
 }  // namespace
@@ -188,4 +229,6 @@ at::Tensor dropout_add(const at::Tensor& residual, const at::Tensor& input, doub
 TORCH_LIBRARY(stacklm_dropout, library) {
   library.def("dropout", &dropout);
   library.def("dropout_add", &dropout_add);
+  library.def("relu_dropout", &relu_dropout);
+  library.def("relu_dropout_backward", &relu_dropout_backward);
 }
