@@ -128,6 +128,18 @@ def test_float32_agrees_with_float64(steps: int, scale: float, tolerance: float)
         assert (value.double() - reference).abs().max() <= tolerance * reference.abs().max()
 
 
+def test_float32_gradients_where_pop_totals_are_subnormal() -> None:
+    """Large logits over 32 steps make some pop totals subnormal in float32: the backward
+    forms ∂r · share / total, never share / total alone, which overflows there."""
+    actions = random_actions(2, 32, 3, 3, 5, seed=2, scale=10.0)
+    stack, _ = stacks(3, 3, 5)
+    exact = readings_and_gradients(stack, actions, torch.float64)
+    approximate = readings_and_gradients(stack, actions, torch.float32)
+    for value, reference in zip(approximate, exact):
+        assert torch.isfinite(value).all()
+        assert (value.double() - reference).abs().max() <= 1e-3 * reference.abs().max()
+
+
 def test_batch_elements_and_padding_are_independent() -> None:
     actions = random_actions(3, 8, 2, 3, 2, seed=11)
     stack, _ = stacks(2, 3, 2)

@@ -10,8 +10,8 @@
 //   gamma:   log γ[i→t][a, c] (η rows: log η[t][j, c])
 //   shares:  Ŝ = exp(log γ + log α[i][a] − log α[t][c]) ∈ [0, 1] (η rows: exp(log η − log α))
 //   pops:    three tables, at offset(t−2) of each, rows(t−2) rows of step t: the pop's real
-//            total P = Σ_{k,u} Ŝ_k ŵ, the replace term's share of column t and the pop term's
-//            share over P (the log-sum-exp's weights, so the backward takes no exp or log there)
+//            total P = Σ_{k,u} Ŝ_k ŵ, and the replace and pop terms' shares of column t (the
+//            log-sum-exp's weights, so the backward takes no exp or log there)
 // and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs. The shares are
 // also the weights of log α[t]'s log-sum-exp over the γ rows.
 // Step t of the forward, from column t−1 (Ĝ = exp(γ − log α[t−1] − ρ), ρ the row maximum):
@@ -521,7 +521,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
   products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
   T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
   T* replaced_shares = pop_total + z.table();
-  T* popped_scales = pop_total + 2 * z.table();
+  T* popped_shares = pop_total + 2 * z.table();
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
     pop_forward(z, t, shares, s, pop_total);
@@ -533,7 +533,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     const T* replaced_total = s.total.data() + target * R;
     const T* popped_total = pop_total + target * R2;
     T* replaced_share = replaced_shares + target * R2;
-    T* popped_scale = popped_scales + target * R2;
+    T* popped_share = popped_shares + target * R2;
     const T* rho = s.rho.data();
     const T* weight = weights.data();
     const T replaced_offset = s.right_offset[target];
@@ -553,8 +553,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       T inverse_or_inf = T(1) / sum;
       T inverse = sum > 0 ? inverse_or_inf : T(0);
       replaced_share[row] = replaced_term * inverse;
-      T scale_or_nan = popped_term * inverse / popped_total[row];
-      popped_scale[row] = popped_total[row] > 0 ? scale_or_nan : T(0);
+      popped_share[row] = popped_term * inverse;
     }
 #pragma omp simd
     for (int64_t row = R2; row < R; ++row) out[row] = std::log(replaced_total[row]) + rho[row] + replaced_offset;
@@ -681,7 +680,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   if (t >= 2) pop_weights(z, t, alpha, s);
   const T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
   const T* replaced_shares = pop_total + z.table();
-  const T* popped_scales = pop_total + 2 * z.table();
+  const T* popped_shares = pop_total + 2 * z.table();
   grad_products.assign(J * R, T(0));
   scaled_pop.assign(N * R2, T(0));
   std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
@@ -692,13 +691,16 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
     const T* replaced_total = s.total.data() + target * R;
     const T* replaced_share = replaced_shares + target * R2;
-    const T* popped_scale = popped_scales + target * R2;
+    const T* popped_total = pop_total + target * R2;
+    const T* popped_share = popped_shares + target * R2;
     T* grad_replaced = grad_products.data() + target * R;
     T* scaled = scaled_pop.data() + target * R2;
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
       grad_replaced[row] = grads[row] * replaced_share[row];
-      scaled[row] = grads[row] * popped_scale[row];
+      // g·share/P, in this order: share/P overflows where P is subnormal
+      const T scaled_or_nan = grads[row] * popped_share[row] / popped_total[row];
+      scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
     }
 #pragma omp simd
     for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
