@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from stacklm.models.dropout import draw_key, uses_kernel
+from stacklm.stacks.kernels import compiled
 
 
 class _CausalAttention(torch.autograd.Function):
@@ -43,6 +44,9 @@ def uses_attention_kernel(x: Tensor) -> bool:
 
 
 def causal_attention(projected: Tensor, num_heads: int, p: float, training: bool) -> Tensor:
-    """projected (B, n, 3d), each position's [q ; k ; v] with heads side by side → (B, n, d), heads side by side."""
+    """projected (B, n, 3d), each position's [q ; k ; v] with heads side by side → (B, n, d), heads side by side.
+
+    On the kernel (built here if not yet): for tensors where :func:`uses_attention_kernel` is true."""
+    compiled.load()
     dropping = training and p > 0
     return _CausalAttention.apply(projected.contiguous(), num_heads, p if dropping else 0.0, draw_key() if dropping else 0)

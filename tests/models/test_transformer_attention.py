@@ -4,6 +4,8 @@ its dropout mask against a Python Philox, and whole transformers against the PyT
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -108,6 +110,32 @@ def test_same_seed_same_mask_and_one_draw() -> None:
     draw_key()
     assert torch.equal(first, second) and torch.equal(after_first, torch.rand(1))
     assert not torch.equal(first, causal_attention(projected, 2, 0.5, True))
+
+
+def test_two_threads_give_the_same_results() -> None:
+    projected = torch.randn(8, 33, 3 * 68, generator=torch.Generator().manual_seed(2))
+    grad = torch.randn(8, 33, 68, generator=torch.Generator().manual_seed(3))
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            inputs = projected.clone().requires_grad_()
+            torch.manual_seed(3)
+            output = causal_attention(inputs, 4, 0.1, True)
+            output.backward(grad)
+            results.append((output, inputs.grad))
+    finally:
+        torch.set_num_threads(threads)
+    for got, expected in zip(*results):
+        assert torch.equal(got, expected)
+
+
+def test_first_use_loads_the_kernel() -> None:
+    """``causal_attention`` in a fresh process, before anything else has loaded the library."""
+    code = "import torch; from stacklm.models.transformer_attention import causal_attention; print(tuple(causal_attention(torch.ones(1, 3, 12), 2, 0.0, False).shape))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "(1, 3, 4)"
 
 
 def test_kept_fraction_is_one_minus_p() -> None:
