@@ -60,15 +60,61 @@ def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, 
     assert not any(target.startswith("results/cfl/") for target in pipeline.all_targets(ci))
 
 
-def test_run_files_and_train_options_follow_the_grid(config: dict[str, Any]) -> None:
+def test_run_files_follow_the_grid(config: dict[str, Any]) -> None:
     settings = resolve(config, None)
     files = cfl_dag.cfl_run_files(settings.cfl, "dyck-2", "cfl-jm", cfl_dag.CFL_RUN_MODEL)
     assert len(files) == 4 * 3 * 5
     assert "results/cfl/runs/dyck-2/cfl-jm/lr0.0005-m40-r5/model.pt" in files
     assert len(cfl_dag.cfl_run_files(settings.cfl, "dyck-2", "cfl-ns+s+u", cfl_dag.CFL_RUN_MODEL)) == 4 * 5
-    assert cfl_dag.cfl_train_options("lr0.0005-m40-r5") == "--learning-rate 0.0005 --vector-size 40 --restart 5"
-    assert cfl_dag.cfl_train_options("lr0.01-r2") == "--learning-rate 0.01 --restart 2"
     assert cfl_dag.cfl_figures("validation") == ["results/cfl/figures/validation.png", "results/cfl/figures/validation.pdf"]
+
+
+def test_runs_per_job_groups_a_languages_runs_in_model_order_with_the_logging_runs_apart(config: dict[str, Any]) -> None:
+    settings = resolve(config, None)
+    assert cfl_dag.run_groups(settings.cfl, 1) == [] and cfl_dag.evaluation_groups(settings.cfl, 1) == []
+    small = resolve(config, "small")
+    groups = cfl_dag.run_groups(small.cfl, small.resources.runs_per_job)
+    assert [(group.rule, len(group.runs), group.actions) for group in groups] == [
+        ("cfl_train_marked_reversal_group1", 5, False), ("cfl_train_marked_reversal_group2", 2, True),
+        *((f"cfl_train_{language}_group1", 7, False) for language in ("unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")),
+    ]
+    assert [run.model for run in groups[0].runs] == ["cfl/LSTM", "cfl/Gref", "cfl/JM", "cfl/NS", "cfl/NS+U"]
+    assert groups[1].paths(cfl_dag.CFL_RUN_ACTIONS) == cfl_dag.cfl_action_runs(small.cfl)
+    assert groups[0].train_options == "--architecture cfl/LSTM cfl/Gref cfl/JM cfl/NS cfl/NS+U --setting lr0.01-r1 lr0.01-m2-r1 lr0.01-m2-r1 lr0.01-r1 lr0.01-r1"
+    assert groups[0].log == "logs/cfl/train/marked-reversal/group1.log"
+    # every run of every language once, across 3 jobs a language at 3 runs a job (Gref and JM: 2 vector sizes)
+    wider = dataclasses.replace(small.cfl, vector_sizes=(2, 20))
+    grouped = cfl_dag.run_groups(wider, 3)
+    assert sorted(path for group in grouped for path in group.paths(cfl_dag.CFL_RUN_CURVE)) == sorted(
+        path for pair in cfl_dag.cfl_pairs(wider) for path in cfl_dag.cfl_run_files(wider, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)
+    )
+    assert [len(group.runs) for group in grouped if group.language == "dyck-2"] == [3, 3, 3]
+    evaluations = cfl_dag.evaluation_groups(small.cfl, 3)
+    assert [(group.rule, group.models) for group in evaluations if group.language == "dyck-2"] == [
+        ("cfl_evaluate_dyck_2_group1", ("cfl/LSTM", "cfl/Gref", "cfl/JM")), ("cfl_evaluate_dyck_2_group2", ("cfl/NS", "cfl/NS+S", "cfl/NS+U")),
+        ("cfl_evaluate_dyck_2_group3", ("cfl/NS+S+U",)),
+    ]
+    assert evaluations[0].paths(cfl_dag.CFL_EVALUATION)[0] == "results/cfl/evaluation/marked-reversal/cfl-lstm.parquet"
+    assert evaluations[0].model_files(wider)[1:3] == [
+        "results/cfl/runs/marked-reversal/cfl-gref/lr0.01-m2-r1/model.pt", "results/cfl/runs/marked-reversal/cfl-gref/lr0.01-m20-r1/model.pt"]
+
+
+def test_the_small_presets_grouped_cfl_jobs_name_each_runs_files(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    directory = workflow_copy({"preset": "small"})
+    result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml", "--", cfl_dag.CFL_METRICS, cfl_dag.CFL_ACTIONS)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm cfl ")]
+    logging = next(line for line in commands if "group2.log" in line)
+    assert logging.startswith("Shell command: stacklm cfl train --language marked-reversal --architecture cfl/NS+S cfl/NS+S+U --setting lr0.01-r1 lr0.01-r1 ")
+    assert (" --out results/cfl/runs/marked-reversal/cfl-ns+s/lr0.01-r1 results/cfl/runs/marked-reversal/cfl-ns+s+u/lr0.01-r1"
+            " --actions results/cfl/runs/marked-reversal/cfl-ns+s/lr0.01-r1/actions.parquet results/cfl/runs/marked-reversal/cfl-ns+s+u/lr0.01-r1/actions.parquet"
+            " --log logs/cfl/train/marked-reversal/cfl-ns+s/lr0.01-r1.log logs/cfl/train/marked-reversal/cfl-ns+s+u/lr0.01-r1.log ") in logging
+    plain = next(line for line in commands if "stacklm cfl train --language dyck-2 " in line)
+    assert "--actions" not in plain and plain.endswith("> logs/cfl/train/dyck-2/group1.log 2>&1")
+    evaluation = next(line for line in commands if "stacklm cfl evaluate" in line and "/dyck-2/" in line)
+    assert "--selection " + " ".join(f"results/cfl/selected/dyck-2/{shared.architecture_slug(model)}.parquet" for model in CFL_MODELS) in evaluation
+    assert " --log " + " ".join(f"logs/cfl/evaluate/dyck-2/{shared.architecture_slug(model)}.log" for model in CFL_MODELS) in evaluation
 
 
 def test_figure_2_is_a_target_only_with_marked_reversal_and_both_ns_s_models(config: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@
 # Figure 1 and test Δ by length from them. The runs of NS+S and NS+S+U on marked reversal train
 # as `cfl_train_actions` (`cfl_train` logging the stack actions to actions.parquet), and
 # `cfl_actions` draws Figure 2 from their selected runs' logs. Rule cfl_X runs `stacklm cfl X`
-# (`stacklm cfl select` without torch).
+# (`stacklm cfl select` without torch). With resources.runs_per_job K > 1, the rules
+# cfl_train_<language>_group<n> and cfl_evaluate_<language>_group<n> train a language's runs and
+# evaluate its models' selected runs instead, K to a job.
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
 CFL_FIGURES = {figure: cfl_dag.cfl_figures(figure) for figure in cfl_dag.CFL_FIGURES}
@@ -51,20 +53,21 @@ rule cfl_train:
         curve=cfl_dag.CFL_RUN_CURVE,
     params:
         architecture=lambda wildcards: common.architecture_name(wildcards.model),
-        options=lambda wildcards: cfl_dag.cfl_train_options(wildcards.setting),
         run_dir=cfl_dag.CFL_RUN_DIR,
         checkpoint=cfl_dag.CFL_CHECKPOINT,
         device=lambda wildcards, resources: common.device(resources.gpu),
         actions=lambda wildcards, output: f"--actions {output.actions}" if "actions" in output.keys() else "",
     log:
         cfl_dag.CFL_TRAIN_LOG,
+    wildcard_constraints:
+        setting=cfl_dag.single_runs(SETTINGS.resources.runs_per_job, r"lr[^/]+"),
     threads: 1
     resources:
         gpu=0,
     conda:
         CONDA_ENV
     shell:
-        "stacklm cfl train --language {wildcards.language} --architecture {params.architecture:q} {params.options}"
+        "stacklm cfl train --language {wildcards.language} --architecture {params.architecture:q} --setting {wildcards.setting}"
         " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
         " --device {params.device} --threads {threads} {params.actions} > {log} 2>&1"
 
@@ -75,7 +78,43 @@ use rule cfl_train as cfl_train_actions with:
         curve=cfl_dag.CFL_RUN_CURVE,
         actions=cfl_dag.CFL_RUN_ACTIONS,
     wildcard_constraints:
+        setting=cfl_dag.single_runs(SETTINGS.resources.runs_per_job, r"lr[^/]+"),
         **cfl_dag.cfl_action_constraints(),
+
+
+# resources.runs_per_job K > 1: each group of K grid runs of a language (cfl_dag.run_groups: model
+# x grid point; the runs of Figure 2's log in groups of their own) trains in one process, one run
+# after another. Each run keeps its own outputs, checkpoint and log (the paths above); the group's
+# log holds the process's own output.
+for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
+
+    rule:
+        name:
+            group.rule
+        input:
+            settings=settings_file("cfl_train"),
+        output:
+            model=group.paths(cfl_dag.CFL_RUN_MODEL),
+            curve=group.paths(cfl_dag.CFL_RUN_CURVE),
+            actions=group.paths(cfl_dag.CFL_RUN_ACTIONS) if group.actions else [],
+        params:
+            runs=group.train_options,
+            run_dirs=group.paths(cfl_dag.CFL_RUN_DIR),
+            checkpoints=group.paths(cfl_dag.CFL_CHECKPOINT),
+            device=lambda wildcards, resources: common.device(resources.gpu),
+            actions=lambda wildcards, output: f"--actions {output.actions}" if output.actions else "",
+        log:
+            runs=group.paths(cfl_dag.CFL_TRAIN_LOG),
+            job=group.log,
+        threads: 1
+        resources:
+            gpu=0,
+        conda:
+            CONDA_ENV
+        shell:
+            "stacklm cfl train --language " + group.language + " {params.runs} --settings {input.settings}"
+            " --checkpoint {params.checkpoints} --out {params.run_dirs} {params.actions} --log {log.runs}"
+            " --device {params.device} --threads {threads} > {log.job} 2>&1"
 
 
 rule cfl_select:
@@ -104,6 +143,8 @@ rule cfl_evaluate:
         device=lambda wildcards, resources: common.device(resources.gpu),
     log:
         cfl_dag.CFL_EVALUATE_LOG,
+    wildcard_constraints:
+        model=cfl_dag.single_runs(SETTINGS.resources.runs_per_job, r"cfl-[^/]+"),
     threads: 1
     resources:
         gpu=0,
@@ -112,6 +153,37 @@ rule cfl_evaluate:
     shell:
         "stacklm cfl evaluate --selection {input.selection} --runs {params.runs} --test {input.test}"
         " --settings {input.settings} --out {output} --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+# resources.runs_per_job K > 1: the selected runs of K models of a language
+# (cfl_dag.evaluation_groups) are evaluated in one process, one after another; each model's
+# evaluation and log are the paths above, the group's log holds the process's own output.
+for group in cfl_dag.evaluation_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
+
+    rule:
+        name:
+            group.rule
+        input:
+            selections=group.paths(cfl_dag.CFL_SELECTED),
+            models=group.model_files(SETTINGS.cfl),
+            test=cfl_dag.CFL_TEST.format(language=group.language),
+            settings=settings_file("cfl_evaluate"),
+        output:
+            group.paths(cfl_dag.CFL_EVALUATION),
+        params:
+            runs=group.paths(cfl_dag.CFL_RUNS),
+            device=lambda wildcards, resources: common.device(resources.gpu),
+        log:
+            runs=group.paths(cfl_dag.CFL_EVALUATE_LOG),
+            job=group.log,
+        threads: 1
+        resources:
+            gpu=0,
+        conda:
+            CONDA_ENV
+        shell:
+            "stacklm cfl evaluate --selection {input.selections} --runs {params.runs} --test {input.test}"
+            " --settings {input.settings} --out {output} --log {log.runs} --device {params.device} --threads {threads} > {log.job} 2>&1"
 
 
 rule cfl_figures:

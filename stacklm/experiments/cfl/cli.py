@@ -57,22 +57,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     generate.set_defaults(func=deferred("generate_command"))
 
-    train = commands.add_parser("train", help="train one run of the CFL grid (App. 8 schedule); resumes from --checkpoint")
+    train = commands.add_parser(
+        "train",
+        help="train runs of the CFL grid (App. 8 schedule), one after another; each resumes from its --checkpoint",
+        description="Several --setting values are several runs, trained one after another in this process, each with its own "
+        "--architecture (or one for all), --checkpoint, --out, --actions and --log, in the order of the settings; each equals "
+        "the run trained alone. One run's error stops none of the others: the command fails after the last.",
+    )
     train.add_argument("--language", required=True, choices=sorted(PDA_SIZES))
-    train.add_argument("--architecture", required=True, help="CFL registry name, e.g. cfl/NS+S+U")
-    train.add_argument("--learning-rate", required=True, type=float)
-    train.add_argument("--vector-size", type=int, default=None, help="stack vector size m (Gref and JM only)")
-    train.add_argument("--restart", required=True, type=int, help="restart number, 1-based")
+    train.add_argument("--architecture", required=True, nargs="+", help="CFL registry name, e.g. cfl/NS+S+U: one for every run, or one per run")
+    grid_point = train.add_mutually_exclusive_group(required=True)
+    grid_point.add_argument("--setting", nargs="+", help="grid points as their folder names, lr0.001-m20-r3: a run each")
+    grid_point.add_argument("--learning-rate", type=float, help="one run, by hand (with --restart and, for Gref and JM, --vector-size)")
+    train.add_argument("--vector-size", type=int, default=None, help="with --learning-rate: stack vector size m (Gref and JM only)")
+    train.add_argument("--restart", type=int, default=None, help="with --learning-rate: restart number, 1-based")
     train.add_argument("--settings", required=True, type=Path)
-    train.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
-    train.add_argument("--out", required=True, type=Path, help="run directory (model.pt, train.parquet)")
+    train.add_argument("--checkpoint", required=True, nargs="+", type=Path, help="resumable training state, one per run")
+    train.add_argument("--out", required=True, nargs="+", type=Path, help="run directory (model.pt, train.parquet), one per run")
     train.add_argument(
         "--actions",
         type=Path,
+        nargs="+",
         default=None,
-        help="NS models on marked reversal: log the stack actions on one fixed string every cfl.action_log_every updates "
-        "to this Parquet file (Figure 2)",
+        help="NS+S and NS+S+U on marked reversal: log the stack actions on one fixed string every cfl.action_log_every updates "
+        "to this Parquet file, one per run (Figure 2)",
     )
+    train.add_argument("--log", type=Path, nargs="+", default=None, help="a file per run for its progress lines; default: stderr")
     add_resource_arguments(train)
     train.set_defaults(func=deferred("train_command"))
 
@@ -81,12 +91,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     select.add_argument("--out", required=True, help="the selected run's curve (its train.parquet rows)")
     select.set_defaults(func=select_command)
 
-    evaluate = commands.add_parser("evaluate", help="test Δ overall and per length of a selected run")
-    evaluate.add_argument("--selection", required=True, type=Path, help="written by `stacklm cfl select`")
-    evaluate.add_argument("--runs", required=True, type=Path, help="the folder of the runs of this language and model")
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="test Δ overall and per length of selected runs",
+        description="Several --selection values are several models' selected runs of one language, evaluated one after "
+        "another, each with its own --runs, --out and --log, in the same order.",
+    )
+    evaluate.add_argument("--selection", required=True, nargs="+", type=Path, help="written by `stacklm cfl select`, one per model")
+    evaluate.add_argument("--runs", required=True, nargs="+", type=Path, help="the folder of the runs of this language and each model")
     evaluate.add_argument("--test", required=True, type=Path, help="the seed-0 test set (`stacklm cfl generate`)")
     evaluate.add_argument("--settings", required=True, type=Path)
-    evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
+    evaluate.add_argument("--out", required=True, nargs="+", type=Path, help="metrics Parquet, one per selection")
+    evaluate.add_argument("--log", type=Path, nargs="+", default=None, help="a file per selection for its lines; default: stderr")
     add_resource_arguments(evaluate)
     evaluate.set_defaults(func=deferred("evaluate_command"))
 

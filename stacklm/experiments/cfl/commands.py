@@ -3,12 +3,19 @@
 :func:`stacklm.experiments.cfl.experiment.select_command`).
 
     stacklm cfl generate --language L --split test --seed 0 --out TEST.tsv
-    stacklm cfl train --language L --architecture cfl/X --learning-rate LR [--vector-size M]
-        --restart K --settings results/settings/cfl_train.json --checkpoint CKPT --out RUN_DIR
-        [--actions RUN_DIR/actions.parquet]   (NS models on marked reversal: Figure 2's log)
+    stacklm cfl train --language L --architecture cfl/X... (--setting lr0.001-m20-r3... |
+        --learning-rate LR [--vector-size M] --restart K) --settings results/settings/cfl_train.json
+        --checkpoint CKPT... --out RUN_DIR... [--actions RUN_DIR/actions.parquet...] [--log LOG...]
+        (--actions: NS+S and NS+S+U on marked reversal, Figure 2's log)
     stacklm cfl select --curves RUN_DIR/train.parquet ... --out SELECTED.parquet
-    stacklm cfl evaluate --selection SELECTED.parquet --runs RUNS_DIR --test TEST.tsv
-        --settings results/settings/cfl_evaluate.json --out METRICS.parquet
+    stacklm cfl evaluate --selection SELECTED.parquet... --runs RUNS_DIR... --test TEST.tsv
+        --settings results/settings/cfl_evaluate.json --out METRICS.parquet... [--log LOG...]
+
+Several ``--setting`` values are several runs of one language, trained one after another in one
+process (the rule ``cfl_train_<language>_group<n>`` when ``resources.runs_per_job`` > 1), and
+several ``--selection`` values several models' selected runs, evaluated one after another (rule
+``cfl_evaluate_<language>_group<n>``); each run takes its files in the same order and equals the
+run trained or evaluated alone (the loop of :func:`stacklm.experiments.common.run_each`).
     stacklm cfl figures --curves SELECTED.parquet ... --metrics METRICS.parquet ...
         --out-curves results/cfl/curves.parquet --out-metrics results/cfl/metrics.parquet
         --validation-figures F1.png F1.pdf --test-figures T.png T.pdf
@@ -30,30 +37,33 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from dataclasses import asdict, replace
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pandas as pd
 import pyarrow as pa
 import torch
 
-from stacklm.cfl.datasets import generate_split, read_split, true_cross_entropy, write_split
+from stacklm.cfl.datasets import CflDataset, generate_split, read_split, true_cross_entropy, write_split
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.cfl import score_cfl_dataset
 from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.cfl.actions import ActionLog, actions_table, check_logged_run, logged_string
-from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, run_seeds
+from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, parse_setting, run_seeds
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
+from stacklm.experiments.common import per_run, run_each
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.settings_file import read_settings
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
 from stacklm.training.config import TrainingSettings, cfl_train_config
+from stacklm.training.loop import StopRequest, TrainingInterrupted
 from stacklm.training.resumable import resumable_training
 from stacklm.training.run_files import choose_device, load_model, set_threads
 
@@ -77,18 +87,74 @@ def model_options(language: str, model: str, vector_size: int | None) -> ModelOp
     return ModelOptions(**sizes)
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of ``stacklm cfl train``: its grid point and the files given for it."""
+
+    run: CflRun
+    out: Path
+    checkpoint: Path
+    actions: Path | None
+    log: Path | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.run.model} {self.run.setting}"
+
+
+def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:
+    """A run per ``--setting`` (or the one run of ``--learning-rate``), with the per-run options in
+    the same order (each checked for its count)."""
+    if args.setting is not None:
+        if args.vector_size is not None or args.restart is not None:
+            raise UsageError("--vector-size and --restart go with --learning-rate; a --setting names both")
+        points = [parse_setting(setting) for setting in args.setting]
+    else:
+        if args.restart is None:
+            raise UsageError("--learning-rate needs --restart")
+        points = [(args.learning_rate, args.vector_size, args.restart)]
+    count = len(points)
+    architectures: list[str] = per_run("--architecture", args.architecture, count, "--setting", allow_one=True)
+    for architecture in dict.fromkeys(architectures):
+        if get_architecture(architecture).family != "rns-rnn":
+            raise StacklmError(f"--architecture {architecture!r} is not a CFL model (cfl/LSTM, cfl/Gref, …)")
+    runs = [CflRun(args.language, architecture, *point) for architecture, point in zip(architectures, points)]
+    if len(set(runs)) < count:
+        raise UsageError("--setting: a model's grid point is given twice (" + ", ".join(f"{run.model} {run.setting}" for run in runs) + "): each is one run")
+    outs = per_run("--out", args.out, count, "--setting")
+    checkpoints = per_run("--checkpoint", args.checkpoint, count, "--setting")
+    actions = per_run("--actions", args.actions, count, "--setting", [None] * count)
+    logs = per_run("--log", args.log, count, "--setting", [None] * count)
+    return [PlannedRun(*fields) for fields in zip(runs, outs, checkpoints, actions, logs)]
+
+
 def train_command(args: argparse.Namespace) -> int:
+    planned = planned_runs(args)
     settings = read_settings(args.settings)
     cfl = settings.section("cfl", CflSettings)
     training = settings.section("training", TrainingSettings)
-    if get_architecture(args.architecture).family != "rns-rnn":
-        raise StacklmError(f"--architecture {args.architecture!r} is not a CFL model (cfl/LSTM, cfl/Gref, …)")
-    run = CflRun(args.language, args.architecture, args.learning_rate, args.vector_size, args.restart)
+    device = choose_device(args.device)
+    set_threads(args.threads)
+    stop_request = StopRequest()
+    stop_request.install()
+
+    def unless_stopped(number: int, run_plan: PlannedRun) -> None:
+        if stop_request.reason is not None:
+            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} ({run_plan.label}) started")
+
+    run_each(planned, lambda run_plan, stream: train_run(run_plan, cfl, training, device, stop_request, stream),
+             before=unless_stopped, fatal=(TrainingInterrupted,))
+    return 0
+
+
+def train_run(
+    planned: PlannedRun, cfl: CflSettings, training: TrainingSettings, device: torch.device, stop_request: StopRequest, stream: TextIO | None
+) -> None:
+    """Train one grid run and write its ``model.pt``, ``train.parquet`` and, when asked, ``actions.parquet``."""
+    run = planned.run
     options = model_options(run.language, run.model, run.vector_size)
     seeds = run_seeds(run)
     config = replace(cfl_train_config(run.learning_rate), max_epochs=cfl.max_epochs)
-    device = choose_device(args.device)
-    set_threads(args.threads)
 
     language = LANGUAGES[run.language]
     training_strings, validation = sample_run_data(language, seeds.data, cfl.train_batches, cfl.validation_batches)
@@ -110,7 +176,7 @@ def train_command(args: argparse.Namespace) -> int:
 
     model = build_model(run.model, language.vocabulary_size, options=options, generator=torch.Generator().manual_seed(seeds.parameters))
     action_log = None
-    if args.actions is not None:  # Figure 2: the stack actions on one fixed string, every cfl.action_log_every updates
+    if planned.actions is not None:  # Figure 2: the stack actions on one fixed string, every cfl.action_log_every updates
         check_logged_run(run)
         action_log = ActionLog(model, logged_string(run.language), language.terminal_names, cfl.action_log_every)
     result = resumable_training(
@@ -121,13 +187,15 @@ def train_command(args: argparse.Namespace) -> int:
         fingerprint_source=fingerprint_source,
         seed=seeds.shuffle,
         eos_index=language.eos,
-        checkpoint=args.checkpoint,
+        checkpoint=planned.checkpoint,
         device=device,
         progress_interval_s=training.progress_interval_s,
         after_step=action_log,
+        stop_request=stop_request,
+        progress_stream=stream,
     )
-    if args.actions is not None:
-        write_table(actions_table(result.step_rows, run), args.actions)
+    if planned.actions is not None:
+        write_table(actions_table(result.step_rows, run), planned.actions)
     metadata = run_metadata(
         model,
         result,
@@ -141,14 +209,13 @@ def train_command(args: argparse.Namespace) -> int:
         tokens_per_batch=None,
         data_version=data_version,
     )
-    save_trained_model(args.out / "model.pt", model, language.terminal_names, metadata, run_settings)
+    save_trained_model(planned.out / "model.pt", model, language.terminal_names, metadata, run_settings)
     curve = curve_table(result.curve, metadata)
     deltas = [record.validation_cross_entropy - true_validation for record in result.curve]
     curve = with_run_columns(curve, run)
     curve = curve.append_column("true_cross_entropy", pa.array([true_validation] * len(deltas), pa.float64()))
     curve = curve.append_column(DELTA, pa.array(deltas, pa.float64()))
-    write_table(curve, args.out / "train.parquet")
-    return 0
+    write_table(curve, planned.out / "train.parquet")
 
 
 def with_run_columns(table: pa.Table, run: CflRun) -> pa.Table:
@@ -157,17 +224,45 @@ def with_run_columns(table: pa.Table, run: CflRun) -> pa.Table:
     return table.append_column("vector_size", pa.array([run.vector_size] * rows, pa.int64()))
 
 
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """One ``--selection`` with its ``--runs``, ``--out`` and ``--log``."""
+
+    selection: Path
+    runs: Path
+    out: Path
+    log: Path | None
+
+    @property
+    def label(self) -> str:
+        return str(self.selection)
+
+
 def evaluate_command(args: argparse.Namespace) -> int:
+    count = len(args.selection)
+    runs = per_run("--runs", args.runs, count, "--selection")
+    outs = per_run("--out", args.out, count, "--selection")
+    logs = per_run("--log", args.log, count, "--selection", [None] * count)
+    evaluated = [EvaluatedRun(*fields) for fields in zip(args.selection, runs, outs, logs)]
     settings = read_settings(args.settings)
     cfl = settings.section("cfl", CflSettings)
     evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
-    selection = pd.read_parquet(args.selection)
+    test = first_strings_per_length(read_split(args.test), cfl.test_strings_per_length)
+    run_each(evaluated, lambda run, stream: evaluate_run(run, test, cfl, evaluation, device, stream))
+    return 0
+
+
+def evaluate_run(
+    evaluated: EvaluatedRun, test: CflDataset, cfl: CflSettings, evaluation: EvaluationSettings, device: torch.device, stream: TextIO | None
+) -> None:
+    """Score one model's selected run on the test set and write its metrics Parquet."""
+    selection = pd.read_parquet(evaluated.selection)
     setting = str(selection["setting"].iloc[0])
-    saved = load_model(args.runs / setting / "model.pt")
+    saved = load_model(evaluated.runs / setting / "model.pt")
     if (saved.task, saved.architecture) != (selection["task"].iloc[0], selection["architecture"].iloc[0]):
-        raise StacklmError(f"{args.runs / setting} holds a {saved.architecture} run on {saved.task}, not the selected run of {args.selection}")
+        raise StacklmError(f"{evaluated.runs / setting} holds a {saved.architecture} run on {saved.task}, not the selected run of {evaluated.selection}")
     # the run's settings, with those this command used
     metadata = RunMetadata(**saved.metadata)
     used = {"evaluation": asdict(evaluation), "test_strings_per_length": cfl.test_strings_per_length}
@@ -176,7 +271,6 @@ def evaluate_command(args: argparse.Namespace) -> int:
     model = model_for_config(saved.model_config)
     model.load_state_dict(saved.parameters)
     model = model.eval().to(device)
-    test = first_strings_per_length(read_split(args.test), cfl.test_strings_per_length)
     scores = score_cfl_dataset(model, test, eos_index=language.eos, tokens_per_batch=evaluation.tokens_per_batch, device=device)
     rows = [
         MetricValue("validation", None, DELTA, best_delta(selection)),  # on the run's own validation set
@@ -187,8 +281,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     table = metrics_table(rows, metadata)
     run = CflRun(saved.task, saved.architecture, metadata.learning_rate, saved.settings["vector_size"], metadata.seed)
     table = with_run_columns(table, run).append_column("length", pa.array(lengths, pa.int64()))
-    write_table(table, args.out)
-    return 0
+    write_table(table, evaluated.out)
+    print(f"{run.model} {run.setting}: test Δ {scores.overall:.6f} -> {evaluated.out}", file=stream or sys.stderr, flush=True)
 
 
 def figures_command(args: argparse.Namespace) -> int:

@@ -5,15 +5,20 @@ set of L), ``cfl_train`` for every grid point (learning rate × m for Gref/JM ×
 ``cfl_figures`` → ``results/cfl/{curves,metrics}.parquet`` and the figures. The runs of NS+S and
 NS+S+U on marked reversal log their stack actions (``cfl_train_actions``: ``cfl_train`` with
 ``actions.parquet``), and ``cfl_actions`` draws Figure 2 from their selected runs' logs, when
-the settings hold that language and both models.
+the settings hold that language and both models. With ``resources.runs_per_job`` K > 1, a
+language's runs train K to a job and its models' selected runs are evaluated K to a job instead
+(``run_groups``, ``evaluation_groups``: rules ``cfl_train_<language>_group<n>`` and
+``cfl_evaluate_<language>_group<n>`` whose outputs are every run's files).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
+from typing import Literal
 
-from stacklm.experiments.cfl.experiment import ACTION_LANGUAGE, ACTION_MODELS, CflSettings, grid, parse_setting
+from stacklm.experiments.cfl.experiment import ACTION_LANGUAGE, ACTION_MODELS, CflRun, CflSettings, grid
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
 
 # {language}, {model} (the registry's path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).
@@ -25,7 +30,9 @@ CFL_RUN_CURVE = CFL_RUN_DIR + "/train.parquet"
 CFL_RUN_ACTIONS = CFL_RUN_DIR + "/actions.parquet"  # NS+S and NS+S+U on marked reversal only
 CFL_CHECKPOINT = "results/cfl/checkpoints/{language}/{model}/{setting}.pt"
 CFL_TRAIN_LOG = "logs/cfl/train/{language}/{model}/{setting}.log"
+CFL_TRAIN_GROUP_LOG = "logs/cfl/train/{language}/group{number}.log"  # a job of several runs; each run's lines are in its CFL_TRAIN_LOG
 CFL_EVALUATE_LOG = "logs/cfl/evaluate/{language}/{model}.log"
+CFL_EVALUATE_GROUP_LOG = "logs/cfl/evaluate/{language}/group{number}.log"  # each model's lines are in its CFL_EVALUATE_LOG
 CFL_SELECTED = "results/cfl/selected/{language}/{model}.parquet"
 CFL_EVALUATION = "results/cfl/evaluation/{language}/{model}.parquet"
 CFL_CURVES = "results/cfl/curves.parquet"
@@ -52,11 +59,106 @@ def cfl_run_files(cfl: CflSettings, language: str, model: str, pattern: str) -> 
     return [pattern.format(language=language, model=model, setting=run.setting) for run in runs]
 
 
-def cfl_train_options(setting: str) -> str:
-    """The grid point's options of ``stacklm cfl train``."""
-    learning_rate, vector_size, restart = parse_setting(setting)
-    size = ["--vector-size", str(vector_size)] if vector_size is not None else []
-    return shlex.join(["--learning-rate", repr(learning_rate), *size, "--restart", str(restart)])
+@dataclass(frozen=True)
+class CflRunGroup:
+    """Grid runs of one language that one process trains, one after another (rule
+    ``cfl_train_<language>_group<n>``): a rule of its own, whose outputs are every run's files (the
+    DAG keeps one output per run). The runs that log their stack actions (``cfl_train_actions``'s)
+    train in groups of their own."""
+
+    language: str
+    number: int  # the group's place among its language's, from 1
+    runs: tuple[CflRun, ...]
+    actions: bool  # the runs log their stack actions (``--actions``)
+
+    @property
+    def rule(self) -> str:
+        return f"cfl_train_{rule_name(self.language)}_group{self.number}"
+
+    def paths(self, pattern: str) -> list[str]:
+        """``pattern`` (a run's path: ``CFL_RUN_MODEL``, ``CFL_CHECKPOINT``, …) of each run, in order."""
+        return [pattern.format(language=self.language, model=architecture_slug(run.model), setting=run.setting) for run in self.runs]
+
+    @property
+    def log(self) -> str:
+        """The process's own output (each run's lines go to its ``CFL_TRAIN_LOG``)."""
+        return CFL_TRAIN_GROUP_LOG.format(language=self.language, number=self.number)
+
+    @property
+    def train_options(self) -> str:
+        """The runs of ``stacklm cfl train``: ``--architecture`` and ``--setting``, one per run."""
+        return f"--architecture {shlex.join(run.model for run in self.runs)} --setting {shlex.join(run.setting for run in self.runs)}"
+
+
+@dataclass(frozen=True)
+class CflEvaluationGroup:
+    """Models of one language whose selected runs one process evaluates, one after another (rule
+    ``cfl_evaluate_<language>_group<n>``), each writing its own evaluation and log."""
+
+    language: str
+    number: int  # the group's place among its language's, from 1
+    models: tuple[str, ...]  # registry names, cfl/…
+
+    @property
+    def rule(self) -> str:
+        return f"cfl_evaluate_{rule_name(self.language)}_group{self.number}"
+
+    def paths(self, pattern: str) -> list[str]:
+        """``pattern`` (``CFL_SELECTED``, ``CFL_RUNS``, ``CFL_EVALUATION``, ``CFL_EVALUATE_LOG``) of each model, in order."""
+        return [pattern.format(language=self.language, model=architecture_slug(model)) for model in self.models]
+
+    @property
+    def log(self) -> str:
+        """The process's own output (each model's lines go to its ``CFL_EVALUATE_LOG``)."""
+        return CFL_EVALUATE_GROUP_LOG.format(language=self.language, number=self.number)
+
+    def model_files(self, cfl: CflSettings) -> list[str]:
+        """Every grid run's ``model.pt`` of the group's models (the selection picks one of each)."""
+        return [path for model in self.models for path in cfl_run_files(cfl, self.language, architecture_slug(model), CFL_RUN_MODEL)]
+
+
+def rule_name(language: str) -> str:
+    """``language`` as a part of a rule's name (an identifier)."""
+    return language.replace("-", "_")
+
+
+def run_groups(cfl: CflSettings, runs_per_job: int) -> list[CflRunGroup]:
+    """Each language's grid runs, ``runs_per_job`` to a group, in the order model (``cfl.models``)
+    × grid point, the runs that log their stack actions apart; none when it is 1 (the rules
+    ``cfl_train`` and ``cfl_train_actions``, a job per run)."""
+    if runs_per_job == 1:
+        return []
+    groups = []
+    for language in cfl.languages:
+        runs = [run for model in cfl.models for run in grid(cfl, language, model)]
+        for actions in (False, True):
+            kept = [run for run in runs if logs_actions(run) == actions]
+            for start in range(0, len(kept), runs_per_job):
+                groups.append(CflRunGroup(language, 1 + sum(group.language == language for group in groups), tuple(kept[start : start + runs_per_job]), actions))
+    return groups
+
+
+def evaluation_groups(cfl: CflSettings, runs_per_job: int) -> list[CflEvaluationGroup]:
+    """Each language's models, ``runs_per_job`` to a group, in the order of ``cfl.models``; none
+    when it is 1 (the rule ``cfl_evaluate``, a job per model)."""
+    if runs_per_job == 1:
+        return []
+    return [
+        CflEvaluationGroup(language, number, cfl.models[start : start + runs_per_job])
+        for language in cfl.languages
+        for number, start in enumerate(range(0, len(cfl.models), runs_per_job), start=1)
+    ]
+
+
+def logs_actions(run: CflRun) -> bool:
+    """Whether ``run`` logs its stack actions: NS+S and NS+S+U on marked reversal (Figure 2)."""
+    return run.language == ACTION_LANGUAGE and run.model in ACTION_MODELS
+
+
+def single_runs(runs_per_job: int, pattern: str) -> str:
+    """The wildcard constraint of the rules of one run a job (``cfl_train``, ``cfl_evaluate``):
+    ``pattern`` when ``resources.runs_per_job`` is 1, otherwise a regular expression matching nothing."""
+    return pattern if runs_per_job == 1 else "(?!)"
 
 
 def cfl_figures(figure: str) -> list[str]:

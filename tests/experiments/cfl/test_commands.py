@@ -20,7 +20,7 @@ from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.experiments.cfl.experiment import CflRun, run_seeds
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.experiments.cfl.run_data import sample_run_data
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.models.registry import model_for_config
 from stacklm.workflow.tracking import register as register_tracking
 from stacklm.tracking.records import CURVE_SCHEMA, METRICS_SCHEMA
@@ -165,6 +165,67 @@ def test_evaluate_scores_the_selected_run_overall_and_per_length(runs: tuple[Pat
     assert overall.tolist() == pytest.approx([expected], rel=1e-6)
     validation = metrics[metrics["split"] == "validation"]["value"]
     assert validation.tolist() == pytest.approx([selected.loc[selected["validation_cross_entropy"].idxmin(), DELTA]])
+
+
+def assert_same_run(alone: Path, together: Path) -> None:
+    """The run in ``together`` equals the run in ``alone``: its curve (but for the wall time) and its parameters, bitwise."""
+    timing = ["wall_time_s", "tokens_per_s", "code_version"]
+    curves = [pd.read_parquet(run_dir / "train.parquet").drop(columns=timing) for run_dir in (alone, together)]
+    pd.testing.assert_frame_equal(curves[0], curves[1], check_exact=True)
+    parameters = [load_model(run_dir / "model.pt").parameters for run_dir in (alone, together)]
+    assert parameters[0].keys() == parameters[1].keys() and all(torch.equal(parameters[0][key], parameters[1][key]) for key in parameters[0])
+
+
+def test_runs_trained_in_one_process_equal_each_run_trained_alone(runs: tuple[Path, list[Path]], capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of cfl/LSTM, in the other order, and one of cfl/NS+S, in one process: each equals the run trained alone."""
+    folder, run_dirs = runs
+    settings = folder / "settings.json"
+    ns_alone = folder / "ns-alone"
+    assert stacklm("train", "--language", LANGUAGE.name, "--architecture", "cfl/NS+S", "--setting", "lr0.01-r1", "--settings", settings,
+                   "--checkpoint", folder / "checkpoints" / "ns-alone.pt", "--out", ns_alone, "--threads", "1") == 0
+    together = folder / "together"
+    settings_of_runs = ["lr0.01-r2", "lr0.01-r1", "lr0.01-r1"]
+    capsys.readouterr()
+    assert stacklm(
+        "train", "--language", LANGUAGE.name, "--architecture", "cfl/LSTM", "cfl/LSTM", "cfl/NS+S", "--setting", *settings_of_runs,
+        "--settings", settings, "--checkpoint", *(together / f"state{number}.pt" for number in range(3)),
+        "--out", *(together / f"run{number}" for number in range(3)), "--log", *(together / f"run{number}.log" for number in range(3)),
+        "--threads", "1",
+    ) == 0
+    assert "run 3 of 3: cfl/NS+S lr0.01-r1" in capsys.readouterr().err
+    for alone, number in ((run_dirs[1], 0), (run_dirs[0], 1), (ns_alone, 2)):
+        assert_same_run(alone, together / f"run{number}")
+        assert "epoch 2" in (together / f"run{number}.log").read_text()
+
+
+def test_train_takes_one_of_each_per_run_option_per_setting(tmp_path: Path) -> None:
+    (tmp_path / "settings.json").write_text(json.dumps(SETTINGS))
+    base = ["train", "--language", LANGUAGE.name, "--architecture", "cfl/LSTM", "--settings", tmp_path / "settings.json"]
+    with pytest.raises(UsageError, match="--out: 1 given for 2 --setting"):
+        stacklm(*base, "--setting", "lr0.01-r1", "lr0.01-r2", "--checkpoint", tmp_path / "a.pt", tmp_path / "b.pt", "--out", tmp_path / "a")
+    with pytest.raises(UsageError, match="given twice"):
+        stacklm(*base, "--setting", "lr0.01-r1", "lr0.01-r1", "--checkpoint", tmp_path / "a.pt", tmp_path / "b.pt", "--out", tmp_path / "a", tmp_path / "b")
+    with pytest.raises(UsageError, match="--learning-rate needs --restart"):
+        stacklm(*base, "--learning-rate", "0.01", "--checkpoint", tmp_path / "a.pt", "--out", tmp_path / "a")
+    with pytest.raises(UsageError, match="a --setting names both"):
+        stacklm(*base, "--setting", "lr0.01-r1", "--restart", "1", "--checkpoint", tmp_path / "a.pt", "--out", tmp_path / "a")
+    with pytest.raises(StacklmError, match="not a CFL run setting"):
+        stacklm(*base, "--setting", "lr0.01", "--checkpoint", tmp_path / "a.pt", "--out", tmp_path / "a")
+
+
+def test_selections_evaluated_in_one_process_equal_each_evaluated_alone(runs: tuple[Path, list[Path]], selection: Path, evaluation: Path) -> None:
+    """The selection of cfl/LSTM twice, with a selection that names no saved run between them: the
+    other two are written, equal to the evaluation alone, and the command fails naming the bad one."""
+    folder, _ = runs
+    arguments = ["--test", folder / "test.tsv", "--settings", folder / "settings.json", "--threads", "1"]
+    outs = [folder / "evaluated" / f"{number}.parquet" for number in range(3)]
+    with pytest.raises(StacklmError, match="1 of 3 runs failed"):
+        stacklm("evaluate", "--selection", selection, selection, selection, "--runs", folder / "runs", folder / "nowhere", folder / "runs",
+                "--out", *outs, "--log", *(out.with_suffix(".log") for out in outs), *arguments)
+    for out in (outs[0], outs[2]):
+        pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(evaluation), check_exact=True)
+        assert "test Δ" in out.with_suffix(".log").read_text()
+    assert not outs[1].exists() and "error:" in outs[1].with_suffix(".log").read_text()
 
 
 def test_figures_gather_the_records_and_draw_from_parquet_alone(tmp_path: Path, selection: Path, evaluation: Path) -> None:
