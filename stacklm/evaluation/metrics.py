@@ -181,22 +181,25 @@ class TaskEvaluator:
         return rows, scores.output, partial
 
     def scored_references(
-        self, test: Sequence[Example], generalization: Sequence[Example]
+        self, test: Sequence[Example], generalization: Sequence[Example], sample: bool = True
     ) -> tuple[list[MetricValue], tuple[list[MetricValue], Tensor, Tensor | None], tuple[list[MetricValue], Tensor, Tensor | None]]:
         """``references`` of the test set and of the generalization set under each rule (the same
-        samples scored against both rules' targets): the rows, log p(y|x) and the exact partial."""
-        test_samples = self.samples(test, [[example.target] for example in test]) if self.partial.sampled else None
+        samples scored against both rules' targets): the rows, log p(y|x) and the exact partial.
+        The sampled partial accuracy is among the rows where the task has one, unless ``sample`` is False."""
+        sampled = sample and self.partial.sampled
+        test_samples = self.samples(test, [[example.target] for example in test]) if sampled else None
         test_rows = self.references("test", None, test, [example.target for example in test], test_samples)[0]
         linear = linear_targets(generalization)
         both = [[example.target, target] for example, target in zip(generalization, linear)]
-        samples = self.samples(generalization, both) if self.partial.sampled else None
+        samples = self.samples(generalization, both) if sampled else None
         hierarchical = self.references("generalization", "hierarchical", generalization, [example.target for example in generalization], samples)
         return test_rows, hierarchical, self.references("generalization", "linear", generalization, linear, samples)
 
     def checkpoint_scores(self, test: Sequence[Example], generalization: Sequence[Example]) -> dict[str, float]:
         """``{test,hierarchical,linear}_{full,partial}_accuracy``: the points of the generalization
-        curves (partial: the exact expectation where the task has one, else the sampled share)."""
-        test_rows, (hierarchical_rows, _, _), (linear_rows, _, _) = self.scored_references(test, generalization)
+        curves (partial: the exact expectation where the task has one, else the sampled share; no
+        sample is drawn where the exact one exists)."""
+        test_rows, (hierarchical_rows, _, _), (linear_rows, _, _) = self.scored_references(test, generalization, sample=not self.partial.exact)
         partial = "partial_accuracy" if self.partial.exact else "partial_accuracy_sampled"
         scores: dict[str, float] = {}
         for name, rows in (("test", test_rows), ("hierarchical", hierarchical_rows), ("linear", linear_rows)):

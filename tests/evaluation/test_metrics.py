@@ -259,6 +259,27 @@ def test_checkpoint_scores_are_the_full_and_partial_accuracies_one_string_at_a_t
     assert scores["test_partial_accuracy"] == rows[("test", None, expected)]
 
 
+def test_checkpoint_scores_draw_no_sample_where_the_partial_accuracy_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passivization's second word: the curves take the exact expectation, so no sample is drawn
+    for them; the evaluation still draws its samples, and the curves' values are the evaluation's."""
+    second = lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1]  # noqa: E731
+    evaluator = TaskEvaluator(toy_model(5), VOCABULARY, PartialAccuracy("second_word", second, lambda reference: 2),
+                              EvaluationSettings(tokens_per_batch=128, samples_per_input=10))
+    test, generalization = examples(12, 2, False), examples(15, 3, True)
+    rows = {(row.split, row.rule, row.metric): row.value for row in evaluator.evaluate(examples(10, 1, False), test, generalization)}
+    assert ("generalization", "hierarchical", "partial_accuracy_sampled") in rows
+
+    def no_samples(*arguments: object) -> None:
+        raise AssertionError("a checkpoint drew samples")
+
+    monkeypatch.setattr(evaluator, "samples", no_samples)
+    scores = evaluator.checkpoint_scores(test, generalization)
+    assert scores["hierarchical_partial_accuracy"] == rows[("generalization", "hierarchical", "partial_accuracy")]
+    assert scores["linear_partial_accuracy"] == rows[("generalization", "linear", "partial_accuracy")]
+    assert scores["test_partial_accuracy"] == rows[("test", None, "partial_accuracy")]
+    assert scores["test_full_accuracy"] == rows[("test", None, "full_accuracy")]
+
+
 def test_the_curve_subset_is_fixed_and_in_file_order() -> None:
     data = examples(50, 4, True)
     subset = curve_subset(data, 10)
