@@ -10,7 +10,9 @@ task (OpenMP through ``at::parallel_for``, so ``torch.set_num_threads`` applies)
 in one call: no tensor operation per step. Its backward is written by hand in the same
 kernel (each log-sum-exp passes g·exp(term − result), from the same shifted products).
 What it keeps for backward is O(B·n²·N²): the columns of γ (log), their shares, each
-step's pop totals and the weights of its log-sum-exp of the replace and pop terms, and α.
+step's pop totals and the weights of its log-sum-exp of the replace and pop terms (five
+tensors of one size, each allocated apart: glibc serves blocks of up to 32 MB from its heap
+once freed, larger ones by mmap, whose fresh pages fault on every call), and α.
 
 The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
 at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the
@@ -108,8 +110,8 @@ def available() -> tuple[bool, str]:
 class _CompiledReadings(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, bottom: Tensor) -> Tensor:
-        readings, gamma, shares, pops, alpha = torch.ops.stacklm_dvpda.forward(push, replace, pop, pushed, bottom)
-        ctx.save_for_backward(push, replace, pop, pushed, readings, gamma, shares, pops, alpha)
+        readings, *saved = torch.ops.stacklm_dvpda.forward(push, replace, pop, pushed, bottom)
+        ctx.save_for_backward(push, replace, pop, pushed, readings, *saved)
         return readings
 
     @staticmethod
@@ -131,25 +133,26 @@ def compiled_readings(push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor
 class StepTables:
     """The tables of one run of at most ``capacity`` steps, filled one column per :func:`compiled_step`.
 
-    ``log_bottom`` (B, m) is log v₀. ``steps`` counts the columns written after column 0. The
-    adjoint tables are made by the first backward step of the run and dropped after step 1's.
+    ``log_bottom`` (B, m) is log v₀. ``steps`` counts the columns written after column 0.
+    ``columns`` are the (B, table) tables of the columns (gamma first, then what the backward
+    reads), ``alpha`` (B, capacity + 1, N). The adjoint tables are made by the first backward
+    step of the run and dropped after step 1's.
     """
 
     def __init__(self, log_bottom: Tensor, capacity: int, num_states: int, num_symbols: int) -> None:
         load()
         bottom = log_bottom.detach().contiguous()
-        self.gamma, self.shares, self.pops, self.alpha = torch.ops.stacklm_dvpda.start(
-            bottom, capacity, num_states, num_symbols
-        )
+        *columns, self.alpha = torch.ops.stacklm_dvpda.start(bottom, capacity, num_states, num_symbols)
+        self.columns: tuple[Tensor, ...] = tuple(columns)
         self.capacity = capacity
         self.vector_size = bottom.size(1)
         self.steps = 0
         self.grad_gamma: Tensor | None = None
         self.grad_alpha: Tensor | None = None
 
-    def _replaced(self, tensors: tuple[Tensor, Tensor, Tensor, Tensor], capacity: int, steps: int) -> StepTables:
+    def _replaced(self, columns: list[Tensor], alpha: Tensor, capacity: int, steps: int) -> StepTables:
         copy = object.__new__(StepTables)
-        copy.gamma, copy.shares, copy.pops, copy.alpha = tensors
+        copy.columns, copy.alpha = tuple(columns), alpha
         copy.capacity, copy.steps, copy.vector_size = capacity, steps, self.vector_size
         copy.grad_gamma = copy.grad_alpha = None
         return copy
@@ -160,13 +163,13 @@ class StepTables:
         used = _table_size(steps, configurations, self.vector_size)
         batch = self.alpha.size(0)
         tensors = []
-        for table in (self.gamma, self.shares, self.pops):  # (B, table) or (B, 3, table)
-            copy = table.new_empty(batch, *table.shape[1:-1], _table_size(capacity, configurations, self.vector_size))
-            copy[..., :used] = table[..., :used]
+        for table in self.columns:
+            copy = table.new_empty(batch, _table_size(capacity, configurations, self.vector_size))
+            copy[:, :used] = table[:, :used]
             tensors.append(copy)
         alpha = self.alpha.new_empty(batch, capacity + 1, configurations)
         alpha[:, : steps + 1] = self.alpha[:, : steps + 1]
-        return self._replaced((*tensors, alpha), capacity, steps)  # type: ignore[arg-type]
+        return self._replaced(tensors, alpha, capacity, steps)
 
     def transform(self, function: Callable[[Tensor], Tensor]) -> StepTables:
         """``function`` applied to every table along the batch dimension, into tables of their own
@@ -176,15 +179,15 @@ class StepTables:
         used = _table_size(self.steps, configurations, self.vector_size)
         capacity = self.steps + 1
         tensors = []
-        for table in (self.gamma, self.shares, self.pops):  # (B, table) or (B, 3, table)
-            part = function(table[..., :used])
-            copy = part.new_empty(*part.shape[:-1], _table_size(capacity, configurations, self.vector_size))
-            copy[..., :used] = part
+        for table in self.columns:
+            part = function(table[:, :used])
+            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size))
+            copy[:, :used] = part
             tensors.append(copy)
         part = function(self.alpha[:, : self.steps + 1])
         alpha = part.new_empty(part.size(0), capacity + 1, configurations)
         alpha[:, : self.steps + 1] = part
-        return self._replaced((*tensors, alpha), capacity, self.steps)  # type: ignore[arg-type]
+        return self._replaced(tensors, alpha, capacity, self.steps)
 
 
 def _table_size(steps: int, configurations: int, vector_size: int) -> int:
@@ -199,9 +202,7 @@ class _CompiledStep(torch.autograd.Function):
         ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, order: Tensor, tables: StepTables
     ) -> tuple[Tensor, Tensor]:
         step = tables.steps + 1
-        reading = torch.ops.stacklm_dvpda.step(
-            step, push, replace, pop, pushed, tables.gamma, tables.shares, tables.pops, tables.alpha
-        )
+        reading = torch.ops.stacklm_dvpda.step(step, push, replace, pop, pushed, *tables.columns, tables.alpha)
         tables.steps = step
         ctx.save_for_backward(push, replace, pop, pushed, reading)
         ctx.tables = tables
@@ -213,12 +214,12 @@ class _CompiledStep(torch.autograd.Function):
     def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
         tables: StepTables = ctx.tables
         if tables.grad_gamma is None or tables.grad_alpha is None:
-            tables.grad_gamma = torch.zeros_like(tables.gamma)
+            tables.grad_gamma = torch.zeros_like(tables.columns[0])
             tables.grad_alpha = torch.zeros_like(tables.alpha)
         push, replace, pop, pushed, reading = ctx.saved_tensors
         grads = torch.ops.stacklm_dvpda.step_backward(
             ctx.step, grad_reading.contiguous(), push, replace, pop, pushed, reading,
-            tables.gamma, tables.shares, tables.pops, tables.alpha, tables.grad_gamma, tables.grad_alpha,
+            *tables.columns, tables.alpha, tables.grad_gamma, tables.grad_alpha,
         )  # fmt: skip
         if ctx.step == 1:
             # Step 1 received log v₀ as its order tensor: the adjoint of column 0's η rows.

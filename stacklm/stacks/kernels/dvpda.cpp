@@ -9,9 +9,9 @@
 // column is stored transposed, [c][row], at offset(t) of one flat table:
 //   gamma:   log γ[i→t][a, c] (η rows: log η[t][j, c])
 //   shares:  Ŝ = exp(log γ + log α[i][a] − log α[t][c]) ∈ [0, 1] (η rows: exp(log η − log α))
-//   pops:    three tables, at offset(t−2) of each, rows(t−2) rows of step t: the pop's real
-//            total P = Σ_{k,u} Ŝ_k ŵ, and the replace and pop terms' shares of column t (the
-//            log-sum-exp's weights, so the backward takes no exp or log there)
+//   pops, replaced_shares, popped_shares (PopTables): at offset(t−2), rows(t−2) rows of step
+//            t: the pop's real total P = Σ_{k,u} Ŝ_k ŵ, and the replace and pop terms' shares
+//            of column t (the log-sum-exp's weights, so the backward takes no exp or log there)
 // and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs. The shares are
 // also the weights of log α[t]'s log-sum-exp over the γ rows.
 // Step t of the forward, from column t−1 (Ĝ = exp(γ − log α[t−1] − ρ), ρ the row maximum):
@@ -179,6 +179,12 @@ void product_adjoint(int64_t size, const T* __restrict left, const WeightedColum
     for (int64_t i = 0; i < 4 && first + i < count; ++i) results[first + i] = totals[i];
   }
 }
+
+// One element's pop totals and the replace and pop terms' shares (see the top of the file).
+template <typename T>
+struct PopTables {
+  T *totals, *replaced_shares, *popped_shares;
+};
 
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename T>
@@ -513,15 +519,16 @@ void initialize_element(const Sizes& z, const T* bottom, T* gamma, T* shares, T*
 // α[t] and the reading r_t (N·m), from columns 0 … t−1 and the actions of step t.
 template <typename T>
 void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_replace, const T* step_pop,
-                  const T* step_pushed, T* reading, T* gamma, T* shares, T* pops, T* alpha, Step<T>& s,
+                  const T* step_pushed, T* reading, T* gamma, T* shares, PopTables<T> pops, T* alpha, Step<T>& s,
                   std::vector<T>& weights) {
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector;
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
   row_weights(z, alpha, t, weights);  // rows i ≤ t−1 enter with weight α[i]
   products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
-  T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
-  T* replaced_shares = pop_total + z.table();
-  T* popped_shares = pop_total + 2 * z.table();
+  const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
+  T* pop_total = pops.totals + saved;
+  T* replaced_shares = pops.replaced_shares + saved;
+  T* popped_shares = pops.popped_shares + saved;
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
     pop_forward(z, t, shares, s, pop_total);
@@ -602,7 +609,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
 
 template <typename T>
 void forward_element(const Sizes& z, const T* push, const T* replace, const T* pop, const T* pushed,
-                     const T* bottom, T* readings, T* gamma, T* shares, T* pops, T* alpha) {
+                     const T* bottom, T* readings, T* gamma, T* shares, PopTables<T> pops, T* alpha) {
   const int64_t N = z.configs, Q = z.states, m = z.vector;
   initialize_element(z, bottom, gamma, shares, alpha);
   Step<T> s;
@@ -625,7 +632,7 @@ struct BackwardScratch {
 template <typename T>
 void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* step_push, const T* step_replace,
                    const T* step_pop, const T* step_pushed, const T* reading, const T* gamma, const T* shares,
-                   const T* pops, const T* alpha, T* grad_gamma, T* grad_alpha, T* step_grad_push,
+                   PopTables<const T> pops, const T* alpha, T* grad_gamma, T* grad_alpha, T* step_grad_push,
                    T* step_grad_replace, T* step_grad_pop, T* step_grad_pushed, BackwardScratch<T>& scratch) {
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, J = N + Q;
   Step<T>& s = scratch.step;
@@ -678,9 +685,10 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   }
   products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
   if (t >= 2) pop_weights(z, t, alpha, s);
-  const T* pop_total = pops + (t >= 2 ? z.offset(t - 2) : 0);
-  const T* replaced_shares = pop_total + z.table();
-  const T* popped_shares = pop_total + 2 * z.table();
+  const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
+  const T* pop_total = pops.totals + saved;
+  const T* replaced_shares = pops.replaced_shares + saved;
+  const T* popped_shares = pops.popped_shares + saved;
   grad_products.assign(J * R, T(0));
   scaled_pop.assign(N * R2, T(0));
   std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
@@ -775,7 +783,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
 
 template <typename T>
 void backward_element(const Sizes& z, const T* grad_readings, const T* push, const T* replace, const T* pop,
-                      const T* pushed, const T* readings, const T* gamma, const T* shares, const T* pops,
+                      const T* pushed, const T* readings, const T* gamma, const T* shares, PopTables<const T> pops,
                       const T* alpha, T* grad_push, T* grad_replace, T* grad_pop, T* grad_pushed, T* grad_bottom) {
   const int64_t N = z.configs, Q = z.states, m = z.vector, n = z.steps;
   std::vector<T> grad_gamma(z.table(), T(0)), grad_alpha((n + 1) * N, T(0));
@@ -796,6 +804,15 @@ void check(const at::Tensor& tensor, int64_t dims, const char* name) {
   TORCH_CHECK(tensor.is_contiguous(), name, " must be contiguous");
 }
 
+// Element b's part of the (B, table) tables totals, replaced_shares, popped_shares.
+template <typename T>
+PopTables<T> pop_tables(const at::Tensor& totals, const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
+                        int64_t b) {
+  const int64_t table = totals.size(1);
+  return {static_cast<T*>(totals.data_ptr()) + b * table, static_cast<T*>(replaced_shares.data_ptr()) + b * table,
+          static_cast<T*>(popped_shares.data_ptr()) + b * table};
+}
+
 Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed) {
   Sizes z;
   z.batch = push.size(0);
@@ -809,8 +826,8 @@ Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& 
 }
 
 // push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
-// Returns readings (B, n, N·m) and what the backward needs: gamma, shares (B, table), pops
-// (B, 3, table), alpha (B, n+1, N).
+// Returns readings (B, n, N·m) and what the backward needs: gamma, shares, pops,
+// replaced_shares, popped_shares (B, table), alpha (B, n+1, N).
 std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                                       const at::Tensor& pushed, const at::Tensor& bottom) {
   check(push, 4, "push");
@@ -825,7 +842,9 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
   auto readings = at::empty({z.batch, z.steps, z.configs * z.vector}, options);
   auto gamma = at::empty({z.batch, z.table()}, options);
   auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::empty({z.batch, 3, z.table()}, options);
+  auto pops = at::empty({z.batch, z.table()}, options);
+  auto replaced_shares = at::empty({z.batch, z.table()}, options);
+  auto popped_shares = at::empty({z.batch, z.table()}, options);
   auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
   AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
     const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
@@ -836,18 +855,20 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
             pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
             bottom.data_ptr<scalar_t>() + b * z.vector, readings.data_ptr<scalar_t>() + b * z.steps * z.configs * z.vector,
             gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pops.data_ptr<scalar_t>() + b * 3 * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
+            pop_tables<scalar_t>(pops, replaced_shares, popped_shares, b),
+            alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
       }
     });
   });
-  return {readings, gamma, shares, pops, alpha};
+  return {readings, gamma, shares, pops, replaced_shares, popped_shares, alpha};
 }
 
 // Gradients of log push, replace, pop, pushed and bottom, given those of the readings.
 std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at::Tensor& push,
                                        const at::Tensor& replace, const at::Tensor& pop, const at::Tensor& pushed,
                                        const at::Tensor& readings, const at::Tensor& gamma, const at::Tensor& shares,
-                                       const at::Tensor& pops, const at::Tensor& alpha) {
+                                       const at::Tensor& pops, const at::Tensor& replaced_shares,
+                                       const at::Tensor& popped_shares, const at::Tensor& alpha) {
   check(grad_readings, 3, "grad_readings");
   const Sizes z = sizes_of(push, pop, pushed);
   auto grad_push = at::zeros_like(push);
@@ -865,7 +886,8 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
             replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
             pushed.data_ptr<scalar_t>() + b * z.steps * z.vector, readings.data_ptr<scalar_t>() + b * readings_size,
             gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pops.data_ptr<scalar_t>() + b * 3 * z.table(), alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs,
+            pop_tables<const scalar_t>(pops, replaced_shares, popped_shares, b),
+            alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs,
             grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
             grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
             grad_bottom.data_ptr<scalar_t>() + b * z.vector);
@@ -876,8 +898,8 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
 }
 
 // The same DP one step per call, for a controller that computes the actions of step t from
-// the reading of step t − 1 (a stack RNN). The tables of capacity n (gamma, shares, pops:
-// (B, table), alpha: (B, n + 1, N)) are filled one column per call; the backward of step t
+// the reading of step t − 1 (a stack RNN). The tables of capacity n (gamma, shares, pops,
+// replaced_shares, popped_shares: (B, table), alpha: (B, n + 1, N)) are filled one column per call; the backward of step t
 // adds into the adjoint tables grad_gamma (B, table) and grad_alpha (B, n + 1, N) and must
 // run after those of steps t + 1 … n.
 Sizes step_sizes(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed, const at::Tensor& alpha,
@@ -894,7 +916,8 @@ Sizes step_sizes(const at::Tensor& push, const at::Tensor& pop, const at::Tensor
   return z;
 }
 
-// Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops, alpha.
+// Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops,
+// replaced_shares, popped_shares, alpha.
 std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, int64_t states, int64_t symbols) {
   check(bottom, 2, "bottom");
   Sizes z;
@@ -907,7 +930,9 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   auto options = bottom.options();
   auto gamma = at::empty({z.batch, z.table()}, options);
   auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::empty({z.batch, 3, z.table()}, options);
+  auto pops = at::empty({z.batch, z.table()}, options);
+  auto replaced_shares = at::empty({z.batch, z.table()}, options);
+  auto popped_shares = at::empty({z.batch, z.table()}, options);
   auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
   AT_DISPATCH_FLOATING_TYPES(bottom.scalar_type(), "dvpda_start", [&] {
     at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
@@ -918,13 +943,14 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
                                      alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
     });
   });
-  return {gamma, shares, pops, alpha};
+  return {gamma, shares, pops, replaced_shares, popped_shares, alpha};
 }
 
 // Step t: push, replace (B, N, N), pop (B, N, Q), pushed (B, m) log weights; writes column t
 // into the tables and returns r_t (B, N·m).
 at::Tensor dvpda_step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                       const at::Tensor& pushed, at::Tensor gamma, at::Tensor shares, at::Tensor pops,
+                      at::Tensor replaced_shares, at::Tensor popped_shares,
                       at::Tensor alpha) {
   check(push, 3, "push");
   check(replace, 3, "replace");
@@ -944,7 +970,7 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& push, const at::Tensor& repla
                                pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.vector,
                                reading.data_ptr<scalar_t>() + b * z.configs * z.vector,
                                gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-                               pops.data_ptr<scalar_t>() + b * 3 * z.table(),
+                               pop_tables<scalar_t>(pops, replaced_shares, popped_shares, b),
                                alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs, s, weights);
     });
   });
@@ -957,6 +983,7 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
                                             const at::Tensor& replace, const at::Tensor& pop,
                                             const at::Tensor& pushed, const at::Tensor& reading,
                                             const at::Tensor& gamma, const at::Tensor& shares, const at::Tensor& pops,
+                                            const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
                                             const at::Tensor& alpha, at::Tensor grad_gamma, at::Tensor grad_alpha) {
   check(grad_reading, 2, "grad_reading");
   const Sizes z = step_sizes(push, pop, pushed, alpha, t);
@@ -975,7 +1002,7 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
             replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
             pushed.data_ptr<scalar_t>() + b * z.vector, reading.data_ptr<scalar_t>() + b * Nm,
             gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pops.data_ptr<scalar_t>() + b * 3 * z.table(), alpha.data_ptr<scalar_t>() + b * A,
+            pop_tables<const scalar_t>(pops, replaced_shares, popped_shares, b), alpha.data_ptr<scalar_t>() + b * A,
             grad_gamma.data_ptr<scalar_t>() + b * z.table(), grad_alpha.data_ptr<scalar_t>() + b * A,
             grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
             grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.vector, scratch);
@@ -992,11 +1019,11 @@ TORCH_LIBRARY(stacklm_dvpda, library) {
   library.def("start", &dvpda_start);
   library.def(
       "step(int t, Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, "
-      "Tensor(c!) pops, Tensor(d!) alpha) -> Tensor",
+      "Tensor(c!) pops, Tensor(d!) replaced_shares, Tensor(e!) popped_shares, Tensor(f!) alpha) -> Tensor",
       &dvpda_step);
   library.def(
       "step_backward(int t, Tensor grad_reading, Tensor push, Tensor replace, Tensor pop, Tensor pushed, "
-      "Tensor reading, Tensor gamma, Tensor shares, Tensor pops, Tensor alpha, Tensor(a!) grad_gamma, "
-      "Tensor(b!) grad_alpha) -> Tensor[]",
+      "Tensor reading, Tensor gamma, Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, "
+      "Tensor alpha, Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]",
       &dvpda_step_backward);
 }
