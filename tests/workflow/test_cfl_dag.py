@@ -71,7 +71,7 @@ def test_run_files_follow_the_grid(config: dict[str, Any]) -> None:
 
 def test_runs_per_job_groups_a_languages_runs_in_model_order_with_the_logging_runs_apart(config: dict[str, Any]) -> None:
     settings = resolve(config, None)
-    assert cfl_dag.run_groups(settings.cfl, 1) == [] and cfl_dag.evaluation_groups(settings.cfl, 1) == []
+    assert cfl_dag.run_groups(settings.cfl, 1) == [] and cfl_dag.model_groups(settings.cfl, 1) == []
     small = resolve(config, "small")
     groups = cfl_dag.run_groups(small.cfl, small.resources.runs_per_job)
     assert [(group.rule, len(group.runs), group.actions) for group in groups] == [
@@ -89,14 +89,20 @@ def test_runs_per_job_groups_a_languages_runs_in_model_order_with_the_logging_ru
         path for pair in cfl_dag.cfl_pairs(wider) for path in cfl_dag.cfl_run_files(wider, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)
     )
     assert [len(group.runs) for group in grouped if group.language == "dyck-2"] == [3, 3, 3]
-    evaluations = cfl_dag.evaluation_groups(small.cfl, 3)
-    assert [(group.rule, group.models) for group in evaluations if group.language == "dyck-2"] == [
+    models = cfl_dag.model_groups(small.cfl, 3)
+    assert [(group.rule("evaluate"), group.models) for group in models if group.language == "dyck-2"] == [
         ("cfl_evaluate_dyck_2_group1", ("cfl/LSTM", "cfl/Gref", "cfl/JM")), ("cfl_evaluate_dyck_2_group2", ("cfl/NS", "cfl/NS+S", "cfl/NS+U")),
         ("cfl_evaluate_dyck_2_group3", ("cfl/NS+S+U",)),
     ]
-    assert evaluations[0].paths(cfl_dag.CFL_EVALUATION)[0] == "results/cfl/evaluation/marked-reversal/cfl-lstm.parquet"
-    assert evaluations[0].model_files(wider)[1:3] == [
+    assert models[0].rule("select") == "cfl_select_marked_reversal_group1"
+    assert models[0].paths(cfl_dag.CFL_EVALUATION)[0] == "results/cfl/evaluation/marked-reversal/cfl-lstm.parquet"
+    assert models[0].run_files(wider, cfl_dag.CFL_RUN_MODEL)[1:3] == [
         "results/cfl/runs/marked-reversal/cfl-gref/lr0.01-m2-r1/model.pt", "results/cfl/runs/marked-reversal/cfl-gref/lr0.01-m20-r1/model.pt"]
+    assert models[0].select_options(wider) == (
+        "--curves results/cfl/runs/marked-reversal/cfl-lstm/lr0.01-r1/train.parquet"
+        " --curves results/cfl/runs/marked-reversal/cfl-gref/lr0.01-m2-r1/train.parquet results/cfl/runs/marked-reversal/cfl-gref/lr0.01-m20-r1/train.parquet"
+        " --curves results/cfl/runs/marked-reversal/cfl-jm/lr0.01-m2-r1/train.parquet results/cfl/runs/marked-reversal/cfl-jm/lr0.01-m20-r1/train.parquet"
+    )
 
 
 def test_the_small_presets_grouped_cfl_jobs_name_each_runs_files(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
@@ -115,6 +121,9 @@ def test_the_small_presets_grouped_cfl_jobs_name_each_runs_files(workflow_copy: 
     evaluation = next(line for line in commands if "stacklm cfl evaluate" in line and "/dyck-2/" in line)
     assert "--selection " + " ".join(f"results/cfl/selected/dyck-2/{shared.architecture_slug(model)}.parquet" for model in CFL_MODELS) in evaluation
     assert " --log " + " ".join(f"logs/cfl/evaluate/dyck-2/{shared.architecture_slug(model)}.log" for model in CFL_MODELS) in evaluation
+    selection = next(line for line in commands if "stacklm cfl select" in line and "/dyck-2/" in line)
+    assert " --out " + " ".join(f"results/cfl/selected/dyck-2/{shared.architecture_slug(model)}.parquet" for model in CFL_MODELS) in selection
+    assert selection.count("--curves ") == len(CFL_MODELS) and selection.endswith("> logs/cfl/select/dyck-2/group1.log 2>&1")
 
 
 def test_figure_2_is_a_target_only_with_marked_reversal_and_both_ns_s_models(config: dict[str, Any]) -> None:

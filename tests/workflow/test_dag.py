@@ -37,20 +37,22 @@ def job_counts(output: str) -> dict[str, int]:
 # evaluate jobs become 7 train_final_group1 and 7 evaluate_final_group1 (670 -> 446). Then the same
 # setting groups the CFL runs: a language's 7 runs train in one job (marked reversal: 5, and the 2
 # that log their stack actions in a second), its 7 models are evaluated in one: 33 cfl_train, 2
-# cfl_train_actions and 35 cfl_evaluate jobs become 6 and 5 (446 -> 387).
+# cfl_train_actions and 35 cfl_evaluate jobs become 6 and 5 (446 -> 387). Then its 7 models' selections
+# in one: 35 cfl_select jobs become 5 (387 -> 357).
 DAG_JOBS: dict[str | None, dict[str, int]] = {
     None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
            "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
            "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "total": 4587},
     "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "data_summarize": 7, "hparams": 119,
-              "tracking": 1, "cfl_select": 35, "data_report": 1, "select": 119, "train_final_group1": 7,
+              "tracking": 1, "data_report": 1, "select": 119, "train_final_group1": 7,
               "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "tracking_sync": 13, "aggregate": 1, "report": 1, "html": 7,
               "ptb_train": 10, "ptb_evaluate": 10, "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
               **{f"cfl_train_{language}_group1": 1 for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
               "cfl_train_marked_reversal_group2": 1,
-              **{f"cfl_evaluate_{language}_group1": 1 for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
-              "total": 387},
+              **{f"cfl_{command}_{language}_group1": 1 for command in ("select", "evaluate")
+                 for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
+              "total": 357},
     "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
            "total": 32},

@@ -7,8 +7,9 @@
 # as `cfl_train_actions` (`cfl_train` logging the stack actions to actions.parquet), and
 # `cfl_actions` draws Figure 2 from their selected runs' logs. Rule cfl_X runs `stacklm cfl X`
 # (`stacklm cfl select` without torch). With resources.runs_per_job K > 1, the rules
-# cfl_train_<language>_group<n> and cfl_evaluate_<language>_group<n> train a language's runs and
-# evaluate its models' selected runs instead, K to a job.
+# cfl_train_<language>_group<n>, cfl_select_<language>_group<n> and cfl_evaluate_<language>_group<n>
+# train a language's runs K to a job, and select among its models' runs and evaluate the selected
+# runs K models to a job, instead.
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
 
 CFL_FIGURES = {figure: cfl_dag.cfl_figures(figure) for figure in cfl_dag.CFL_FIGURES}
@@ -123,11 +124,35 @@ rule cfl_select:
     output:
         cfl_dag.CFL_SELECTED,
     log:
-        "logs/cfl/select/{language}/{model}.log",
+        cfl_dag.CFL_SELECT_LOG,
+    wildcard_constraints:
+        model=cfl_dag.single_runs(SETTINGS.resources.runs_per_job, r"cfl-[^/]+"),
     conda:
         CONDA_ENV
     shell:
         "stacklm cfl select --curves {input} --out {output} > {log} 2>&1"
+
+
+# resources.runs_per_job K > 1: the selections of K models of a language (cfl_dag.model_groups, as
+# their evaluations below) in one process, each model's written to its own file.
+for group in cfl_dag.model_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
+
+    rule:
+        name:
+            group.rule("select")
+        localrule: True
+        input:
+            group.run_files(SETTINGS.cfl, cfl_dag.CFL_RUN_CURVE),
+        output:
+            group.paths(cfl_dag.CFL_SELECTED),
+        params:
+            curves=group.select_options(SETTINGS.cfl),
+        log:
+            group.log(cfl_dag.CFL_SELECT_GROUP_LOG),
+        conda:
+            CONDA_ENV
+        shell:
+            "stacklm cfl select {params.curves} --out {output} > {log} 2>&1"
 
 
 rule cfl_evaluate:
@@ -156,16 +181,16 @@ rule cfl_evaluate:
 
 
 # resources.runs_per_job K > 1: the selected runs of K models of a language
-# (cfl_dag.evaluation_groups) are evaluated in one process, one after another; each model's
+# (cfl_dag.model_groups) are evaluated in one process, one after another; each model's
 # evaluation and log are the paths above, the group's log holds the process's own output.
-for group in cfl_dag.evaluation_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
+for group in cfl_dag.model_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
 
     rule:
         name:
-            group.rule
+            group.rule("evaluate")
         input:
             selections=group.paths(cfl_dag.CFL_SELECTED),
-            models=group.model_files(SETTINGS.cfl),
+            models=group.run_files(SETTINGS.cfl, cfl_dag.CFL_RUN_MODEL),
             test=cfl_dag.CFL_TEST.format(language=group.language),
             settings=settings_file("cfl_evaluate"),
         output:
@@ -175,7 +200,7 @@ for group in cfl_dag.evaluation_groups(SETTINGS.cfl, SETTINGS.resources.runs_per
             device=lambda wildcards, resources: common.device(resources.gpu),
         log:
             runs=group.paths(cfl_dag.CFL_EVALUATE_LOG),
-            job=group.log,
+            job=group.log(cfl_dag.CFL_EVALUATE_GROUP_LOG),
         threads: 1
         resources:
             gpu=0,

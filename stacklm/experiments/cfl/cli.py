@@ -86,9 +86,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_resource_arguments(train)
     train.set_defaults(func=deferred("train_command"))
 
-    select = commands.add_parser("select", help="the run with the lowest validation Δ at its best epoch")
-    select.add_argument("--curves", required=True, nargs="+", help="the runs' train.parquet files")
-    select.add_argument("--out", required=True, help="the selected run's curve (its train.parquet rows)")
+    select = commands.add_parser(
+        "select",
+        help="the run with the lowest validation Δ at its best epoch",
+        description="Each --curves names one model's runs; several --curves are several selections, one after another, "
+        "each written to its --out, in the same order.",
+    )
+    select.add_argument("--curves", required=True, nargs="+", action="append", help="one model's runs' train.parquet files; again for the next model")
+    select.add_argument("--out", required=True, nargs="+", help="the selected run's curve (its train.parquet rows), one per --curves")
     select.set_defaults(func=select_command)
 
     evaluate = commands.add_parser(

@@ -6,9 +6,10 @@ set of L), ``cfl_train`` for every grid point (learning rate × m for Gref/JM ×
 NS+S+U on marked reversal log their stack actions (``cfl_train_actions``: ``cfl_train`` with
 ``actions.parquet``), and ``cfl_actions`` draws Figure 2 from their selected runs' logs, when
 the settings hold that language and both models. With ``resources.runs_per_job`` K > 1, a
-language's runs train K to a job and its models' selected runs are evaluated K to a job instead
-(``run_groups``, ``evaluation_groups``: rules ``cfl_train_<language>_group<n>`` and
-``cfl_evaluate_<language>_group<n>`` whose outputs are every run's files).
+language's runs train K to a job, and its models' runs are selected among and the selected runs
+evaluated K models to a job instead (``run_groups``, ``model_groups``: rules
+``cfl_train_<language>_group<n>``, ``cfl_select_<language>_group<n>`` and
+``cfl_evaluate_<language>_group<n>`` whose outputs are every run's or model's files).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ CFL_RUN_ACTIONS = CFL_RUN_DIR + "/actions.parquet"  # NS+S and NS+S+U on marked 
 CFL_CHECKPOINT = "results/cfl/checkpoints/{language}/{model}/{setting}.pt"
 CFL_TRAIN_LOG = "logs/cfl/train/{language}/{model}/{setting}.log"
 CFL_TRAIN_GROUP_LOG = "logs/cfl/train/{language}/group{number}.log"  # a job of several runs; each run's lines are in its CFL_TRAIN_LOG
+CFL_SELECT_LOG = "logs/cfl/select/{language}/{model}.log"
+CFL_SELECT_GROUP_LOG = "logs/cfl/select/{language}/group{number}.log"  # a job of several models' selections
 CFL_EVALUATE_LOG = "logs/cfl/evaluate/{language}/{model}.log"
 CFL_EVALUATE_GROUP_LOG = "logs/cfl/evaluate/{language}/group{number}.log"  # each model's lines are in its CFL_EVALUATE_LOG
 CFL_SELECTED = "results/cfl/selected/{language}/{model}.parquet"
@@ -91,30 +94,36 @@ class CflRunGroup:
 
 
 @dataclass(frozen=True)
-class CflEvaluationGroup:
-    """Models of one language whose selected runs one process evaluates, one after another (rule
-    ``cfl_evaluate_<language>_group<n>``), each writing its own evaluation and log."""
+class CflModelGroup:
+    """Models of one language whose runs one process selects among (rule ``cfl_select_<language>_group<n>``)
+    and whose selected runs one process evaluates (rule ``cfl_evaluate_<language>_group<n>``), one
+    model after another, each writing its own selection, evaluation and log."""
 
     language: str
     number: int  # the group's place among its language's, from 1
     models: tuple[str, ...]  # registry names, cfl/…
 
-    @property
-    def rule(self) -> str:
-        return f"cfl_evaluate_{rule_name(self.language)}_group{self.number}"
+    def rule(self, command: Literal["select", "evaluate"]) -> str:
+        return f"cfl_{command}_{rule_name(self.language)}_group{self.number}"
 
     def paths(self, pattern: str) -> list[str]:
         """``pattern`` (``CFL_SELECTED``, ``CFL_RUNS``, ``CFL_EVALUATION``, ``CFL_EVALUATE_LOG``) of each model, in order."""
         return [pattern.format(language=self.language, model=architecture_slug(model)) for model in self.models]
 
-    @property
-    def log(self) -> str:
-        """The process's own output (each model's lines go to its ``CFL_EVALUATE_LOG``)."""
-        return CFL_EVALUATE_GROUP_LOG.format(language=self.language, number=self.number)
+    def log(self, pattern: str) -> str:
+        """The process's own output, ``pattern`` ``CFL_SELECT_GROUP_LOG`` or ``CFL_EVALUATE_GROUP_LOG``
+        (each model's evaluation lines go to its ``CFL_EVALUATE_LOG``)."""
+        return pattern.format(language=self.language, number=self.number)
 
-    def model_files(self, cfl: CflSettings) -> list[str]:
-        """Every grid run's ``model.pt`` of the group's models (the selection picks one of each)."""
-        return [path for model in self.models for path in cfl_run_files(cfl, self.language, architecture_slug(model), CFL_RUN_MODEL)]
+    def run_files(self, cfl: CflSettings, pattern: str) -> list[str]:
+        """``pattern`` (``CFL_RUN_MODEL``, ``CFL_RUN_CURVE``) of every grid run of the group's models."""
+        return [path for model in self.models for path in cfl_run_files(cfl, self.language, architecture_slug(model), pattern)]
+
+    def select_options(self, cfl: CflSettings) -> str:
+        """The ``--curves`` of ``stacklm cfl select``: one per model, its grid runs' curves."""
+        return " ".join(
+            shlex.join(["--curves", *cfl_run_files(cfl, self.language, architecture_slug(model), CFL_RUN_CURVE)]) for model in self.models
+        )
 
 
 def rule_name(language: str) -> str:
@@ -138,13 +147,14 @@ def run_groups(cfl: CflSettings, runs_per_job: int) -> list[CflRunGroup]:
     return groups
 
 
-def evaluation_groups(cfl: CflSettings, runs_per_job: int) -> list[CflEvaluationGroup]:
-    """Each language's models, ``runs_per_job`` to a group, in the order of ``cfl.models``; none
-    when it is 1 (the rule ``cfl_evaluate``, a job per model)."""
+def model_groups(cfl: CflSettings, runs_per_job: int) -> list[CflModelGroup]:
+    """Each language's models, ``runs_per_job`` to a group, in the order of ``cfl.models``, for
+    the selection and the evaluation; none when it is 1 (the rules ``cfl_select`` and
+    ``cfl_evaluate``, a job per model)."""
     if runs_per_job == 1:
         return []
     return [
-        CflEvaluationGroup(language, number, cfl.models[start : start + runs_per_job])
+        CflModelGroup(language, number, cfl.models[start : start + runs_per_job])
         for language in cfl.languages
         for number, start in enumerate(range(0, len(cfl.models), runs_per_job), start=1)
     ]

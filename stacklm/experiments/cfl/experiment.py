@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from stacklm.atomic import write_bytes_atomically
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.experiments.common import derived_seed, select_lowest
 from stacklm.models.cfl_names import CFL_MODELS
@@ -168,14 +168,18 @@ def select_run(curves: Sequence[pd.DataFrame]) -> int:
 
 
 def select_command(args: argparse.Namespace) -> int:
-    """``stacklm cfl select``: write the selected run's ``train.parquet`` rows to ``--out``."""
+    """``stacklm cfl select``: for each ``--curves`` (one model's runs), write the selected run's
+    ``train.parquet`` rows to its ``--out``."""
     import pandas as pd  # here, not at the top: the workflow's every lookup imports this module
 
-    curves = [pd.read_parquet(path) for path in args.curves]
-    best = select_run(curves)
-    buffer = io.BytesIO()
-    curves[best].to_parquet(buffer, index=False)
-    write_bytes_atomically(args.out, buffer.getvalue())
-    print(f"selected {args.curves[best]} of {len(curves)} runs (validation Δ {best_delta(curves[best]):.6f})")
+    if len(args.out) != len(args.curves):
+        raise UsageError(f"--out: {len(args.out)} given for {len(args.curves)} --curves: one per --curves, in the same order")
+    for paths, out in zip(args.curves, args.out):
+        curves = [pd.read_parquet(path) for path in paths]
+        best = select_run(curves)
+        buffer = io.BytesIO()
+        curves[best].to_parquet(buffer, index=False)
+        write_bytes_atomically(out, buffer.getvalue())
+        print(f"selected {paths[best]} of {len(curves)} runs (validation Δ {best_delta(curves[best]):.6f}) -> {out}")
     return 0
 

@@ -17,6 +17,7 @@ from stacklm.experiments.cfl.experiment import CflRun, CflSettings, best_delta, 
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.cfl.sampling import LengthSampler
+from stacklm.cli import main
 from stacklm.errors import StacklmError
 from stacklm.settings_file import build
 
@@ -148,3 +149,17 @@ def test_stacklm_cfl_select_writes_the_selected_curve_without_importing_torch(tm
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines()[-1] == "0 False"
     pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(paths[0]))
+
+
+def test_stacklm_cfl_select_makes_one_selection_per_curves_option(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = []
+    for index, run in enumerate([curve([1.0, 0.9], [0.5, 0.4]), curve([0.8, 0.85], [0.45, 0.3]), curve([0.6], [0.41])]):
+        paths.append(tmp_path / f"run{index}.parquet")
+        run.to_parquet(paths[-1], index=False)
+    outs = [tmp_path / "first.parquet", tmp_path / "second.parquet"]
+    arguments = ["cfl", "select", "--curves", str(paths[1]), str(paths[2]), "--curves", str(paths[0]), str(paths[1])]
+    assert main([*arguments, "--out", *map(str, outs)]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(outs[0]), pd.read_parquet(paths[2]))  # Δ 0.41 against 0.45
+    pd.testing.assert_frame_equal(pd.read_parquet(outs[1]), pd.read_parquet(paths[0]))  # Δ 0.4 against 0.45
+    assert main([*arguments, "--out", str(outs[0])]) == 2
+    assert "--out: 1 given for 2 --curves" in capsys.readouterr().err
