@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -179,6 +180,22 @@ def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[
     logging = re.findall(r"^(?:local)?rule cfl_train_actions:\n(?:.*\n)*?\s+output: (.*)$", output, flags=re.MULTILINE)
     assert sorted(path for outputs in logging for path in outputs.split(", ") if path.endswith("actions.parquet")) == sorted(cfl_dag.cfl_action_runs(cfl))
     print(f"\nsnakemake -n {cfl_dag.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")
+
+
+def test_each_grouped_cfl_job_trains_its_own_languages_runs(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    """A real run of two languages' groups: a rule made in the Snakefile's loop runs its shell line
+    after the loop has ended, so the line must name its own group's language, not the last one's."""
+    languages = ("marked-reversal", "dyck-2")
+    cfl = {"languages": list(languages), "models": ["cfl/LSTM", "cfl/NS"], "learning_rates": [0.01], "restarts": 1,
+           "vector_sizes": [2], "max_epochs": 1, "train_batches": 1, "validation_batches": 1}
+    directory = workflow_copy({"preset": "small", "cfl": cfl})
+    curves = [cfl_dag.CFL_RUN_CURVE.format(language=language, model=model, setting="lr0.01-r1") for language in languages for model in ("cfl-lstm", "cfl-ns")]
+    result = run_snakemake(directory, "--cores", "1", "--workflow-profile", "none", "--configfile", "test.yaml", "--", *curves)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "cfl_train_marked_reversal_group1" in output and "cfl_train_dyck_2_group1" in output
+    for path in curves:
+        assert set(pd.read_parquet(directory / path)["task"]) == {path.split("/")[3]}
 
 
 def test_a_test_set_is_generated_with_only_the_strings_per_length_that_are_scored(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:

@@ -87,6 +87,8 @@ use rule cfl_train as cfl_train_actions with:
 # x grid point; the runs of Figure 2's log in groups of their own) trains in one process, one run
 # after another. Each run keeps its own outputs, checkpoint and log (the paths above); the group's
 # log holds the process's own output.
+# Only the directives' values read `group`, when the rule is defined: a shell line runs later, when
+# the loop variable names the last group, so it takes the group's values through params.
 for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
 
     rule:
@@ -99,6 +101,7 @@ for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
             curve=group.paths(cfl_dag.CFL_RUN_CURVE),
             actions=group.paths(cfl_dag.CFL_RUN_ACTIONS) if group.actions else [],
         params:
+            language=group.language,
             runs=group.train_options,
             run_dirs=group.paths(cfl_dag.CFL_RUN_DIR),
             checkpoints=group.paths(cfl_dag.CFL_CHECKPOINT),
@@ -113,7 +116,7 @@ for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
         conda:
             CONDA_ENV
         shell:
-            "stacklm cfl train --language " + group.language + " {params.runs} --settings {input.settings}"
+            "stacklm cfl train --language {params.language} {params.runs} --settings {input.settings}"
             " --checkpoint {params.checkpoints} --out {params.run_dirs} {params.actions} --log {log.runs}"
             " --device {params.device} --threads {threads} > {log.job} 2>&1"
 
