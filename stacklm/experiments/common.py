@@ -12,10 +12,13 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, TextIO, TypeVar
 
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError, UsageError
+
+if TYPE_CHECKING:
+    from stacklm.training.loop import StopRequest
 
 FIGURE_EXTENSIONS: tuple[str, ...] = ("png", "pdf")  # every figure is written in both
 
@@ -114,6 +117,22 @@ def run_each(runs: Sequence[Run], work: Callable[[Run, TextIO | None], None], *,
                 failed.append(f"{run.label}: {error}")
     if failed:
         raise StacklmError(f"{len(failed)} of {len(runs)} runs failed; the others are written. " + "; ".join(failed))
+
+
+def train_each(runs: Sequence[Run], work: Callable[[Run, StopRequest, TextIO | None], None]) -> None:
+    """:func:`run_each` for training runs, ``work(run, stop_request, stream)``: a SIGTERM sets the
+    stop request, the run in training saves its state and stops (``TrainingInterrupted``, which
+    ends the command), and one that comes between two runs starts no other."""
+    from stacklm.training.loop import StopRequest, TrainingInterrupted  # torch: imported by the commands that train
+
+    stop_request = StopRequest()
+    stop_request.install()
+
+    def unless_stopped(number: int, run: Run) -> None:
+        if stop_request.reason is not None:
+            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(runs)} ({run.label}) started")
+
+    run_each(runs, lambda run, stream: work(run, stop_request, stream), before=unless_stopped, fatal=(TrainingInterrupted,))
 
 
 @contextlib.contextmanager

@@ -3,6 +3,8 @@ the loop of several runs in one process."""
 
 from __future__ import annotations
 
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -97,4 +99,23 @@ def test_before_may_stop_the_runs_before_the_next_starts(tmp_path: Path) -> None
 
     with pytest.raises(Interrupted, match=r"stopped before run 2 \(b\)"):
         shared.run_each([Planned(name, tmp_path / name, None) for name in "ab"], lambda run, stream: started.append(run.label), before=before)
+    assert started == ["a"]
+
+
+def test_a_sigterm_during_a_training_run_starts_no_other(tmp_path: Path) -> None:
+    from stacklm.training.loop import StopRequest, TrainingInterrupted
+
+    started: list[str] = []
+
+    def train(run: Planned, stop_request: StopRequest, stream: TextIO | None) -> None:
+        started.append(run.label)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run's own loop would save its state and raise; this one ends
+        assert stop_request.reason == "SIGTERM"
+
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(TrainingInterrupted, match=r"^SIGTERM before run 2 of 3 \(b\) started$"):
+            shared.train_each([Planned(name, tmp_path / name, None) for name in "abc"], train)
+    finally:
+        signal.signal(signal.SIGTERM, handler)
     assert started == ["a"]

@@ -56,14 +56,14 @@ from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.cfl.actions import ActionLog, actions_table, check_logged_run, logged_string
 from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, parse_setting, run_seeds
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
-from stacklm.experiments.common import per_run, run_each
+from stacklm.experiments.common import per_run, run_each, train_each
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.settings_file import read_settings
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
 from stacklm.training.config import TrainingSettings, cfl_train_config
-from stacklm.training.loop import StopRequest, TrainingInterrupted
+from stacklm.training.loop import StopRequest
 from stacklm.training.resumable import resumable_training
 from stacklm.training.run_files import choose_device, load_model, set_threads
 
@@ -135,15 +135,7 @@ def train_command(args: argparse.Namespace) -> int:
     training = settings.section("training", TrainingSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
-    stop_request = StopRequest()
-    stop_request.install()
-
-    def unless_stopped(number: int, run_plan: PlannedRun) -> None:
-        if stop_request.reason is not None:
-            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} ({run_plan.label}) started")
-
-    run_each(planned, lambda run_plan, stream: train_run(run_plan, cfl, training, device, stop_request, stream),
-             before=unless_stopped, fatal=(TrainingInterrupted,))
+    train_each(planned, lambda run_plan, stop_request, stream: train_run(run_plan, cfl, training, device, stop_request, stream))
     return 0
 
 

@@ -40,7 +40,7 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments, per_run, run_each
+from stacklm.experiments.common import add_resource_arguments, per_run, train_each
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.models.registry import build_model
 from stacklm.settings_file import build, read_json, read_settings
@@ -51,7 +51,7 @@ from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import curve_table, data_version, write_table
 from stacklm.tracking.runs import task_run_identity
 from stacklm.training.config import Hyperparameters, TrainingSettings
-from stacklm.training.loop import StopRequest, TrainingInterrupted
+from stacklm.training.loop import StopRequest
 from stacklm.training.resumable import resumable_training
 from stacklm.training.run_files import choose_device, read_splits, set_threads, split_paths, token_features
 
@@ -132,15 +132,7 @@ def run(args: argparse.Namespace) -> int:
         curve_sets=(curve_subset(splits["test"], evaluation.curve_examples), curve_subset(splits["generalization"], evaluation.curve_examples)),
         device=device,
     )
-    stop_request = StopRequest()
-    stop_request.install()
-
-    def unless_stopped(number: int, run_plan: PlannedRun) -> None:
-        if stop_request.reason is not None:
-            raise TrainingInterrupted(f"{stop_request.reason} before run {number} of {len(planned)} ({run_plan.label}) started")
-
-    run_each(planned, lambda run_plan, stream: train_run(args.phase, run_plan, shared, stop_request, stream),
-             before=unless_stopped, fatal=(TrainingInterrupted,))
+    train_each(planned, lambda run_plan, stop_request, stream: train_run(args.phase, run_plan, shared, stop_request, stream))
     return 0
 
 
