@@ -706,8 +706,10 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
       grad_replaced[row] = grads[row] * replaced_share[row];
-      // g·share/P, in this order: share/P overflows where P is subnormal
-      const T scaled_or_nan = grads[row] * popped_share[row] / popped_total[row];
+      // g·(share/P), or (g·share)/P where share/P overflows (P subnormal)
+      const T ratio = popped_share[row] / popped_total[row];
+      const T scaled_or_nan = ratio <= std::numeric_limits<T>::max() ? grads[row] * ratio
+                                                                      : grads[row] * popped_share[row] / popped_total[row];
       scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
     }
 #pragma omp simd
