@@ -60,6 +60,8 @@ def test_preset_merges_dicts_deeply_and_rejects_unknown_keys() -> None:
         (lambda s: s.setdefault("training", {}).__setitem__("parameter_budget", 0), r"training\.parameter_budget"),
         (lambda s: s.setdefault("training", {}).__setitem__("parameter_budget", -5), r"training\.parameter_budget"),
         (lambda s: s["report"].__setitem__("min_test_accuracy", 1.5), r"report\.min_test_accuracy"),
+        (lambda s: s["data"]["sizes"].__setitem__("test", 0), r"data\.sizes\.test"),  # no mean over no examples
+        (lambda s: s["data"]["sizes"].__setitem__("generalization", 0), r"data\.sizes\.generalization"),
     ],
 )
 def test_invalid_settings_name_the_key(config: dict[str, Any], change: Any, key: str) -> None:
