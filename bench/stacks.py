@@ -17,7 +17,9 @@ lengths}. "peak_mb" is, on CPU, the memory that autograd keeps for backward at t
 pass (distinct storages of every saved tensor, so tensors saved by several steps count once);
 on CUDA it is ``torch.cuda.max_memory_allocated`` of the whole step. Timings are the median
 of ``--repeats`` runs after one warm-up. Other processes on the machine make them noisy; the
-ratio is measured in the same process, moments apart. With more threads than free cores
+ratio is measured in the same process, moments apart; "cpu_ratio" is the ratio of the process's
+CPU times, which with ``--threads 1`` the other jobs' load leaves out (a descheduled thread
+accrues none; their cache and memory traffic still count). With more threads than free cores
 (other jobs running), every small operation waits for a descheduled thread and both timings
 grow many-fold, the stack's (hundreds of small operations per step) most.
 """
@@ -42,7 +44,8 @@ from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions
 
 @dataclass(frozen=True)
 class Measurement:
-    seconds: float
+    seconds: float  # wall clock
+    cpu_seconds: float  # this process's CPU time: with one thread, what other jobs' load does not add
     peak_mb: float
 
 
@@ -69,15 +72,15 @@ class SavedTensorMeter:
 
 
 def measure(run_forward: Callable[[], Tensor], device: torch.device, repeats: int) -> Measurement:
-    """Median seconds of forward + backward, and the memory kept for backward."""
-    times = []
+    """Median seconds (wall and CPU) of forward + backward, and the memory kept for backward."""
+    times, cpu_times = [], []
     peak_mb = 0.0
     for attempt in range(repeats + 1):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
         meter = SavedTensorMeter()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         with torch.autograd.graph.saved_tensors_hooks(meter.pack, lambda tensor: tensor):
             loss = run_forward()
         loss.backward()
@@ -88,7 +91,8 @@ def measure(run_forward: Callable[[], Tensor], device: torch.device, repeats: in
             peak_mb = meter.megabytes
         if attempt > 0:
             times.append(time.perf_counter() - start)
-    return Measurement(statistics.median(times), peak_mb)
+            cpu_times.append(time.process_time() - cpu_start)
+    return Measurement(statistics.median(times), statistics.median(cpu_times), peak_mb)
 
 
 def stack_forward(
@@ -177,6 +181,7 @@ def main() -> None:
                 "transformer_seconds": baseline.seconds,
                 "transformer_peak_mb": baseline.peak_mb,
                 "ratio": stacked.seconds / baseline.seconds,
+                "cpu_ratio": stacked.cpu_seconds / baseline.cpu_seconds,
                 "threads": arguments.threads,
                 "device": str(device),
             }
@@ -186,7 +191,7 @@ def main() -> None:
             else:
                 print(
                     f"{name:>16} n={steps:<4} {stacked.seconds:8.3f} s {result['tokens_per_second']:9.0f} tok/s "
-                    f"{stacked.peak_mb:8.1f} MB | transformer {baseline.seconds:7.3f} s | ratio {result['ratio']:6.2f}",
+                    f"{stacked.peak_mb:8.1f} MB | transformer {baseline.seconds:7.3f} s | ratio {result['ratio']:6.2f} (CPU time {result['cpu_ratio']:5.2f})",
                     flush=True,
                 )
         lengths = [result["n"] for result in results if result["stack"] == name]
