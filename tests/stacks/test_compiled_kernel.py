@@ -6,12 +6,15 @@ Every test asks for ``kernel="compiled"``, so a kernel that fails to build fails
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
 from torch import Tensor
 
 from tests.stacks.test_vector_nondeterministic import brute_force_readings, random_actions, superposition_as_dvpda
+from stacklm.stacks.kernels import compiled
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 
@@ -312,3 +315,19 @@ def test_incremental_states_without_gradients_equal_the_pytorch_dp() -> None:
     assert type(compiled.initial_state(4, actions.pop)).__name__ == "VectorNondeterministicState"  # with gradients
     for got, expected in zip(*readings):
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_freed_tables_stay_with_the_process_on_glibc() -> None:
+    """After ``keep_freed_memory`` a freed 64 MB block (past glibc's default mmap threshold) is
+    kept for the next allocation, where by default it is unmapped and faulted back in."""
+    statm = Path("/proc/self/statm")
+    if not statm.exists() or not compiled.keep_freed_memory():
+        pytest.skip("not Linux with glibc: the allocator is left as it is")
+
+    def resident_mb() -> float:
+        return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    block = torch.ones(16 * 2**20)  # 64 MB, every page touched
+    before_free = resident_mb()
+    del block
+    assert resident_mb() > before_free - 8

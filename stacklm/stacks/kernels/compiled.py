@@ -31,6 +31,8 @@ built library. :func:`load` raises if the build fails;
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import os
 from pathlib import Path
@@ -72,7 +74,8 @@ def build_directory() -> Path:
 
 
 def load() -> None:
-    """Build (once per source and compiler flags) and load the kernels; raises if it cannot."""
+    """Build (once per source and compiler flags) and load the kernels, and keep freed memory with
+    the process (:func:`keep_freed_memory`); raises if it cannot build."""
     global _loaded, _error
     if _loaded:
         return
@@ -95,7 +98,29 @@ def load() -> None:
     except Exception as error:  # the compiler's output is in the exception
         _error = error
         raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {error}") from error
+    keep_freed_memory()
     _loaded = True
+
+
+def keep_freed_memory() -> bool:
+    """glibc's allocator keeps freed blocks for the process rather than returning them to the OS.
+
+    By default a block of 32 MB or more (the dVPDA's tables for the backward at n ≥ 32, batch
+    32) is its own mmap, unmapped when freed and page-faulted back on the next call, and freed
+    heap memory is trimmed back: the kernel's time rose with what ran before it in the process
+    (``bench/stacks.py``). ``mallopt`` raises both thresholds; the process then keeps its peak
+    memory. False where the C library is not glibc (nothing changed).
+    """
+    name = ctypes.util.find_library("c")
+    try:
+        library = ctypes.CDLL(name) if name else None
+        mallopt = library.mallopt if library is not None else None
+    except (OSError, AttributeError):
+        return False
+    if mallopt is None:
+        return False
+    trim_threshold, mmap_threshold = -1, -3  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD of <malloc.h>
+    return bool(mallopt(mmap_threshold, 2**30)) and bool(mallopt(trim_threshold, 2**31 - 1))
 
 
 def available() -> tuple[bool, str]:
