@@ -105,16 +105,22 @@ struct Shape {
   int64_t width() const { return heads * head_width; }
   int64_t tiles() const { return (length + W - 1) / W; }  // T: positions in tiles of W
   int64_t padded() const { return tiles() * W; }
+  double scale() const { return 1.0 / std::sqrt(static_cast<double>(head_width)); }  // of the scores q·k
 };
 
 // One (b, h) pair's rows in the packed projection (or its gradient): q_i at queries + i · stride,
-// k_i and v_i d and 2d further.
+// k_i and v_i d and 2d further; its head's columns of the outputs (B, n, d) (or their gradient):
+// row i at output + i · width.
 struct Pair {
-  int64_t offset, stride, width;
+  int64_t offset, stride, width, output;
   Pair(const Shape& shape, int64_t pair)
       : offset(pair / shape.heads * shape.length * 3 * shape.width() + pair % shape.heads * shape.head_width),
         stride(3 * shape.width()),
-        width(shape.width()) {}
+        width(shape.width()),
+        output(pair / shape.heads * shape.length * shape.width() + pair % shape.heads * shape.head_width) {}
+  template <typename T> T* queries(T* packed) const { return packed + offset; }
+  template <typename T> T* keys(T* packed) const { return packed + offset + width; }
+  template <typename T> T* values(T* packed) const { return packed + offset + 2 * width; }
 };
 
 // The factors mask_ij / (1 − p) (0 or the scale) of keys j < rows in tile row W·tile_key …
@@ -158,10 +164,10 @@ void forward_pair(
   using Vector = typename Lanes<scalar_t>::type;
   const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
   const Pair heads(shape, pair);
-  const scalar_t* queries = projected + heads.offset;
-  const scalar_t* keys = queries + heads.width;
-  const scalar_t* values = queries + 2 * heads.width;
-  const scalar_t scale = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const scalar_t* queries = heads.queries(projected);
+  const scalar_t* keys = heads.keys(projected);
+  const scalar_t* values = heads.values(projected);
+  const scalar_t scale = static_cast<scalar_t>(shape.scale());
   const std::vector<scalar_t> queries_t = transposed(queries, heads.stride, n, padded, dh, scale);
   std::vector<scalar_t> scores(padded * W), factors(padded * W), attended(dh * W);
   scalar_t* pair_probabilities = probabilities + pair * n * padded;
@@ -194,7 +200,7 @@ void forward_pair(
     }
     rows_times_lanes(dh, values, int64_t(1), heads.stride, keys_seen, scores.data(), W, attended.data());
     for (int64_t l = 0; l < std::min(W, n - first); ++l) {
-      scalar_t* out_row = out + (pair / shape.heads * n + first + l) * heads.width + pair % shape.heads * dh;
+      scalar_t* out_row = out + heads.output + (first + l) * heads.width;
       for (int64_t c = 0; c < dh; ++c) out_row[c] = attended[c * W + l];
     }
   }
@@ -207,17 +213,17 @@ void backward_pair(
   using Vector = typename Lanes<scalar_t>::type;
   const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
   const Pair heads(shape, pair);
-  const scalar_t* queries = projected + heads.offset;
-  const scalar_t* keys = queries + heads.width;
-  const scalar_t* values = queries + 2 * heads.width;
-  const scalar_t* grad_outs = grad_out + pair / shape.heads * n * heads.width + pair % shape.heads * dh;  // dO_i at i · d
-  const scalar_t scale = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(dh)));
+  const scalar_t* queries = heads.queries(projected);
+  const scalar_t* keys = heads.keys(projected);
+  const scalar_t* values = heads.values(projected);
+  const scalar_t* grad_outs = grad_out + heads.output;  // dO_i at i · d
+  const scalar_t scale = static_cast<scalar_t>(shape.scale());
   const std::vector<scalar_t> grad_outs_t = transposed(grad_outs, heads.width, n, padded, dh, scalar_t(1));
   // Query-major [i][j] copies of P' and s · dS, for dk and dv.
   std::vector<scalar_t> kept_by_query(padded * padded, scalar_t(0)), grad_scores_by_query(padded * padded, scalar_t(0));
   std::vector<scalar_t> grads(padded * W), factors(padded * W), lanes(dh * W), value_lanes(dh * W);
   const scalar_t* pair_probabilities = probabilities + pair * n * padded;
-  scalar_t* grad_queries = grad_projected + heads.offset;
+  scalar_t* grad_queries = heads.queries(grad_projected);
   for (int64_t first = 0; first < n; first += W) {
     const int64_t keys_seen = std::min(n, first + W);
     rows_times_lanes(keys_seen, values, heads.stride, int64_t(1), dh, grad_outs_t.data() + first, padded, grads.data());  // dP'
@@ -247,8 +253,8 @@ void backward_pair(
     }
   }
   // Keys j in lanes, summing over the queries i ≥ j that see them.
-  scalar_t* grad_keys = grad_queries + heads.width;
-  scalar_t* grad_values = grad_queries + 2 * heads.width;
+  scalar_t* grad_keys = heads.keys(grad_projected);
+  scalar_t* grad_values = heads.values(grad_projected);
   for (int64_t first = 0; first < n; first += W) {
     const int64_t seen_by = n - first;
     const scalar_t* grad_scores = grad_scores_by_query.data() + first * padded + first;
