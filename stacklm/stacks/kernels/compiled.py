@@ -49,18 +49,30 @@ _loaded = False
 _error: BaseException | None = None
 
 
+AVX512 = ("avx512f", "avx512vl", "avx512dq", "avx512bw")
+
+
 def vector_flags() -> list[str]:
-    """-mavx2 -mfma where this CPU has them (8 floats per SIMD exp/log instead of 4), else none."""
+    """-mavx2 -mfma where this CPU has them (8 floats per SIMD exp/log instead of 4), else none;
+    with AVX-512 also its instructions on 256-bit vectors, for their 32 registers: the pop's
+    backward keeps nine sums, nine weights and six columns in flight, which spill from AVX2's 16
+    (dVPDA 5–6% faster at n = 32, same results; 512-bit vectors were 7–10% slower on this AMD EPYC)."""
     try:
         cpu_flags = set(Path("/proc/cpuinfo").read_text().split())
     except OSError:
         return []
-    return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= cpu_flags else []
+    if not {"avx2", "fma"} <= cpu_flags:
+        return []
+    flags = ["-mavx2", "-mfma"]
+    if set(AVX512) <= cpu_flags:
+        flags += [f"-m{name}" for name in AVX512] + ["-mprefer-vector-width=256"]
+    return flags
 
 
 def extension_name() -> str:
     """One build per instruction set, so a cache shared by different machines never runs the wrong one."""
-    return NAME + ("_avx2" if vector_flags() else "")
+    flags = vector_flags()
+    return NAME + ("_avx512vl" if "-mavx512vl" in flags else "_avx2" if flags else "")
 
 
 def build_directory() -> Path:
