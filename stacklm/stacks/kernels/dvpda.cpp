@@ -33,7 +33,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -68,6 +70,39 @@ inline T log_add(T a, T b) {
   T low = std::min(a, b);
   return high + std::log1p(std::exp(low - high));
 }
+
+// x = mantissa · 2^exponent with mantissa ∈ [0.5, 1) for x > 0 (subnormals too), by the bits of
+// x, so that a loop of them vectorizes: log x = log mantissa + exponent · ln 2 without a log.
+// The mantissa is undefined for x = 0.
+template <typename T>
+struct Exponent;
+
+template <>
+struct Exponent<float> {
+  using Bits = uint32_t;
+  static constexpr int mantissa_bits = 23, bias = 126, subnormal_shift = 24;
+  static constexpr Bits mantissa_mask = 0x007FFFFFu, half = 0x3F000000u;
+};
+
+template <>
+struct Exponent<double> {
+  using Bits = uint64_t;
+  static constexpr int mantissa_bits = 52, bias = 1022, subnormal_shift = 54;
+  static constexpr Bits mantissa_mask = 0x000FFFFFFFFFFFFFull, half = 0x3FE0000000000000ull;
+};
+
+template <typename T>
+inline T split_exponent(T x, T& exponent) {
+  using E = Exponent<T>;
+  const bool subnormal = x < std::numeric_limits<T>::min();
+  const T scaled = subnormal ? x * T(typename E::Bits(1) << E::subnormal_shift) : x;
+  const auto bits = std::bit_cast<typename E::Bits>(scaled);
+  exponent = T(static_cast<int64_t>(bits >> E::mantissa_bits) - E::bias - (subnormal ? E::subnormal_shift : 0));
+  return std::bit_cast<T>((bits & E::mantissa_mask) | E::half);
+}
+
+template <typename T>
+constexpr T LN2 = T(0.693147180559945309417232121458176568);
 
 // The products below are sums of a few weighted columns. Bound by stores, they add up to four
 // columns per pass over the output (one store per four multiply-adds); columns of weight 0
@@ -545,20 +580,30 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     const T* weight = weights.data();
     const T replaced_offset = s.right_offset[target];
     const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
-    // Offsets, ρ and L are finite; log 0 = −∞ marks an empty sum. The terms' weights are
-    // taken relative to the largest term (not to the rounded log-sum) for the backward.
+    // Offsets, ρ and L are finite; a total of 0 marks an empty sum (−∞). Each term is its
+    // total's mantissa times exp of its log scale (offsets and the total's exponent), taken
+    // relative to the larger scale: one exp and one log per row, where a log of each total and
+    // of their sum took three logs and two exps. The terms' weights are taken relative to the
+    // largest term (not to the rounded log-sum) for the backward.
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
-      T replaced = std::log(replaced_total[row]) + rho[row] + replaced_offset;
-      T popped_log = std::log(popped_total[row]) + popped_offset - weight[row];
-      T popped = weight[row] == NEG<T> ? NEG<T> : popped_log;
-      T high = replaced > popped ? replaced : popped;
-      T base = high == NEG<T> ? T(0) : high;
-      T replaced_term = std::exp(replaced - base), popped_term = std::exp(popped - base);
-      T sum = replaced_term + popped_term;
+      T replaced_exponent, popped_exponent;
+      const T replaced_mantissa = split_exponent(replaced_total[row], replaced_exponent);
+      const T popped_mantissa = split_exponent(popped_total[row], popped_exponent);
+      const T replaced_scale = rho[row] + replaced_offset + replaced_exponent * LN2<T>;
+      const T popped_scale = popped_offset - weight[row] + popped_exponent * LN2<T>;
+      const T replaced = replaced_total[row] > 0 ? replaced_scale : NEG<T>;
+      const T popped = popped_total[row] > 0 && weight[row] != NEG<T> ? popped_scale : NEG<T>;
+      const bool replaced_high = replaced >= popped;
+      const T high = replaced_high ? replaced : popped, low = replaced_high ? popped : replaced;
+      const T base = high == NEG<T> ? T(0) : high;
+      const T smaller = std::exp(low - base);  // exp(−∞) = 0 where a term, or both, are −∞
+      const T replaced_term = replaced == NEG<T> ? T(0) : replaced_high ? replaced_mantissa : replaced_mantissa * smaller;
+      const T popped_term = popped == NEG<T> ? T(0) : replaced_high ? popped_mantissa * smaller : popped_mantissa;
+      const T sum = replaced_term + popped_term;
       out[row] = base + std::log(sum);
-      T inverse_or_inf = T(1) / sum;
-      T inverse = sum > 0 ? inverse_or_inf : T(0);
+      const T inverse_or_inf = T(1) / sum;
+      const T inverse = sum > 0 ? inverse_or_inf : T(0);
       replaced_share[row] = replaced_term * inverse;
       popped_share[row] = popped_term * inverse;
     }
