@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 // glibc's vector math library (libmvec) has SIMD versions of exp and log; declaring them lets
@@ -103,6 +104,27 @@ inline T split_exponent(T x, T& exponent) {
 
 template <typename T>
 constexpr T LN2 = T(0.693147180559945309417232121458176568);
+
+// exp(x), or 0 where that is below the smallest normal number. glibc's vector exp (libmvec)
+// computes every lane below about −87.3 (float) or −708.4 (double), −∞ included, with the
+// scalar exp, lane by lane: about 20 times the time of a vector lane, and the DP's terms
+// below their maximum are often that small. So a lane below `floor` is computed at `floor`
+// and multiplied by 0. `floor` comes from exp_floor(), hidden from the optimizer: with a
+// constant, GCC folds exp(floor) and computes exp(x) on every lane again; the two tests on x
+// are written differently for the same reason (GCC merges x >= floor ? exp(max(x, floor)) : 0
+// into exp(x)). x − floor ≥ 0 exactly where x ≥ floor (gradual underflow).
+template <typename T>
+inline T exp_flushed(T x, T floor) {
+  const T keep = x - floor >= 0 ? T(1) : T(0);
+  return std::exp(x >= floor ? x : floor) * keep;
+}
+
+template <typename T>
+inline T exp_floor() {
+  T floor = std::is_same_v<T, float> ? T(-87) : T(-708);
+  asm("" : "+m"(floor));
+  return floor;
+}
 
 // The products below are sums of a few weighted columns. Bound by stores, they add up to four
 // columns per pass over the output (one store per four multiply-adds); columns of weight 0
@@ -224,7 +246,7 @@ struct PopTables {
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename T>
 struct Step {
-  std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, pop_offset, pushed_offset, dots;
+  std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, mantissas, pop_offset, pushed_offset, dots;
   std::vector<T> column_high, column_sums;            // scratch of exp_columns
   std::vector<T> padding;                             // POP_BLOCK rows the pop's padded blocks write to
   std::vector<T> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
@@ -246,11 +268,12 @@ void exp_columns(int64_t rows, int64_t columns, T* __restrict values, T* __restr
     high[j] = high[j] == NEG<T> ? T(0) : high[j];
     sums[j] = 0;
   }
+  const T floor = exp_floor<T>();
   for (int64_t c = 0; c < rows; ++c) {
     T* __restrict row = values + c * columns;
 #pragma omp simd
     for (int64_t j = 0; j < columns; ++j) {
-      row[j] = std::exp(row[j] - high[j]);
+      row[j] = exp_flushed(row[j] - high[j], floor);
       sums[j] += row[j];
     }
   }
@@ -277,6 +300,7 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
   }
   for (int64_t row = 0; row < R; ++row) s.rho[row] = s.rho[row] == NEG<T> ? T(0) : s.rho[row];
   s.ghat.assign(N * R, T(0));
+  const T floor = exp_floor<T>();
   for (int64_t c = 0; c < N; ++c) {
     const T column_shift = shift[c];
     if (column_shift == NEG<T>) continue;
@@ -284,7 +308,7 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
     T* __restrict out = s.ghat.data() + c * R;
     const T* __restrict rho = s.rho.data();
 #pragma omp simd
-    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] - column_shift - rho[row]);
+    for (int64_t row = 0; row < R; ++row) out[row] = exp_flushed(column[row] - column_shift - rho[row], floor);
   }
   // R̂ = exp(log α[t−1] + [Δ^R | Δ⁻] − offset), offset the exact log-sum of each column.
   s.rhat.resize(N * J);
@@ -338,18 +362,27 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), KN = (t - 1) * N;
   s.weights.resize(Q * KN);
   s.shifts.resize(KN);
+  s.mantissas.resize(KN);
   s.pop_offset.assign(S * Q, NEG<T>);
   std::vector<T> high(S), sum(S);
+  const T floor = exp_floor<T>();
   for (int64_t r = 0; r < Q; ++r) {
     T* weight = s.weights.data() + r * KN;
     T* shift = s.shifts.data();
-    // log α[k][u,y] + γ'_t[k][(u,y), r]; γ' is row m + N + k·N + b of product column N + r.
+    T* mantissa = s.mantissas.data();
+    // log α[k][u,y] + γ'_t[k][(u,y), r] = log mantissa + weight, γ' from the real total of row
+    // m + N + k·N + b of product column N + r as mantissa · 2^exponent (as in forward_step):
+    // ŵ = mantissa · exp(weight − max weight), one exp and no log.
     const T* total = s.total.data() + (N + r) * R + m + N;
     const T* rho = s.rho.data() + m + N;
     const T offset = s.right_offset[N + r];
 #pragma omp simd
-    for (int64_t index = 0; index < KN; ++index)
-      weight[index] = alpha[index] + (std::log(total[index]) + rho[index] + offset);
+    for (int64_t index = 0; index < KN; ++index) {
+      T exponent;
+      mantissa[index] = split_exponent(total[index], exponent);
+      const T scale = alpha[index] + (exponent * LN2<T> + rho[index] + offset);
+      weight[index] = total[index] > 0 ? scale : NEG<T>;
+    }
     std::fill(high.begin(), high.end(), NEG<T>);
     for (int64_t index = 0; index < KN; index += S)
       for (int64_t y = 0; y < S; ++y) high[y] = std::max(high[y], weight[index + y]);
@@ -357,7 +390,8 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
     for (int64_t index = 0; index < KN; index += S)
       for (int64_t y = 0; y < S; ++y) shift[index + y] = high[y];
 #pragma omp simd
-    for (int64_t index = 0; index < KN; ++index) weight[index] = std::exp(weight[index] - shift[index]);
+    for (int64_t index = 0; index < KN; ++index)
+      weight[index] = mantissa[index] * exp_flushed(weight[index] - shift[index], floor);
     std::fill(sum.begin(), sum.end(), T(0));
     for (int64_t index = 0; index < KN; index += S)
       for (int64_t y = 0; y < S; ++y) sum[y] += weight[index + y];
@@ -523,6 +557,7 @@ void make_shares(const Sizes& z, int64_t t, const T* gamma, const T* alpha, cons
                  T* shares) {
   const int64_t N = z.configs, R = z.rows(t);
   const T* weight = weights.data();
+  const T floor = exp_floor<T>();
   for (int64_t c = 0; c < N; ++c) {
     T shift = alpha[t * N + c];
     const T* column = gamma + z.offset(t) + c * R;
@@ -533,7 +568,7 @@ void make_shares(const Sizes& z, int64_t t, const T* gamma, const T* alpha, cons
     }
     // log γ and log α(row) are never +∞, so a −∞ in either gives exp(−∞) = 0.
 #pragma omp simd
-    for (int64_t row = 0; row < R; ++row) out[row] = std::exp(column[row] + weight[row] - shift);
+    for (int64_t row = 0; row < R; ++row) out[row] = exp_flushed(column[row] + weight[row] - shift, floor);
   }
 }
 
@@ -569,6 +604,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     pop_forward(z, t, shares, s, pop_total);
   }
   T* column = gamma + z.offset(t);
+  const T floor = exp_floor<T>();
   for (int64_t target = 0; target < N; ++target) {
     const int64_t r = target / S, y = target % S;
     T* out = column + target * Rt;
@@ -597,18 +633,24 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       const bool replaced_high = replaced >= popped;
       const T high = replaced_high ? replaced : popped, low = replaced_high ? popped : replaced;
       const T base = high == NEG<T> ? T(0) : high;
-      const T smaller = std::exp(low - base);  // exp(−∞) = 0 where a term, or both, are −∞
+      const T smaller = exp_flushed(low - base, floor);  // 0 where a term, or both, are −∞
       const T replaced_term = replaced == NEG<T> ? T(0) : replaced_high ? replaced_mantissa : replaced_mantissa * smaller;
       const T popped_term = popped == NEG<T> ? T(0) : replaced_high ? popped_mantissa * smaller : popped_mantissa;
-      const T sum = replaced_term + popped_term;
-      out[row] = base + std::log(sum);
+      const T sum = replaced_term + popped_term;  // 0, or at least the larger mantissa, 0.5
+      const T log_sum = std::log(sum >= T(0.5) ? sum : T(1));  // no log 0: the vector log's scalar path
+      out[row] = sum > 0 ? base + log_sum : NEG<T>;
       const T inverse_or_inf = T(1) / sum;
       const T inverse = sum > 0 ? inverse_or_inf : T(0);
       replaced_share[row] = replaced_term * inverse;
       popped_share[row] = popped_term * inverse;
     }
 #pragma omp simd
-    for (int64_t row = R2; row < R; ++row) out[row] = std::log(replaced_total[row]) + rho[row] + replaced_offset;
+    for (int64_t row = R2; row < R; ++row) {
+      T exponent;
+      const T mantissa = split_exponent(replaced_total[row], exponent);
+      const T replaced = std::log(mantissa) + (exponent * LN2<T> + rho[row] + replaced_offset);
+      out[row] = replaced_total[row] > 0 ? replaced : NEG<T>;
+    }
     for (int64_t row = 0; row < m; ++row) out[row] = log_add(out[row], step_pushed[row] + s.pushed_offset[target]);
     for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
   }
@@ -629,7 +671,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int64_t row = m; row < Rt; ++row) {
-      T term = std::exp(weight[row] + values[row] - high);
+      T term = exp_flushed(weight[row] + values[row] - high, floor);
       share[row] = term;
       sum += term;
     }
