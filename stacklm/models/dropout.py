@@ -67,6 +67,30 @@ class _DropoutAdd(torch.autograd.Function):
         return grad, torch.ops.stacklm_dropout.dropout(grad.contiguous(), ctx.p, ctx.key), None, None
 
 
+class _DropoutAddNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, residual: Tensor | None, x: Tensor, weight: Tensor, bias: Tensor, eps: float, p: float, key: int
+    ) -> tuple[Tensor, Tensor]:
+        total, normed, mean, rstd, keep = torch.ops.stacklm_dropout.dropout_add_norm(residual, x, weight, bias, eps, p, key)
+        ctx.save_for_backward(total, weight, mean, rstd, keep)
+        ctx.p, ctx.has_residual = p, residual is not None
+        ctx.set_materialize_grads(False)
+        return total, normed
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: Tensor | None, grad_normed: Tensor | None) -> tuple[Tensor | None, ...]:
+        total, weight, mean, rstd, keep = ctx.saved_tensors
+        if grad_normed is None:
+            grad_normed = torch.zeros_like(total)
+        if grad_total is not None:
+            grad_total = grad_total.contiguous()
+        grad_sum, grad_x, grad_weight, grad_bias = torch.ops.stacklm_dropout.dropout_add_norm_backward(
+            grad_total, grad_normed.contiguous(), total, weight, mean, rstd, keep, ctx.p
+        )
+        return grad_sum if ctx.has_residual else None, grad_x, grad_weight, grad_bias, None, None, None
+
+
 class _ReLUDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, p: float, key: int) -> Tensor:
@@ -99,6 +123,20 @@ def dropout_add(residual: Tensor, x: Tensor, p: float, training: bool) -> Tensor
     return _DropoutAdd.apply(residual.contiguous(), x.contiguous(), p, draw_key())
 
 
+def dropout_add_norm(residual: Tensor | None, x: Tensor, norm: nn.LayerNorm, p: float, training: bool) -> tuple[Tensor, Tensor]:
+    """(s, norm(s)) for s = residual + Dropout(x), or s = Dropout(x) without a residual: the mask that
+    ``dropout_add`` (``dropout``) would draw, and on the kernel the layer norm (over the last
+    dimension) in the same call, its backward in one call too, the mask kept as bytes."""
+    fused = training and p > 0 and uses_kernel(x) and norm.weight is not None and norm.bias is not None and norm.weight.dtype == x.dtype
+    if not fused:
+        total = dropout(x, p, training) if residual is None else dropout_add(residual, x, p, training)
+        return total, norm(total)
+    if norm.normalized_shape != (x.size(-1),):
+        raise ValueError(f"dropout_add_norm: a layer norm over the last dimension ({x.size(-1)}), not {norm.normalized_shape}")
+    residual = None if residual is None else residual.contiguous()
+    return _DropoutAddNorm.apply(residual, x.contiguous(), norm.weight.contiguous(), norm.bias.contiguous(), norm.eps, p, draw_key())
+
+
 def relu_dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Dropout(ReLU(x)) in one pass, the mask that ``dropout(torch.relu(x), p, training)`` would draw;
     its backward reads the output (> 0 where the gradient passes), not the mask."""
@@ -110,7 +148,8 @@ def relu_dropout(x: Tensor, p: float, training: bool) -> Tensor:
 
 
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` on the kernel above; ``add`` fuses a residual connection."""
+    """``nn.Dropout`` on the kernel above; ``add`` fuses a residual connection, ``add_norm`` and ``norm``
+    the layer norm after it too."""
 
     def forward(self, x: Tensor) -> Tensor:
         return dropout(x, self.p, self.training)
@@ -118,6 +157,14 @@ class Dropout(nn.Dropout):
     def add(self, residual: Tensor, x: Tensor) -> Tensor:
         """residual + self(x)."""
         return dropout_add(residual, x, self.p, self.training)
+
+    def add_norm(self, residual: Tensor, x: Tensor, norm: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+        """(s, norm(s)) for s = residual + self(x) (:func:`dropout_add_norm`)."""
+        return dropout_add_norm(residual, x, norm, self.p, self.training)
+
+    def norm(self, x: Tensor, norm: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+        """(s, norm(s)) for s = self(x) (:func:`dropout_add_norm`)."""
+        return dropout_add_norm(None, x, norm, self.p, self.training)
 
 
 class ReLUDropout(Dropout):

@@ -209,9 +209,13 @@ class Block(nn.Module):
         # Reference: the FFN of a standard layer is U(−0.1, 0.1), of a stack layer Xavier.
         self.xavier_feedforward = spec is not None or config.reference.initialization == "paper"
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.dropout.add(x, self.sublayer(self.sublayer_norm(x)))  # x + Dropout(Sublayer(LN(x)))
-        return self.dropout.add(x, self.feedforward(self.feedforward_norm(x)))
+    def forward(self, x: Tensor, normed: Tensor, next_norm: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+        """x (B, n, d) and LN(x) by ``sublayer_norm`` → the layer's output and ``next_norm`` of it.
+
+        x ← x + Dropout(Sublayer(LN(x))), then x ← x + Dropout(FFN(LN(x))): each add in one call
+        with the layer norm that reads its sum (the FFN's, then the next layer's or the final one)."""
+        x, normed = self.dropout.add_norm(x, self.sublayer(normed), self.feedforward_norm)
+        return self.dropout.add_norm(x, self.feedforward(normed), next_norm)
 
     def step(self, x: Tensor, cache: Any) -> tuple[Tensor, Any]:
         sublayer_output, cache = self.sublayer.step(self.sublayer_norm(x), cache)
@@ -238,21 +242,27 @@ class Transformer(LanguageModel):
         self.blocks = Layers(Block(config, spec) for spec in config.layers)
         self.final_norm = nn.LayerNorm(config.width)
 
-    def _embed(self, tokens: Tensor, first_position: int) -> Tensor:
+    def _encode(self, tokens: Tensor, first_position: int) -> Tensor:
         """√d · Ẽ_w + PE for tokens (B, n) at positions first_position …: (B, n, d)."""
         positions = torch.arange(first_position, first_position + tokens.size(1), device=tokens.device)
         encoding = sinusoidal_encoding(positions, self.config.width).to(self.embedding.token_weight.dtype)  # (n, d)
-        return self.input_dropout(self.embedding(tokens) * math.sqrt(self.config.width) + encoding)
+        return self.embedding(tokens) * math.sqrt(self.config.width) + encoding
+
+    def _embed(self, tokens: Tensor, first_position: int) -> Tensor:
+        """Dropout(√d · Ẽ_w + PE): (B, n, d)."""
+        return self.input_dropout(self._encode(tokens, first_position))
 
     def _logits(self, x: Tensor) -> Tensor:
         return self.embedding.logits(self.final_norm(x), self.vocabulary_size)
 
     def forward(self, tokens: Tensor) -> Tensor:
         bos = tokens.new_full((tokens.size(0), 1), self.bos_index)
-        x = self._embed(torch.cat([bos, tokens], dim=1), 0)  # (B, n + 1, d)
-        for block in self.blocks:
-            x = block(x)
-        return self._logits(x)  # (B, n + 1, V)
+        # x = Dropout(√d · Ẽ_w + PE) (B, n + 1, d), and its norm by the first layer's sublayer_norm.
+        x, normed = self.input_dropout.norm(self._encode(torch.cat([bos, tokens], dim=1), 0), self.blocks[0].sublayer_norm)
+        next_norms = [block.sublayer_norm for block in self.blocks][1:] + [self.final_norm]
+        for block, next_norm in zip(self.blocks, next_norms):
+            x, normed = block(x, normed, next_norm)
+        return self.embedding.logits(normed, self.vocabulary_size)  # (B, n + 1, V)
 
     def initial_state(self, batch_size: int) -> TransformerState:
         like = self.embedding.token_weight

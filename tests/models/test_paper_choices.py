@@ -397,12 +397,18 @@ def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     model.train()
     calls: dict[str, list[Tensor]] = {"input": [], "residual": [], "hidden": []}
     model.blocks[0].register_forward_pre_hook(lambda module, args: calls["input"].append(args[0]))
-    add = Dropout.add
-    monkeypatch.setattr(Dropout, "add", lambda module, residual, x: calls["residual"].append(x) or add(module, residual, x))
+    add_norm = Dropout.add_norm
+    sums: list[tuple[nn.LayerNorm, Tensor, Tensor]] = []  # each residual sum, with the norm read from it
+
+    def recording_add_norm(module: Dropout, residual: Tensor, x: Tensor, norm: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+        calls["residual"].append(x)
+        total, normed = add_norm(module, residual, x, norm)
+        sums.append((norm, total, normed))
+        return total, normed
+
+    monkeypatch.setattr(Dropout, "add_norm", recording_add_norm)
     for block in model.blocks:
         block.feedforward.dropout.register_forward_hook(lambda module, args, output: calls["hidden"].append(output))
-    final: list[Tensor] = []
-    model.final_norm.register_forward_hook(lambda module, args, output: final.append(output))
     rates: list[float] = []
 
     def recording(input: Tensor, p: float, training: bool) -> Tensor:  # the attention probabilities' dropout
@@ -422,7 +428,10 @@ def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(calls["hidden"]) == 5 and all(h.size(-1) == 32 and bool((h >= 0).all()) for h in calls["hidden"])  # Dropout(ReLU(W_1 x))
     assert all(isinstance(block.feedforward.dropout, ReLUDropout) and block.feedforward.dropout.p == 0.5 for block in model.blocks)
     assert rates == [0.5] * 4  # the four attention layers' probabilities (the stack layer has none)
-    torch.testing.assert_close(logits, final[0] @ model.embedding.matrix()[:V].T, rtol=0, atol=0)  # no dropout before the output
+    final_norm, total, normed = sums[-1]  # the last sublayer's sum, read by the final norm alone
+    assert final_norm is model.final_norm
+    torch.testing.assert_close(normed, model.final_norm(total))
+    torch.testing.assert_close(logits, normed @ model.embedding.matrix()[:V].T, rtol=0, atol=0)  # no dropout before the output
 
 
 def test_recurrent_dropout_positions() -> None:

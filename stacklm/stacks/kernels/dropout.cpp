@@ -18,12 +18,16 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <tuple>
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -135,11 +139,12 @@ using stacklm_dropout::threshold;
 enum class Mode { plain, add, relu };
 
 // out[i] = input[i] · mask_i / (1 − p), plus residual[i] (add), or with max(input[i], 0) (relu),
-// for the elements of one block; residual is read only by add.
+// for the elements of one block; residual is read only by add, keep (mask_i as 0 or 1) written
+// where it is given.
 template <Mode mode, typename scalar_t>
 void apply_block(
     int64_t block, uint64_t seed, int32_t signed_cut, scalar_t scale, const scalar_t* __restrict input,
-    const scalar_t* __restrict residual, scalar_t* __restrict out, int64_t count) {
+    const scalar_t* __restrict residual, scalar_t* __restrict out, uint8_t* __restrict keep, int64_t count) {
   uint32_t words[BLOCK];
   scalar_t factors[BLOCK];
   philox_block(static_cast<uint64_t>(block) * LANES, seed, words);
@@ -152,10 +157,13 @@ void apply_block(
   } else {
     for (int64_t j = 0; j < count; ++j) out[j] = input[j] * factors[j];
   }
+  if (keep != nullptr) {
+    for (int64_t j = 0; j < count; ++j) keep[j] = factors[j] != scalar_t(0);
+  }
 }
 
 template <Mode mode, typename scalar_t>
-void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64_t size, double p, uint64_t seed) {
+void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64_t size, double p, uint64_t seed, uint8_t* keep = nullptr) {
   const int32_t signed_cut = static_cast<int32_t>(threshold(p) ^ SIGN);
   const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
   at::parallel_for(0, (size + BLOCK - 1) / BLOCK, 256, [&](int64_t begin, int64_t end) {
@@ -163,7 +171,7 @@ void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64
       const int64_t start = block * BLOCK;
       apply_block<mode, scalar_t>(
           block, seed, signed_cut, scale, input + start, residual == nullptr ? nullptr : residual + start, out + start,
-          std::min(BLOCK, size - start));
+          keep == nullptr ? nullptr : keep + start, std::min(BLOCK, size - start));
     }
   });
 }
@@ -224,6 +232,132 @@ at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& outpu
   return grad_input;
 }
 
+// Layer norm of each row of x (rows × width): normed = (x − μ)·ρ·weight + bias, ρ = 1/√(σ² + eps), μ
+// and σ² the row's mean and (biased) variance, kept for the backward.
+template <typename scalar_t>
+void normalize_rows(
+    const scalar_t* __restrict x, const scalar_t* __restrict weight, const scalar_t* __restrict bias, scalar_t* __restrict normed,
+    scalar_t* __restrict mean, scalar_t* __restrict rstd, int64_t rows, int64_t width, double eps) {
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const scalar_t* in = x + row * width;
+      scalar_t* out = normed + row * width;
+      scalar_t total = 0;
+#pragma omp simd reduction(+ : total)
+      for (int64_t j = 0; j < width; ++j) total += in[j];
+      const scalar_t mu = total / static_cast<scalar_t>(width);
+      scalar_t squares = 0;
+#pragma omp simd reduction(+ : squares)
+      for (int64_t j = 0; j < width; ++j) squares += (in[j] - mu) * (in[j] - mu);
+      const scalar_t rho = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(squares) / static_cast<double>(width) + eps));
+      mean[row] = mu;
+      rstd[row] = rho;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) out[j] = (in[j] - mu) * rho * weight[j] + bias[j];
+    }
+  });
+}
+
+// s = residual + Dropout(input) (Dropout(input) without a residual) and LN(s) over the last
+// dimension: (s, LN(s), μ, ρ, keep), keep the mask as 0/1 bytes (the mask of dropout_add).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm(
+    const std::optional<at::Tensor>& residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+    double p, int64_t seed) {
+  TORCH_CHECK(input.is_cpu() && input.is_contiguous() && input.dim() >= 1, "dropout_add_norm: a contiguous CPU tensor");
+  TORCH_CHECK(!residual.has_value() || (residual->is_contiguous() && residual->sizes() == input.sizes() && residual->scalar_type() == input.scalar_type()),
+              "dropout_add_norm: the residual must be contiguous, of the input's shape and dtype");
+  const int64_t width = input.size(-1);
+  TORCH_CHECK(weight.is_contiguous() && bias.is_contiguous() && weight.numel() == width && bias.numel() == width &&
+                  weight.scalar_type() == input.scalar_type() && bias.scalar_type() == input.scalar_type(),
+              "dropout_add_norm: weight and bias of the last dimension's size and the input's dtype");
+  TORCH_CHECK(p >= 0 && p < 1, "dropout_add_norm: p must lie in [0, 1)");
+  const int64_t rows = width == 0 ? 0 : input.numel() / width;
+  at::Tensor total = at::empty_like(input), normed = at::empty_like(input);
+  at::Tensor mean = at::empty({rows}, input.options()), rstd = at::empty({rows}, input.options());
+  at::Tensor keep = at::empty(input.sizes(), input.options().dtype(at::kByte));
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout_add_norm", [&] {
+    scalar_t* total_data = total.data_ptr<scalar_t>();
+    if (residual.has_value()) {
+      apply<Mode::add, scalar_t>(
+          input.data_ptr<scalar_t>(), residual->data_ptr<scalar_t>(), total_data, input.numel(), p, static_cast<uint64_t>(seed),
+          keep.data_ptr<uint8_t>());
+    } else {
+      apply<Mode::plain, scalar_t>(input.data_ptr<scalar_t>(), nullptr, total_data, input.numel(), p, static_cast<uint64_t>(seed), keep.data_ptr<uint8_t>());
+    }
+    normalize_rows<scalar_t>(
+        total_data, weight.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), normed.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(),
+        rstd.data_ptr<scalar_t>(), rows, width, eps);
+  });
+  return {total, normed, mean, rstd, keep};
+}
+
+// The backward of dropout_add_norm for rows begin … end − 1, adding Σ dLN · x̂ and Σ dLN into grad_weight and grad_bias:
+//   dx̂ = dLN · weight,   ds = ρ (dx̂ − mean(dx̂) − x̂ · mean(dx̂ · x̂)) + (the gradient of s),   x̂ = (s − μ) ρ,
+//   d residual = ds,   d input = ds · mask / (1 − p),   d weight = Σ_rows dLN · x̂,   d bias = Σ_rows dLN.
+template <typename scalar_t>
+void norm_backward_rows(
+    int64_t begin, int64_t end, int64_t width, const scalar_t* grad_total, const scalar_t* grad_normed, const scalar_t* total,
+    const scalar_t* __restrict weight, const scalar_t* mean, const scalar_t* rstd, const uint8_t* keep, scalar_t scale,
+    scalar_t* grad_sum, scalar_t* grad_input, scalar_t* __restrict grad_weight, scalar_t* __restrict grad_bias) {
+  const scalar_t inverse_width = scalar_t(1) / static_cast<scalar_t>(width);
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t offset = row * width;
+    const scalar_t* __restrict s = total + offset;
+    const scalar_t* __restrict g = grad_normed + offset;
+    const scalar_t mu = mean[row], rho = rstd[row];
+    scalar_t grad_mean = 0, grad_dot = 0;
+#pragma omp simd reduction(+ : grad_mean, grad_dot)
+    for (int64_t j = 0; j < width; ++j) {
+      const scalar_t normalized = (s[j] - mu) * rho, grad_normalized = g[j] * weight[j];
+      grad_mean += grad_normalized;
+      grad_dot += grad_normalized * normalized;
+      grad_weight[j] += g[j] * normalized;
+      grad_bias[j] += g[j];
+    }
+    grad_mean *= inverse_width;
+    grad_dot *= inverse_width;
+    scalar_t* __restrict out_sum = grad_sum + offset;
+    scalar_t* __restrict out_input = grad_input + offset;
+    const uint8_t* __restrict kept = keep + offset;
+    const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + offset;
+#pragma omp simd
+    for (int64_t j = 0; j < width; ++j) {
+      const scalar_t value = rho * (g[j] * weight[j] - grad_mean - (s[j] - mu) * rho * grad_dot) + (incoming == nullptr ? scalar_t(0) : incoming[j]);
+      out_sum[j] = value;
+      out_input[j] = value * (kept[j] ? scale : scalar_t(0));
+    }
+  }
+}
+
+// The backward of dropout_add_norm from the gradients of s (none where only LN reads s) and of
+// LN(s): (d residual, d input, d weight, d bias), the sums over rows in per-thread partial sums.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm_backward(
+    const std::optional<at::Tensor>& grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight,
+    const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& keep, double p) {
+  TORCH_CHECK(grad_normed.is_contiguous() && total.is_contiguous() && keep.is_contiguous() && grad_normed.sizes() == total.sizes() &&
+                  keep.sizes() == total.sizes(),
+              "dropout_add_norm_backward: contiguous tensors of one shape");
+  TORCH_CHECK(!grad_total.has_value() || (grad_total->is_contiguous() && grad_total->sizes() == total.sizes()),
+              "dropout_add_norm_backward: the gradient of the sum must be contiguous, of its shape");
+  const int64_t width = total.size(-1), rows = width == 0 ? 0 : total.numel() / width;
+  at::Tensor grad_sum = at::empty_like(total), grad_input = at::empty_like(total);
+  at::Tensor partial = at::zeros({at::get_num_threads(), 2, width}, total.options());  // per thread: Σ dLN · x̂, Σ dLN
+  AT_DISPATCH_FLOATING_TYPES(total.scalar_type(), "dropout_add_norm_backward", [&] {
+    const scalar_t* grad_total_data = grad_total.has_value() ? grad_total->data_ptr<scalar_t>() : nullptr;
+    scalar_t* partial_data = partial.data_ptr<scalar_t>();
+    const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      scalar_t* grad_weight = partial_data + at::get_thread_num() * 2 * width;
+      norm_backward_rows<scalar_t>(
+          begin, end, width, grad_total_data, grad_normed.data_ptr<scalar_t>(), total.data_ptr<scalar_t>(), weight.data_ptr<scalar_t>(),
+          mean.data_ptr<scalar_t>(), rstd.data_ptr<scalar_t>(), keep.data_ptr<uint8_t>(), scale, grad_sum.data_ptr<scalar_t>(),
+          grad_input.data_ptr<scalar_t>(), grad_weight, grad_weight + width);
+    });
+  });
+  at::Tensor sums = partial.sum(0);  // (2, width)
+  return {grad_sum, grad_input, sums[0], sums[1]};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(stacklm_dropout, library) {
@@ -231,4 +365,6 @@ TORCH_LIBRARY(stacklm_dropout, library) {
   library.def("dropout_add", &dropout_add);
   library.def("relu_dropout", &relu_dropout);
   library.def("relu_dropout_backward", &relu_dropout_backward);
+  library.def("dropout_add_norm", &dropout_add_norm);
+  library.def("dropout_add_norm_backward", &dropout_add_norm_backward);
 }
