@@ -28,13 +28,13 @@ class _CausalAttention(torch.autograd.Function):
     def forward(ctx: Any, projected: Tensor, num_heads: int, p: float, key: int) -> Tensor:
         attended, probabilities = torch.ops.stacklm_attention.forward(projected, num_heads, p, key)
         ctx.save_for_backward(projected, probabilities)
-        ctx.num_heads, ctx.p, ctx.key = num_heads, p, key
+        ctx.num_heads, ctx.p = num_heads, p
         return attended
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
         projected, probabilities = ctx.saved_tensors
-        grad_projected = torch.ops.stacklm_attention.backward(grad.contiguous(), projected, probabilities, ctx.num_heads, ctx.p, ctx.key)
+        grad_projected = torch.ops.stacklm_attention.backward(grad.contiguous(), projected, probabilities, ctx.num_heads, ctx.p)
         return grad_projected, None, None, None
 
 

@@ -9,16 +9,18 @@
 // iff word W·(j mod W) + (i mod W) of tile ((g·T + ⌊j/W⌋)·T + ⌊i/W⌋) of the Philox stream keyed
 // by the seed (``dropout.cpp``; tile t = words 64t … 64t + 63) is ≥ round(p · 2³²): each tile of
 // W keys × W queries is one block of the generator, and tiles above the diagonal are never drawn.
-// P is kept for the backward, the mask recomputed from the seed. The backward:
+// P is kept for the backward with the mask in its sign (−P where dropped), so the backward draws
+// no mask. The backward:
 //   dP'_ij = dO_i · v_j,   dP_ij = dP'_ij · mask_ij / (1 − p),   dS_ij = P_ij (dP_ij − Σ_l P_il dP_il),
 //   dq_i = s Σ_j dS_ij k_j,   dk_j = s Σ_i dS_ij q_i,   dv_j = Σ_i P'_ij dO_i,
 // into the gradient of the packed projection, so no head layout is ever copied.
 //
-// One (b, h) pair per task. Every product is one shape: rows of a small matrix times W lanes
-// (W queries, or for dk and dv W keys), R rows at a time in registers (rows_times_lanes).
-// Scores and probabilities are held key-major, [j][i] with i in lanes, so the softmax over j is
-// lane-wise; the backward also writes P' and s·dS query-major for dk and dv. Queries past n
-// (padding to whole lanes) are zero and never written out; masked keys get probability 0.
+// One (b, h) pair per task, each task's buffers allocated once (Workspace). Every product is one
+// shape: rows of a small matrix times W lanes (W queries, or for dk and dv W keys), R rows at a
+// time in registers (rows_times_lanes). Scores and probabilities are held key-major, [j][i] with
+// i in lanes, so the softmax over j is lane-wise; the backward also writes P' and s·dS
+// query-major for dk and dv. Queries past n (padding to whole lanes) are zero and never written
+// out; masked keys get probability 0.
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -148,19 +150,40 @@ void chunk_factors(const Shape& shape, int64_t pair, int64_t tile_query, double 
   }
 }
 
-// (d/heads, n_pad): the d/heads columns of n rows (at rows + i · stride) as lanes, times factor, zero past n.
+// The d/heads columns of n rows (at rows + i · stride) as lanes, times factor: result[c · n_pad + i];
+// lanes i ≥ n are left as they are (zero in a fresh workspace, and never written).
 template <typename scalar_t>
-std::vector<scalar_t> transposed(const scalar_t* rows, int64_t stride, int64_t n, int64_t padded, int64_t dh, scalar_t factor) {
-  std::vector<scalar_t> result(dh * padded, scalar_t(0));
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t c = 0; c < dh; ++c) result[c * padded + i] = factor * rows[i * stride + c];
+void transpose_into(const scalar_t* rows, int64_t stride, int64_t n, int64_t padded, int64_t dh, scalar_t factor, scalar_t* result) {
+  for (int64_t c = 0; c < dh; ++c) {
+    for (int64_t i = 0; i < n; ++i) result[c * padded + i] = factor * rows[i * stride + c];
   }
-  return result;
 }
 
+// One task's buffers, allocated once for all its pairs. Lanes past n of the transposed rows are
+// never written, so they stay zero.
+template <typename scalar_t>
+struct Workspace {
+  std::vector<scalar_t> transposed;  // (d/heads, n_pad): s·q (forward) or dO (backward), queries in lanes
+  std::vector<scalar_t> scores, factors;  // (n_pad, W): key-major, this chunk's queries in lanes
+  std::vector<scalar_t> lanes, value_lanes;  // (d/heads, W): o (forward) or dq, then dk and dv (backward)
+  std::vector<scalar_t> kept_by_query, grad_scores_by_query;  // (n_pad, n_pad): query-major P' and s·dS (backward)
+  Workspace(const Shape& shape, bool backward)
+      : transposed(shape.head_width * shape.padded(), scalar_t(0)),
+        scores(shape.padded() * W),
+        factors(shape.padded() * W),
+        lanes(shape.head_width * W),
+        value_lanes(shape.head_width * W),
+        kept_by_query(backward ? shape.padded() * shape.padded() : 0, scalar_t(0)),
+        grad_scores_by_query(backward ? shape.padded() * shape.padded() : 0, scalar_t(0)) {}
+};
+
+// The forward of one pair. P is stored key-major with the mask in its sign: P_ij where kept, −P_ij
+// where dropped (P ≥ 0, and where P = 0 the mask changes nothing in the backward), so the backward
+// draws no mask.
 template <typename scalar_t>
 void forward_pair(
-    const Shape& shape, int64_t pair, const scalar_t* projected, scalar_t* out, scalar_t* probabilities, double p, uint64_t seed) {
+    const Shape& shape, int64_t pair, const scalar_t* projected, scalar_t* out, scalar_t* probabilities, double p, uint64_t seed,
+    Workspace<scalar_t>& work) {
   using Vector = typename Lanes<scalar_t>::type;
   const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
   const Pair heads(shape, pair);
@@ -168,37 +191,39 @@ void forward_pair(
   const scalar_t* keys = heads.keys(projected);
   const scalar_t* values = heads.values(projected);
   const scalar_t scale = static_cast<scalar_t>(shape.scale());
-  const std::vector<scalar_t> queries_t = transposed(queries, heads.stride, n, padded, dh, scale);
-  std::vector<scalar_t> scores(padded * W), factors(padded * W), attended(dh * W);
+  transpose_into(queries, heads.stride, n, padded, dh, scale, work.transposed.data());
+  scalar_t* scores = work.scores.data();
+  scalar_t* factors = work.factors.data();
+  scalar_t* attended = work.lanes.data();
   scalar_t* pair_probabilities = probabilities + pair * n * padded;
   const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
   for (int64_t first = 0; first < n; first += W) {
     const int64_t keys_seen = std::min(n, first + W);  // keys j ≤ the lanes' last query
-    rows_times_lanes(keys_seen, keys, heads.stride, int64_t(1), dh, queries_t.data() + first, padded, scores.data());
+    rows_times_lanes(keys_seen, keys, heads.stride, int64_t(1), dh, work.transposed.data() + first, padded, scores);
     for (int64_t j = first; j < keys_seen; ++j) {
       for (int64_t l = 0; l < j - first; ++l) scores[j * W + l] = minus_infinity;  // i = first + l < j
     }
-    Vector maximum = load(scores.data());
+    Vector maximum = load(scores);
     for (int64_t j = 1; j < keys_seen; ++j) {
-      const Vector score = load(scores.data() + j * W);
+      const Vector score = load(scores + j * W);
       maximum = score > maximum ? score : maximum;
     }
     scalar_t shift[W];
     store(shift, maximum);
     Vector total{};
     for (int64_t j = 0; j < keys_seen; ++j) {
-      scalar_t* score = scores.data() + j * W;
+      scalar_t* score = scores + j * W;
 #pragma omp simd
       for (int64_t l = 0; l < W; ++l) score[l] = std::exp(score[l] - shift[l]);
       total += load(score);
     }
-    chunk_factors(shape, pair, first / W, p, seed, factors.data());
+    chunk_factors(shape, pair, first / W, p, seed, factors);
     for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector probability = load(scores.data() + j * W) / total;
-      store(pair_probabilities + j * padded + first, probability);
-      store(scores.data() + j * W, probability * load(factors.data() + j * W));  // P'
+      const Vector probability = load(scores + j * W) / total, factor = load(factors + j * W);
+      store(pair_probabilities + j * padded + first, factor > 0 ? probability : -probability);
+      store(scores + j * W, probability * factor);  // P'
     }
-    rows_times_lanes(dh, values, int64_t(1), heads.stride, keys_seen, scores.data(), W, attended.data());
+    rows_times_lanes(dh, values, int64_t(1), heads.stride, keys_seen, scores, W, attended);
     for (int64_t l = 0; l < std::min(W, n - first); ++l) {
       scalar_t* out_row = out + heads.output + (first + l) * heads.width;
       for (int64_t c = 0; c < dh; ++c) out_row[c] = attended[c * W + l];
@@ -206,10 +231,14 @@ void forward_pair(
   }
 }
 
+// The backward of one pair: per chunk of W queries (in lanes) dP', dS and dq; then per chunk of W
+// keys (in lanes) dk and dv, summing over the queries that see them, from query-major copies of
+// P' and s·dS. Entries of those copies that no query writes (keys j > i in a diagonal tile, where
+// P' and dS are 0, or keys past n, whose lanes are never written out) are not read for results.
 template <typename scalar_t>
 void backward_pair(
     const Shape& shape, int64_t pair, const scalar_t* grad_out, const scalar_t* projected, const scalar_t* probabilities,
-    scalar_t* grad_projected, double p, uint64_t seed) {
+    scalar_t* grad_projected, double p, Workspace<scalar_t>& work) {
   using Vector = typename Lanes<scalar_t>::type;
   const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
   const Pair heads(shape, pair);
@@ -218,35 +247,41 @@ void backward_pair(
   const scalar_t* values = heads.values(projected);
   const scalar_t* grad_outs = grad_out + heads.output;  // dO_i at i · d
   const scalar_t scale = static_cast<scalar_t>(shape.scale());
-  const std::vector<scalar_t> grad_outs_t = transposed(grad_outs, heads.width, n, padded, dh, scalar_t(1));
-  // Query-major [i][j] copies of P' and s · dS, for dk and dv.
-  std::vector<scalar_t> kept_by_query(padded * padded, scalar_t(0)), grad_scores_by_query(padded * padded, scalar_t(0));
-  std::vector<scalar_t> grads(padded * W), factors(padded * W), lanes(dh * W), value_lanes(dh * W);
+  const scalar_t keep_scale = static_cast<scalar_t>(1.0 / (1.0 - p));
+  transpose_into(grad_outs, heads.width, n, padded, dh, scalar_t(1), work.transposed.data());
+  scalar_t* grads = work.scores.data();
+  scalar_t* kept = work.factors.data();
+  scalar_t* lanes = work.lanes.data();
+  scalar_t* value_lanes = work.value_lanes.data();
+  scalar_t* kept_by_query = work.kept_by_query.data();
+  scalar_t* grad_scores_by_query = work.grad_scores_by_query.data();
   const scalar_t* pair_probabilities = probabilities + pair * n * padded;
   scalar_t* grad_queries = heads.queries(grad_projected);
   for (int64_t first = 0; first < n; first += W) {
     const int64_t keys_seen = std::min(n, first + W);
-    rows_times_lanes(keys_seen, values, heads.stride, int64_t(1), dh, grad_outs_t.data() + first, padded, grads.data());  // dP'
-    chunk_factors(shape, pair, first / W, p, seed, factors.data());
+    rows_times_lanes(keys_seen, values, heads.stride, int64_t(1), dh, work.transposed.data() + first, padded, grads);  // dP'
     Vector dot{};
     for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector factor = load(factors.data() + j * W), probability = load(pair_probabilities + j * padded + first);
-      const Vector grad = load(grads.data() + j * W) * factor;  // dP
+      const Vector stored = load(pair_probabilities + j * padded + first);  // P, negated where dropped
+      const Vector probability = stored < 0 ? -stored : stored;
+      const Vector factor = stored < 0 ? Vector{} : Vector{} + keep_scale;
+      const Vector grad = load(grads + j * W) * factor;  // dP
       dot += probability * grad;
-      store(grads.data() + j * W, grad);
-      store(factors.data() + j * W, probability * factor);  // P'
+      store(grads + j * W, grad);
+      store(kept + j * W, probability * factor);  // P'
     }
     for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector probability = load(pair_probabilities + j * padded + first);
-      store(grads.data() + j * W, scale * probability * (load(grads.data() + j * W) - dot));  // s · dS
+      const Vector stored = load(pair_probabilities + j * padded + first);
+      const Vector probability = stored < 0 ? -stored : stored;
+      store(grads + j * W, scale * probability * (load(grads + j * W) - dot));  // s · dS
     }
     for (int64_t j = 0; j < keys_seen; ++j) {
       for (int64_t l = 0; l < W; ++l) {
-        kept_by_query[(first + l) * padded + j] = factors[j * W + l];
+        kept_by_query[(first + l) * padded + j] = kept[j * W + l];
         grad_scores_by_query[(first + l) * padded + j] = grads[j * W + l];
       }
     }
-    rows_times_lanes(dh, keys, int64_t(1), heads.stride, keys_seen, grads.data(), W, lanes.data());  // dq
+    rows_times_lanes(dh, keys, int64_t(1), heads.stride, keys_seen, grads, W, lanes);  // dq
     for (int64_t l = 0; l < std::min(W, n - first); ++l) {
       scalar_t* grad_query = grad_queries + (first + l) * heads.stride;
       for (int64_t c = 0; c < dh; ++c) grad_query[c] = lanes[c * W + l];
@@ -257,10 +292,10 @@ void backward_pair(
   scalar_t* grad_values = heads.values(grad_projected);
   for (int64_t first = 0; first < n; first += W) {
     const int64_t seen_by = n - first;
-    const scalar_t* grad_scores = grad_scores_by_query.data() + first * padded + first;
-    rows_times_lanes(dh, queries + first * heads.stride, int64_t(1), heads.stride, seen_by, grad_scores, padded, lanes.data());
-    const scalar_t* kept = kept_by_query.data() + first * padded + first;
-    rows_times_lanes(dh, grad_outs + first * heads.width, int64_t(1), heads.width, seen_by, kept, padded, value_lanes.data());
+    const scalar_t* grad_scores = grad_scores_by_query + first * padded + first;
+    rows_times_lanes(dh, queries + first * heads.stride, int64_t(1), heads.stride, seen_by, grad_scores, padded, lanes);
+    const scalar_t* kept_here = kept_by_query + first * padded + first;
+    rows_times_lanes(dh, grad_outs + first * heads.width, int64_t(1), heads.width, seen_by, kept_here, padded, value_lanes);
     for (int64_t l = 0; l < std::min(W, n - first); ++l) {
       for (int64_t c = 0; c < dh; ++c) {
         grad_keys[(first + l) * heads.stride + c] = lanes[c * W + l];
@@ -277,7 +312,7 @@ Shape check_projected(const at::Tensor& projected, int64_t heads, double p) {
   return Shape{projected.size(0), projected.size(1), heads, projected.size(2) / (3 * heads)};
 }
 
-// (out (B, n, d), P (B·heads, n, n_pad) key-major, lanes of masked i < j or padded i ≥ n holding 0 or values never read) of the packed projection (B, n, 3d).
+// (out (B, n, d), P (B·heads, n, n_pad) key-major with the mask in its sign, lanes of masked i < j or padded i ≥ n holding 0 or values never read) of the packed projection (B, n, 3d).
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& projected, int64_t heads, double p, int64_t seed) {
   const Shape shape = check_projected(projected, heads, p);
   at::Tensor out = at::empty({shape.batch, shape.length, shape.width()}, projected.options());
@@ -288,8 +323,9 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& projected, int64_t 
     scalar_t* out_data = out.data_ptr<scalar_t>();
     scalar_t* probability_data = probabilities.data_ptr<scalar_t>();
     at::parallel_for(0, shape.batch * heads, 1, [&](int64_t begin, int64_t end) {
+      Workspace<scalar_t> work(shape, false);
       for (int64_t pair = begin; pair < end; ++pair) {
-        forward_pair<scalar_t>(shape, pair, projected_data, out_data, probability_data, p, static_cast<uint64_t>(seed));
+        forward_pair<scalar_t>(shape, pair, projected_data, out_data, probability_data, p, static_cast<uint64_t>(seed), work);
       }
     });
   });
@@ -297,8 +333,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& projected, int64_t 
 }
 
 // The gradient of the packed projection (B, n, 3d) from that of the output (B, n, d).
-at::Tensor backward(
-    const at::Tensor& grad_out, const at::Tensor& projected, const at::Tensor& probabilities, int64_t heads, double p, int64_t seed) {
+at::Tensor backward(const at::Tensor& grad_out, const at::Tensor& projected, const at::Tensor& probabilities, int64_t heads, double p) {
   const Shape shape = check_projected(projected, heads, p);
   TORCH_CHECK(grad_out.is_contiguous() && grad_out.size(2) == shape.width(), "attention_backward: a contiguous (B, n, d) gradient");
   at::Tensor grad_projected = at::empty_like(projected);
@@ -309,9 +344,9 @@ at::Tensor backward(
     const scalar_t* probability_data = probabilities.data_ptr<scalar_t>();
     scalar_t* grad_data = grad_projected.data_ptr<scalar_t>();
     at::parallel_for(0, shape.batch * heads, 1, [&](int64_t begin, int64_t end) {
+      Workspace<scalar_t> work(shape, true);
       for (int64_t pair = begin; pair < end; ++pair) {
-        backward_pair<scalar_t>(
-            shape, pair, grad_out_data, projected_data, probability_data, grad_data, p, static_cast<uint64_t>(seed));
+        backward_pair<scalar_t>(shape, pair, grad_out_data, projected_data, probability_data, grad_data, p, work);
       }
     });
   });
