@@ -65,6 +65,9 @@ class VectorNondeterministicActions:
     replace: Tensor  # (..., Q, S, Q, S): log Δ^R[q,x→r,y]
     pop: Tensor  # (..., Q, S, Q): log Δ⁻[q,x→r]
     pushed: Tensor  # (..., m): log v_t
+    # (..., Q·S·(2QS + Q)): the logits that push, replace and pop are views of (``from_logits``),
+    # which the compiled kernel's steps read without copies; None: not known
+    logits: Tensor | None = None
 
     @staticmethod
     def from_logits(
@@ -72,7 +75,23 @@ class VectorNondeterministicActions:
     ) -> VectorNondeterministicActions:
         """Unnormalized weights exp(logits) (DuSell & Cotterell 2025, App. B.2) and log v_t = ``log_pushed``."""
         actions = NondeterministicActions.from_logits(logits, num_states, num_symbols, normalize=False)
-        return VectorNondeterministicActions(actions.push, actions.replace, actions.pop, log_pushed)
+        return VectorNondeterministicActions(actions.push, actions.replace, actions.pop, log_pushed, logits)
+
+    def packed_logits(self) -> Tensor:
+        """(..., Q·S·(2QS + Q)): per configuration (q, x) its push, replace and pop log weights, the
+        layout of ``from_logits``'s logits (those logits themselves where known)."""
+        if self.logits is not None:
+            return self.logits
+        lead = self.pop.shape[:-3]
+        configurations = self.pop.size(-3) * self.pop.size(-2)
+        return torch.cat(
+            [
+                self.push.reshape(*lead, configurations, configurations),
+                self.replace.reshape(*lead, configurations, configurations),
+                self.pop.reshape(*lead, configurations, self.pop.size(-1)),
+            ],
+            dim=-1,
+        ).flatten(-2)
 
 
 def vector_reading(alpha: Tensor, eta: Tensor, semiring: type[Semiring]) -> Tensor:
@@ -129,16 +148,7 @@ class CompiledState(StackState[VectorNondeterministicActions]):
                 raise ValueError("with gradients, a compiled state is advanced once, within its tables' steps")
             capacity = tables.capacity if self.step < tables.capacity else 2 * tables.capacity
             tables = tables.prefix(self.step, capacity)
-        batch = self.current.size(0)
-        configurations, num_states = self.sizes.num_configurations, self.sizes.num_states
-        reading, order = compiled.compiled_step(
-            tables,
-            actions.push.reshape(batch, configurations, configurations),
-            actions.replace.reshape(batch, configurations, configurations),
-            actions.pop.reshape(batch, configurations, num_states),
-            actions.pushed,
-            self.order,
-        )
+        reading, order = compiled.compiled_step(tables, actions.packed_logits(), actions.pushed, self.order)
         return replace(self, tables=tables, step=self.step + 1, order=order, current=reading)
 
     def reading(self) -> Tensor:
@@ -232,7 +242,11 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
 
     def step_actions(self, actions: VectorNondeterministicActions, step: int) -> VectorNondeterministicActions:
         return VectorNondeterministicActions(
-            actions.push[:, step], actions.replace[:, step], actions.pop[:, step], actions.pushed[:, step]
+            actions.push[:, step],
+            actions.replace[:, step],
+            actions.pop[:, step],
+            actions.pushed[:, step],
+            None if actions.logits is None else actions.logits[:, step],
         )
 
     def num_steps(self, actions: VectorNondeterministicActions) -> int:

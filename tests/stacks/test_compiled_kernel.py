@@ -31,6 +31,11 @@ def stacks(states: int, symbols: int, vector_size: int, **options: object) -> tu
     return tuple(result)
 
 
+def mapped(actions: VectorNondeterministicActions, function) -> VectorNondeterministicActions:
+    """``function`` applied to push, replace, pop and pushed."""
+    return VectorNondeterministicActions(*(function(tensor) for tensor in (actions.push, actions.replace, actions.pop, actions.pushed)))
+
+
 def flat_logits(actions: VectorNondeterministicActions) -> Tensor:
     return torch.cat([actions.push.flatten(2), actions.replace.flatten(2), actions.pop.flatten(2)], dim=-1)
 
@@ -265,12 +270,41 @@ def test_sequence_state_equals_the_pytorch_steps(
         )
 
 
+def test_sequence_state_reads_the_controllers_logits() -> None:
+    """Actions from ``from_logits`` over columns of a wider output (rows of stride N·(2N + Q) + m,
+    as a stack RNN's controller gives them) run the compiled step on those columns, no copy:
+    readings and the gradient of the whole output equal the PyTorch DP's."""
+    states, symbols, vector_size, steps = 3, 2, 4, 9
+    configurations = states * symbols
+    width = configurations * (2 * configurations + states)
+    generator = torch.Generator().manual_seed(44)
+    output = 2.0 * torch.randn(2, steps, width + vector_size, generator=generator, dtype=torch.float64)
+    results = []
+    for stack in stacks(states, symbols, vector_size):
+        leaf = output.clone().requires_grad_()
+        logits, pushed = leaf.split([width, vector_size], dim=-1)
+        actions = VectorNondeterministicActions.from_logits(logits, torch.nn.functional.logsigmoid(pushed), states, symbols)
+        assert actions.logits is not None and actions.logits.stride(1) == width + vector_size
+        state = stack.sequence_state(2, leaf, steps) if stack.kernel == "compiled" else stack.pytorch_state(2, leaf, steps)
+        readings = []
+        for step in range(steps):
+            state = state.next(stack.step_actions(actions, step))
+            readings.append(state.reading())
+        stacked = torch.stack(readings, dim=1)
+        (stacked * torch.linspace(-1, 1, stacked.numel(), dtype=torch.float64).view_as(stacked)).sum().backward()
+        results.append((stacked, leaf.grad))
+    (got, got_grad), (expected, expected_grad) = results
+    assert type(stacks(states, symbols, vector_size)[0].sequence_state(2, output, steps)).__name__ == "CompiledState"
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got_grad, expected_grad, rtol=1e-9, atol=1e-9 * expected_grad.abs().max().item())
+
+
 def test_sequence_state_in_float32_agrees_with_float64() -> None:
     actions = random_actions(2, 24, 3, 3, 5, seed=41)
     compiled, _ = stacks(3, 3, 5)
     exact = fed_back_readings(compiled, actions, sequence=True)
     approximate = fed_back_readings(
-        compiled.float(), VectorNondeterministicActions(*(tensor.float() for tensor in vars(actions).values())), True
+        compiled.float(), mapped(actions, Tensor.float), True
     )
     for value, reference in zip(approximate, exact):
         assert value.dtype == torch.float32
@@ -295,7 +329,7 @@ def test_incremental_states_without_gradients_equal_the_pytorch_dp() -> None:
     prefix, a copied and sliced state and a run longer than its first tables (capacity 3) all
     read as the PyTorch DP's states do."""
     actions, other = random_actions(4, 14, 3, 3, 5, seed=50), random_actions(4, 14, 3, 3, 5, seed=51)
-    copied = VectorNondeterministicActions(*(tensor.repeat_interleave(2, dim=0)[2:6] for tensor in vars(actions).values()))
+    copied = mapped(actions, lambda tensor: tensor.repeat_interleave(2, dim=0)[2:6])
     compiled, reference = stacks(3, 3, 5)
     readings = []
     with torch.no_grad():

@@ -235,13 +235,11 @@ def _table_size(steps: int, configurations: int, vector_size: int) -> int:
 
 class _CompiledStep(torch.autograd.Function):
     @staticmethod
-    def forward(
-        ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, order: Tensor, tables: StepTables
-    ) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, logits: Tensor, pushed: Tensor, order: Tensor, tables: StepTables) -> tuple[Tensor, Tensor]:
         step = tables.steps + 1
-        reading = torch.ops.stacklm_dvpda.step(step, push, replace, pop, pushed, *tables.columns, tables.alpha)
+        reading = torch.ops.stacklm_dvpda.step(step, logits, pushed, *tables.columns, tables.alpha)
         tables.steps = step
-        ctx.save_for_backward(push, replace, pop, pushed, reading)
+        ctx.save_for_backward(logits, pushed, reading)
         ctx.tables = tables
         ctx.step = step
         ctx.order_shape = order.shape
@@ -253,9 +251,9 @@ class _CompiledStep(torch.autograd.Function):
         if tables.grad_gamma is None or tables.grad_alpha is None:
             tables.grad_gamma = torch.zeros_like(tables.columns[0])
             tables.grad_alpha = torch.zeros_like(tables.alpha)
-        push, replace, pop, pushed, reading = ctx.saved_tensors
-        grads = torch.ops.stacklm_dvpda.step_backward(
-            ctx.step, grad_reading.contiguous(), push, replace, pop, pushed, reading,
+        logits, pushed, reading = ctx.saved_tensors
+        grad_logits, grad_pushed = torch.ops.stacklm_dvpda.step_backward(
+            ctx.step, grad_reading.contiguous(), logits, pushed, reading,
             *tables.columns, tables.alpha, tables.grad_gamma, tables.grad_alpha,
         )  # fmt: skip
         if ctx.step == 1:
@@ -264,18 +262,19 @@ class _CompiledStep(torch.autograd.Function):
             tables.grad_gamma = tables.grad_alpha = None
         else:
             grad_order = grad_reading.new_zeros(ctx.order_shape)
-        return (*grads, grad_order, None)
+        return grad_logits, grad_pushed, grad_order, None
 
 
-def compiled_step(
-    tables: StepTables, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, order: Tensor
-) -> tuple[Tensor, Tensor]:
+def compiled_step(tables: StepTables, logits: Tensor, pushed: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
     """r_t (B, N·m) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
 
-    ``push``, ``replace`` (B, N, N), ``pop`` (B, N, Q), ``pushed`` log v_t (B, m), log weights of
-    the tables' dtype; ``order``: log v₀ (B, m) at step 1, else what step t − 1 returned.
+    ``logits`` (B, N·(2N + Q)): per configuration c the log weights of its N pushes, N replaces
+    and Q pops, as the controller's output is laid out (``NondeterministicActions.from_logits``;
+    rows of any stride, no copy); ``pushed`` log v_t (B, m); the tables' dtype. ``order``: log v₀
+    (B, m) at step 1, else what step t − 1 returned.
     """
     if tables.steps >= tables.capacity:
         raise ValueError(f"the tables hold {tables.capacity} steps")
-    tensors = [tensor.contiguous() for tensor in (push, replace, pop, pushed)]
-    return _CompiledStep.apply(*tensors, order, tables)
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    return _CompiledStep.apply(logits, pushed.contiguous(), order, tables)

@@ -990,20 +990,59 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
 // the reading of step t − 1 (a stack RNN). The tables of capacity n (gamma, shares, pops,
 // replaced_shares, popped_shares: (B, table), alpha: (B, n + 1, N)) are filled one column per call; the backward of step t
 // adds into the adjoint tables grad_gamma (B, table) and grad_alpha (B, n + 1, N) and must
-// run after those of steps t + 1 … n.
-Sizes step_sizes(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed, const at::Tensor& alpha,
-                 int64_t t) {
+// run after those of steps t + 1 … n. A step's transitions come as the controller's logits
+// (B, N·(2N + Q)), per configuration c the N push, N replace and Q pop logits of c
+// (``NondeterministicActions.from_logits``), rows of any stride: the (B, N·(2N + Q)) columns of
+// the controller's output need no copy, and their gradient is one tensor.
+Sizes step_sizes(const at::Tensor& logits, const at::Tensor& pushed, const at::Tensor& alpha, int64_t t) {
   Sizes z;
-  z.batch = push.size(0);
-  z.configs = push.size(1);
-  z.states = pop.size(2);
-  TORCH_CHECK(z.states > 0 && z.configs % z.states == 0, "pop must be (B, N, Q) with Q dividing N");
-  z.symbols = z.configs / z.states;
+  z.batch = logits.size(0);
+  z.configs = alpha.size(2);
   z.vector = pushed.size(1);
   z.steps = alpha.size(1) - 1;
+  const int64_t per_configuration = z.configs > 0 ? logits.size(1) / z.configs : 0;
+  z.states = per_configuration - 2 * z.configs;
+  TORCH_CHECK(z.configs > 0 && logits.size(1) == z.configs * per_configuration && z.states > 0 &&
+                  z.configs % z.states == 0,
+              "logits must be (B, N·(2N + Q)) with N = Q·S configurations");
+  z.symbols = z.configs / z.states;
   TORCH_CHECK(t >= 1 && t <= z.steps, "step ", t, " is outside the tables' capacity of ", z.steps, " steps");
   return z;
 }
+
+void check_logits(const at::Tensor& logits) {
+  TORCH_CHECK(logits.device().is_cpu(), "logits must be on the CPU");
+  TORCH_CHECK(logits.dim() == 2, "logits must have 2 dimensions");
+  TORCH_CHECK(logits.stride(1) == 1, "logits must be contiguous within a row");
+}
+
+// One element's push, replace and pop logits, each contiguous, from its row of the logits.
+template <typename T>
+struct Transitions {
+  std::vector<T> push, replace, pop;
+
+  void unpack(const Sizes& z, const T* row) {
+    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q;
+    push.resize(N * N);
+    replace.resize(N * N);
+    pop.resize(N * Q);
+    for (int64_t c = 0; c < N; ++c) {
+      std::copy(row + c * width, row + c * width + N, push.data() + c * N);
+      std::copy(row + c * width + N, row + c * width + 2 * N, replace.data() + c * N);
+      std::copy(row + c * width + 2 * N, row + c * width + 2 * N + Q, pop.data() + c * Q);
+    }
+  }
+
+  // Writes push, replace and pop into `row` in the logits' layout.
+  void pack(const Sizes& z, T* row) const {
+    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q;
+    for (int64_t c = 0; c < N; ++c) {
+      std::copy(push.data() + c * N, push.data() + (c + 1) * N, row + c * width);
+      std::copy(replace.data() + c * N, replace.data() + (c + 1) * N, row + c * width + N);
+      std::copy(pop.data() + c * Q, pop.data() + (c + 1) * Q, row + c * width + 2 * N);
+    }
+  }
+};
 
 // Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops,
 // replaced_shares, popped_shares, alpha.
@@ -1035,69 +1074,72 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   return {gamma, shares, pops, replaced_shares, popped_shares, alpha};
 }
 
-// Step t: push, replace (B, N, N), pop (B, N, Q), pushed (B, m) log weights; writes column t
-// into the tables and returns r_t (B, N·m).
-at::Tensor dvpda_step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                      const at::Tensor& pushed, at::Tensor gamma, at::Tensor shares, at::Tensor pops,
-                      at::Tensor replaced_shares, at::Tensor popped_shares,
+// Step t: logits (B, N·(2N + Q)) and pushed (B, m) log weights; writes column t into the
+// tables and returns r_t (B, N·m).
+at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pushed, at::Tensor gamma,
+                      at::Tensor shares, at::Tensor pops, at::Tensor replaced_shares, at::Tensor popped_shares,
                       at::Tensor alpha) {
-  check(push, 3, "push");
-  check(replace, 3, "replace");
-  check(pop, 3, "pop");
+  check_logits(logits);
   check(pushed, 2, "pushed");
-  for (const at::Tensor& tensor : {replace, pop, pushed, gamma, alpha})
-    TORCH_CHECK(tensor.scalar_type() == push.scalar_type(), "the dVPDA kernel needs one dtype for every input");
-  const Sizes z = step_sizes(push, pop, pushed, alpha, t);
-  auto reading = at::empty({z.batch, z.configs * z.vector}, push.options());
-  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_step", [&] {
-    const int64_t NN = z.configs * z.configs, NQ = z.configs * z.states;
+  for (const at::Tensor& tensor : {pushed, gamma, alpha})
+    TORCH_CHECK(tensor.scalar_type() == logits.scalar_type(), "the dVPDA kernel needs one dtype for every input");
+  const Sizes z = step_sizes(logits, pushed, alpha, t);
+  auto reading = at::empty({z.batch, z.configs * z.vector}, logits.options());
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_step", [&] {
+    const int64_t row_stride = logits.stride(0);
     at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
       Step<scalar_t> s;
+      Transitions<scalar_t> transitions;
       std::vector<scalar_t> weights;
-      for (int64_t b = begin; b < end; ++b)
-        forward_step<scalar_t>(z, t, push.data_ptr<scalar_t>() + b * NN, replace.data_ptr<scalar_t>() + b * NN,
-                               pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.vector,
+      for (int64_t b = begin; b < end; ++b) {
+        transitions.unpack(z, logits.data_ptr<scalar_t>() + b * row_stride);
+        forward_step<scalar_t>(z, t, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
+                               pushed.data_ptr<scalar_t>() + b * z.vector,
                                reading.data_ptr<scalar_t>() + b * z.configs * z.vector,
                                gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
                                pop_tables<scalar_t>(pops, replaced_shares, popped_shares, b),
                                alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs, s, weights);
+      }
     });
   });
   return reading;
 }
 
-// The backward of step t: the gradients of its push, replace, pop and pushed given ∂r_t
-// (B, N·m); adds what it passes to earlier columns into grad_gamma and grad_alpha.
-std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_reading, const at::Tensor& push,
-                                            const at::Tensor& replace, const at::Tensor& pop,
+// The backward of step t: the gradients of its logits (B, N·(2N + Q), contiguous) and pushed
+// given ∂r_t (B, N·m); adds what it passes to earlier columns into grad_gamma and grad_alpha.
+std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_reading, const at::Tensor& logits,
                                             const at::Tensor& pushed, const at::Tensor& reading,
                                             const at::Tensor& gamma, const at::Tensor& shares, const at::Tensor& pops,
                                             const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
                                             const at::Tensor& alpha, at::Tensor grad_gamma, at::Tensor grad_alpha) {
   check(grad_reading, 2, "grad_reading");
-  const Sizes z = step_sizes(push, pop, pushed, alpha, t);
-  auto grad_push = at::zeros_like(push);
-  auto grad_replace = at::zeros_like(replace);
-  auto grad_pop = at::zeros_like(pop);
+  check_logits(logits);
+  const Sizes z = step_sizes(logits, pushed, alpha, t);
+  auto grad_logits = at::empty({z.batch, logits.size(1)}, logits.options());
   auto grad_pushed = at::zeros_like(pushed);
-  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_step_backward", [&] {
-    const int64_t NN = z.configs * z.configs, NQ = z.configs * z.states, Nm = z.configs * z.vector;
-    const int64_t A = (z.steps + 1) * z.configs;
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_step_backward", [&] {
+    const int64_t Nm = z.configs * z.vector, A = (z.steps + 1) * z.configs, row_stride = logits.stride(0);
     at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
       BackwardScratch<scalar_t> scratch;
-      for (int64_t b = begin; b < end; ++b)
+      Transitions<scalar_t> transitions, grads;
+      for (int64_t b = begin; b < end; ++b) {
+        transitions.unpack(z, logits.data_ptr<scalar_t>() + b * row_stride);
+        grads.push.assign(transitions.push.size(), scalar_t(0));
+        grads.replace.assign(transitions.replace.size(), scalar_t(0));
+        grads.pop.assign(transitions.pop.size(), scalar_t(0));
         backward_step<scalar_t>(
-            z, t, grad_reading.data_ptr<scalar_t>() + b * Nm, push.data_ptr<scalar_t>() + b * NN,
-            replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
-            pushed.data_ptr<scalar_t>() + b * z.vector, reading.data_ptr<scalar_t>() + b * Nm,
-            gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pop_tables<const scalar_t>(pops, replaced_shares, popped_shares, b), alpha.data_ptr<scalar_t>() + b * A,
-            grad_gamma.data_ptr<scalar_t>() + b * z.table(), grad_alpha.data_ptr<scalar_t>() + b * A,
-            grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
-            grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.vector, scratch);
+            z, t, grad_reading.data_ptr<scalar_t>() + b * Nm, transitions.push.data(), transitions.replace.data(),
+            transitions.pop.data(), pushed.data_ptr<scalar_t>() + b * z.vector,
+            reading.data_ptr<scalar_t>() + b * Nm, gamma.data_ptr<scalar_t>() + b * z.table(),
+            shares.data_ptr<scalar_t>() + b * z.table(), pop_tables<const scalar_t>(pops, replaced_shares, popped_shares, b),
+            alpha.data_ptr<scalar_t>() + b * A, grad_gamma.data_ptr<scalar_t>() + b * z.table(),
+            grad_alpha.data_ptr<scalar_t>() + b * A, grads.push.data(), grads.replace.data(), grads.pop.data(),
+            grad_pushed.data_ptr<scalar_t>() + b * z.vector, scratch);
+        grads.pack(z, grad_logits.data_ptr<scalar_t>() + b * logits.size(1));
+      }
     });
   });
-  return {grad_push, grad_replace, grad_pop, grad_pushed};
+  return {grad_logits, grad_pushed};
 }
 
 }  // namespace
@@ -1107,12 +1149,12 @@ TORCH_LIBRARY(stacklm_dvpda, library) {
   library.def("backward", &dvpda_backward);
   library.def("start", &dvpda_start);
   library.def(
-      "step(int t, Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, "
-      "Tensor(c!) pops, Tensor(d!) replaced_shares, Tensor(e!) popped_shares, Tensor(f!) alpha) -> Tensor",
+      "step(int t, Tensor logits, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, Tensor(c!) pops, "
+      "Tensor(d!) replaced_shares, Tensor(e!) popped_shares, Tensor(f!) alpha) -> Tensor",
       &dvpda_step);
   library.def(
-      "step_backward(int t, Tensor grad_reading, Tensor push, Tensor replace, Tensor pop, Tensor pushed, "
-      "Tensor reading, Tensor gamma, Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, "
-      "Tensor alpha, Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]",
+      "step_backward(int t, Tensor grad_reading, Tensor logits, Tensor pushed, Tensor reading, Tensor gamma, "
+      "Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, Tensor alpha, "
+      "Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]",
       &dvpda_step_backward);
 }
