@@ -679,19 +679,19 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     const T inverse = T(1) / sum;
 #pragma omp simd
     for (int64_t row = m; row < Rt; ++row) share[row] *= inverse;
-    for (int64_t j = 0; j < m; ++j) share[j] = std::exp(values[j] - current_alpha[target]);
+    for (int64_t j = 0; j < m; ++j) share[j] = exp_flushed(values[j] - current_alpha[target], floor);
   }
   T high = NEG<T>;
   for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
   T normalizer = NEG<T>;
   if (high != NEG<T>) {
     T sum = 0;
-    for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
+    for (int64_t c = 0; c < N; ++c) sum += exp_flushed(current_alpha[c] - high, floor);
     normalizer = std::log(sum) + high;
   }
   for (int64_t c = 0; c < N; ++c)
     for (int64_t j = 0; j < m; ++j)
-      reading[c * m + j] = normalizer == NEG<T> ? T(0) : std::exp(column[c * Rt + j] - normalizer);
+      reading[c * m + j] = normalizer == NEG<T> ? T(0) : exp_flushed(column[c * Rt + j] - normalizer, floor);
 }
 
 template <typename T>
@@ -739,8 +739,9 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     T high = NEG<T>;
     for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
     if (high != NEG<T>) {
+      const T floor = exp_floor<T>();
       T sum = 0;
-      for (int64_t c = 0; c < N; ++c) sum += std::exp(current_alpha[c] - high);
+      for (int64_t c = 0; c < N; ++c) sum += exp_flushed(current_alpha[c] - high, floor);
       T grad_normalizer = 0;
       for (int64_t c = 0; c < N; ++c)
         for (int64_t j = 0; j < m; ++j) {
@@ -749,7 +750,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
           grad_normalizer -= g;
         }
       for (int64_t c = 0; c < N; ++c)
-        grad_current_alpha[c] += grad_normalizer * (std::exp(current_alpha[c] - high) / sum);
+        grad_current_alpha[c] += grad_normalizer * (exp_flushed(current_alpha[c] - high, floor) / sum);
     }
   }
   // log α[t] = log-sum over γ rows of log α(row) + γ; each term's weight is its share Ŝ,
