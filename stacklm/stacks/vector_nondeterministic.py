@@ -66,7 +66,7 @@ class VectorNondeterministicActions:
     pop: Tensor  # (..., Q, S, Q): log Δ⁻[q,x→r]
     pushed: Tensor  # (..., m): log v_t
     # (..., Q·S·(2QS + Q)): the logits that push, replace and pop are views of (``from_logits``),
-    # which the compiled kernel's steps read without copies; None: not known
+    # which the compiled kernel's steps read without copies; None where they are not its views
     logits: Tensor | None = None
 
     @staticmethod
