@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,10 @@ def stacks(states: int, symbols: int, vector_size: int, **options: object) -> tu
     return tuple(result)
 
 
-def mapped(actions: VectorNondeterministicActions, function) -> VectorNondeterministicActions:
+def mapped(actions: VectorNondeterministicActions, function: Callable[[Tensor], Tensor]) -> VectorNondeterministicActions:
     """``function`` applied to push, replace, pop and pushed."""
-    return VectorNondeterministicActions(*(function(tensor) for tensor in (actions.push, actions.replace, actions.pop, actions.pushed)))
+    tensors = (actions.push, actions.replace, actions.pop, actions.pushed)
+    return VectorNondeterministicActions(*(function(tensor) for tensor in tensors))
 
 
 def flat_logits(actions: VectorNondeterministicActions) -> Tensor:
@@ -283,7 +285,8 @@ def test_sequence_state_reads_the_controllers_logits() -> None:
     for stack in stacks(states, symbols, vector_size):
         leaf = output.clone().requires_grad_()
         logits, pushed = leaf.split([width, vector_size], dim=-1)
-        actions = VectorNondeterministicActions.from_logits(logits, torch.nn.functional.logsigmoid(pushed), states, symbols)
+        log_pushed = torch.nn.functional.logsigmoid(pushed)
+        actions = VectorNondeterministicActions.from_logits(logits, log_pushed, states, symbols)
         assert actions.logits is not None and actions.logits.stride(1) == width + vector_size
         state = stack.sequence_state(2, leaf, steps) if stack.kernel == "compiled" else stack.pytorch_state(2, leaf, steps)
         readings = []
