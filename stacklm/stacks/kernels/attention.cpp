@@ -150,6 +150,43 @@ void chunk_factors(const Shape& shape, int64_t pair, int64_t tile_query, double 
   }
 }
 
+// The W × W tile rows[r · W + l] written transposed: columns[l · column_stride + r], in three
+// rounds of shuffles (pairs of lanes, then pairs of pairs, then halves).
+template <typename scalar_t>
+void transpose_tile(const scalar_t* rows, scalar_t* columns, int64_t column_stride) {
+  static_assert(W == 8, "transpose_tile shuffles 8 lanes");
+  using Vector = typename Lanes<scalar_t>::type;
+  Vector r[W], t[W], u[W];
+  for (int64_t k = 0; k < W; ++k) r[k] = load(rows + k * W);
+  for (int64_t k = 0; k < W; k += 2) {
+    t[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+    t[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+  }
+  for (int64_t k = 0; k < W; k += 4) {
+    u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);      // lanes 0, 4
+    u[k + 1] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);  // lanes 1, 5
+    u[k + 2] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);    // lanes 2, 6
+    u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);  // lanes 3, 7
+  }
+  for (int64_t k = 0; k < 4; ++k) {
+    store(columns + k * column_stride, __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+    store(columns + (k + 4) * column_stride, __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+  }
+}
+
+// out[l · out_stride + c] = lanes[c · W + l] for rows l < count and columns c < dh: whole tiles
+// where all W rows are written, the rest one by one.
+template <typename scalar_t>
+void lanes_to_rows(const scalar_t* lanes, int64_t dh, int64_t count, scalar_t* out, int64_t out_stride) {
+  int64_t c = 0;
+  if (count == W) {
+    for (; c + W <= dh; c += W) transpose_tile(lanes + c * W, out + c, out_stride);
+  }
+  for (; c < dh; ++c) {
+    for (int64_t l = 0; l < count; ++l) out[l * out_stride + c] = lanes[c * W + l];
+  }
+}
+
 // The d/heads columns of n rows (at rows + i · stride) as lanes, times factor: result[c · n_pad + i];
 // lanes i ≥ n are left as they are (zero in a fresh workspace, and never written).
 template <typename scalar_t>
@@ -224,10 +261,7 @@ void forward_pair(
       store(scores + j * W, probability * factor);  // P'
     }
     rows_times_lanes(dh, values, int64_t(1), heads.stride, keys_seen, scores, W, attended);
-    for (int64_t l = 0; l < std::min(W, n - first); ++l) {
-      scalar_t* out_row = out + heads.output + (first + l) * heads.width;
-      for (int64_t c = 0; c < dh; ++c) out_row[c] = attended[c * W + l];
-    }
+    lanes_to_rows(attended, dh, std::min(W, n - first), out + heads.output + first * heads.width, heads.width);
   }
 }
 
@@ -275,17 +309,12 @@ void backward_pair(
       const Vector probability = stored < 0 ? -stored : stored;
       store(grads + j * W, scale * probability * (load(grads + j * W) - dot));  // s · dS
     }
-    for (int64_t j = 0; j < keys_seen; ++j) {
-      for (int64_t l = 0; l < W; ++l) {
-        kept_by_query[(first + l) * padded + j] = kept[j * W + l];
-        grad_scores_by_query[(first + l) * padded + j] = grads[j * W + l];
-      }
+    for (int64_t tile = 0; tile < keys_seen; tile += W) {  // keys past keys_seen land in lanes never written out
+      transpose_tile(kept + tile * W, kept_by_query + first * padded + tile, padded);
+      transpose_tile(grads + tile * W, grad_scores_by_query + first * padded + tile, padded);
     }
     rows_times_lanes(dh, keys, int64_t(1), heads.stride, keys_seen, grads, W, lanes);  // dq
-    for (int64_t l = 0; l < std::min(W, n - first); ++l) {
-      scalar_t* grad_query = grad_queries + (first + l) * heads.stride;
-      for (int64_t c = 0; c < dh; ++c) grad_query[c] = lanes[c * W + l];
-    }
+    lanes_to_rows(lanes, dh, std::min(W, n - first), grad_queries + first * heads.stride, heads.stride);
   }
   // Keys j in lanes, summing over the queries i ≥ j that see them.
   scalar_t* grad_keys = heads.keys(grad_projected);
@@ -296,12 +325,8 @@ void backward_pair(
     rows_times_lanes(dh, queries + first * heads.stride, int64_t(1), heads.stride, seen_by, grad_scores, padded, lanes);
     const scalar_t* kept_here = kept_by_query + first * padded + first;
     rows_times_lanes(dh, grad_outs + first * heads.width, int64_t(1), heads.width, seen_by, kept_here, padded, value_lanes);
-    for (int64_t l = 0; l < std::min(W, n - first); ++l) {
-      for (int64_t c = 0; c < dh; ++c) {
-        grad_keys[(first + l) * heads.stride + c] = lanes[c * W + l];
-        grad_values[(first + l) * heads.stride + c] = value_lanes[c * W + l];
-      }
-    }
+    lanes_to_rows(lanes, dh, std::min(W, n - first), grad_keys + first * heads.stride, heads.stride);
+    lanes_to_rows(value_lanes, dh, std::min(W, n - first), grad_values + first * heads.stride, heads.stride);
   }
 }
 
