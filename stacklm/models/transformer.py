@@ -13,7 +13,8 @@ position, BOS included). After the last layer: LN, then the tied output y_t = แบ
 bias). Position t's output (BOS = position 0) gives the logits of w_{t+1}; position n's, EOS.
 
 Dropout is ``stacklm.models.dropout``'s (on the CPU, masks from a counter-based generator,
-fused with the scaling and, after a sublayer, with the residual add). On the CPU, a whole
+fused with the scaling and, after the input and each sublayer in training, with the residual add
+and the layer norm that reads the sum: the next sublayer's, or the final one). On the CPU, a whole
 sequence's attention runs on a compiled kernel from the packed q, k, v projection
 (``stacklm.models.transformer_attention``), with dropout on its probabilities inside it.
 
