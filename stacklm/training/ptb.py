@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 from torch import Tensor, nn
@@ -276,19 +276,24 @@ def train_resumably(
     checkpoint: Path,
     fingerprint_source: dict[str, Any],
     progress_interval_s: float = 60.0,
+    stop_request: StopRequest | None = None,
+    stream: TextIO | None = None,
 ) -> TrainingResult:
     """``train`` as a job runs it: the state kept beside ``checkpoint`` under the fingerprint of
     ``fingerprint_source`` (what determines the trained parameters: model, draw, data), locked
-    against a second writer, resumed when it exists; SIGTERM stops it after the current chunk.
-    A finished run deletes the states of other fingerprints there."""
+    against a second writer, resumed when it exists; SIGTERM stops it after the current chunk
+    (through ``stop_request``, installed by the caller: one for a command's several runs; by
+    default one installed here). Progress lines go to ``stream`` (default stderr). A finished run
+    deletes the states of other fingerprints there."""
     fingerprint = checkpoint_file.fingerprint(fingerprint_source)
     state = checkpoint_file.keyed_path(checkpoint, fingerprint)
-    stop_request = StopRequest()
-    stop_request.install()
+    if stop_request is None:
+        stop_request = StopRequest()
+        stop_request.install()
     with checkpoint_file.exclusive(state):
         result = train(
             model, train_chunks, valid_chunks, draw, max_epochs,
-            checkpoint_path=state, fingerprint=fingerprint, progress=Progress(interval_s=progress_interval_s), stop_request=stop_request,
+            checkpoint_path=state, fingerprint=fingerprint, progress=Progress(stream=stream, interval_s=progress_interval_s), stop_request=stop_request,
         )
     checkpoint_file.remove_others(checkpoint, keep=state)
     return result

@@ -2,12 +2,16 @@
 what Snakemake prints when a run succeeds.
 
 ``tracking_sync`` (per task, per CFL language, and for the PTB experiment) mirrors every run's
-Parquet files into MLflow: a mirror for browsing that the report never reads.
+Parquet files into MLflow: a mirror for browsing that the report never reads. With
+``resources.runs_per_job`` K > 1, the experiments of each kind (the tasks, the CFL languages, PTB)
+are mirrored K to a job instead (``tracking_groups``: rules ``tracking_sync_group<n>``, whose
+outputs are every experiment's manifest).
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.cfl import dag as cfl
@@ -18,6 +22,8 @@ from stacklm.workflow.settings import ResolvedSettings
 
 TRACKING_MARKER = "results/tracking/initialised"
 TRACKING_MANIFEST = "results/tracking/{experiment}.json"  # an experiment's runs in MLflow: key → run id
+TRACKING_LOG = "logs/tracking/{experiment}.log"
+TRACKING_GROUP_LOG = "logs/tracking/group{number}.log"  # a job of several experiments' mirrors
 
 
 def all_targets(settings: ResolvedSettings) -> list[str]:
@@ -82,3 +88,63 @@ def tracking_log_options(settings: ResolvedSettings, experiment: str) -> str:
     """``--curve-logs … --metrics-logs …`` of ``stacklm tracking sync``: the jobs' logs, artifacts of their runs."""
     records = tracking_records(settings, experiment)
     return shlex.join(["--curve-logs", *records["curve_logs"], "--metrics-logs", *records["metrics_logs"]])
+
+
+@dataclass(frozen=True)
+class TrackingGroup:
+    """Experiments of one kind that one ``stacklm tracking sync`` mirrors, one after another
+    (rule ``tracking_sync_group<n>``), each into its own manifest."""
+
+    number: int  # the group's place, from 1
+    experiments: tuple[str, ...]
+
+    @property
+    def rule(self) -> str:
+        return f"tracking_sync_group{self.number}"
+
+    @property
+    def manifests(self) -> list[str]:
+        """Each experiment's manifest, in order (``stacklm tracking sync``'s ``--out``)."""
+        return [TRACKING_MANIFEST.format(experiment=name) for name in self.experiments]
+
+    @property
+    def log(self) -> str:
+        return TRACKING_GROUP_LOG.format(number=self.number)
+
+
+def tracking_groups(settings: ResolvedSettings) -> list[TrackingGroup]:
+    """The experiments of each kind (``tracking_experiments``: the tasks, the CFL languages, PTB),
+    ``resources.runs_per_job`` to a group, so that a group waits only for runs of its kind; none
+    when it is 1 (the rule ``tracking_sync``, a job per experiment)."""
+    size = settings.resources.runs_per_job
+    if size == 1:
+        return []
+    kinds = [settings.tasks, settings.cfl.languages, [ptb.EXPERIMENT] if settings.ptb.models else []]
+    groups: list[TrackingGroup] = []
+    for kind in kinds:
+        for start in range(0, len(kind), size):
+            groups.append(TrackingGroup(len(groups) + 1, tuple(kind[start : start + size])))
+    return groups
+
+
+def single_experiments(settings: ResolvedSettings) -> str:
+    """The experiments the rule ``tracking_sync`` mirrors, a job each, as a wildcard constraint:
+    every one when ``resources.runs_per_job`` is 1, none otherwise (a regular expression matching nothing)."""
+    return r"[a-z0-9-]+" if settings.resources.runs_per_job == 1 else "(?!)"
+
+
+def tracking_group_inputs(settings: ResolvedSettings, group: TrackingGroup) -> dict[str, list[str]]:
+    """The Parquet files of every experiment of ``group`` (``tracking_inputs``), in order."""
+    inputs = [tracking_inputs(settings, name) for name in group.experiments]
+    return {"curves": [path for files in inputs for path in files["curves"]], "metrics": [path for files in inputs for path in files["metrics"]]}
+
+
+def tracking_group_options(settings: ResolvedSettings, group: TrackingGroup) -> str:
+    """``--experiment E --curves … --metrics … --curve-logs … --metrics-logs …`` of ``stacklm tracking
+    sync``, once per experiment of ``group``."""
+    options = []
+    for name in group.experiments:
+        records = tracking_records(settings, name)
+        options += ["--experiment", name, "--curves", *records["curves"], "--metrics", *records["metrics"],
+                    "--curve-logs", *records["curve_logs"], "--metrics-logs", *records["metrics_logs"]]
+    return shlex.join(options)

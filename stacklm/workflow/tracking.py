@@ -3,7 +3,7 @@
     stacklm tracking init --settings results/settings/tracking.json
     stacklm tracking sync --settings results/settings/tracking.json --experiment E
         --curves RUN_DIR/train.parquet ... [--metrics METRICS.parquet ...]
-        [--curve-logs LOG ... --metrics-logs LOG ...] --out results/tracking/E.json
+        [--curve-logs LOG ... --metrics-logs LOG ...] [--experiment E2 --curves ...] --out results/tracking/E.json ...
 
 ``init`` creates the MLflow store and one experiment per task, per CFL language and for PTB, once and
 serially, before the workflow fans out (a fresh SQLite store written by parallel jobs breaks in
@@ -13,7 +13,10 @@ the final runs' ``metrics.parquet``; for a CFL language, every grid run's ``trai
 each model's evaluation Parquet; for ``ptb``, every restart's ``train.parquet`` and
 ``metrics.parquet``; with the logs of the jobs that wrote them (one per file, in the
 same order) among the run's artifacts. It writes the manifest, run key → MLflow run id, as JSON; with
-``tracking.enabled: false`` an empty one, touching no store. Neither imports torch.
+``tracking.enabled: false`` an empty one, touching no store. Each ``--experiment`` takes the
+files after it (``--curves`` …) until the next: several are mirrored one after another, each
+into its ``--out`` (the rule ``tracking_sync_group<n>``, ``resources.runs_per_job`` > 1), as a
+job each would. Neither imports torch.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 from stacklm.atomic import write_text_atomically
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.tracking.mlflow_mirror import initialize_store, sync
 from stacklm.tracking.runs import cfl_runs, ptb_runs, task_runs
 from stacklm.experiments.ptb import dag as ptb
@@ -50,24 +53,45 @@ def init_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def per_experiment(option: str, values: list[list[Path]] | None, count: int) -> list[list[Path]]:
+    """The files of ``option``, one list per ``--experiment`` (none given: empty lists)."""
+    if values is None:
+        return [[] for _ in range(count)]
+    if len(values) != count:
+        raise UsageError(f"{option}: given {len(values)} times for {count} --experiment: once after each, or never")
+    return values
+
+
 def sync_command(args: argparse.Namespace) -> int:
     settings = read_tracked_settings(args.settings)
+    count = len(args.experiment)
+    files = [per_experiment(option, getattr(args, option[2:].replace("-", "_")), count)
+             for option in ("--curves", "--metrics", "--curve-logs", "--metrics-logs")]
+    if len(args.out) != count:
+        raise UsageError(f"--out: {len(args.out)} given for {count} --experiment: one per --experiment, in the same order")
+    for experiment, curves, metrics, curve_logs, metrics_logs, out in zip(args.experiment, *files, args.out):
+        sync_experiment(settings, experiment, curves, metrics, curve_logs, metrics_logs, out, args.settings)
+    return 0
+
+
+def sync_experiment(settings: ResolvedSettings, experiment: str, curves: list[Path], metrics: list[Path],
+                    curve_logs: list[Path], metrics_logs: list[Path], out: Path, source: Path) -> None:
+    """Mirror ``experiment``'s runs (its Parquet files and their jobs' logs) and write its manifest to ``out``."""
     tracking = settings.tracking
-    if args.experiment in settings.cfl.languages:
-        runs = cfl_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
-    elif args.experiment in settings.tasks:
-        runs = task_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
-    elif args.experiment == ptb.EXPERIMENT and settings.ptb.models:
-        runs = ptb_runs(args.experiment, args.curves, args.metrics, args.curve_logs, args.metrics_logs)
+    if experiment in settings.cfl.languages:
+        runs = cfl_runs(experiment, curves, metrics, curve_logs, metrics_logs)
+    elif experiment in settings.tasks:
+        runs = task_runs(experiment, curves, metrics, curve_logs, metrics_logs)
+    elif experiment == ptb.EXPERIMENT and settings.ptb.models:
+        runs = ptb_runs(experiment, curves, metrics, curve_logs, metrics_logs)
     else:
-        raise StacklmError(f"--experiment {args.experiment!r} is neither a task, a CFL language nor the PTB experiment of {args.settings}")
+        raise StacklmError(f"--experiment {experiment!r} is neither a task, a CFL language nor the PTB experiment of {source}")
     if tracking.enabled:
-        manifest = sync(tracking, args.experiment, runs)
+        manifest = sync(tracking, experiment, runs)
     else:
         manifest = {}
-        print("tracking is disabled (tracking.enabled: false); no run mirrored", file=sys.stderr)
-    write_text_atomically(args.out, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return 0
+        print(f"tracking is disabled (tracking.enabled: false); no run of {experiment} mirrored", file=sys.stderr)
+    write_text_atomically(out, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,12 +101,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument("--settings", required=True, type=Path)
     init.set_defaults(func=init_command)
 
-    mirror = actions.add_parser("sync", help="mirror one experiment's runs into MLflow from their Parquet files")
+    mirror = actions.add_parser("sync", help="mirror experiments' runs into MLflow from their Parquet files",
+                                description="Each --experiment takes the --curves, --metrics, --curve-logs and --metrics-logs after it;"
+                                " several are mirrored one after another, each into its --out.")
     mirror.add_argument("--settings", required=True, type=Path)
-    mirror.add_argument("--experiment", required=True, help="a task, a CFL language or ptb")
-    mirror.add_argument("--curves", required=True, nargs="+", type=Path, help="every run's train.parquet")
-    mirror.add_argument("--metrics", default=[], nargs="*", type=Path, help="final runs' metrics.parquet; a CFL language's evaluation files; the PTB restarts' metrics.parquet")
-    mirror.add_argument("--curve-logs", default=[], nargs="*", type=Path, help="the log of the job that wrote each --curves file")
-    mirror.add_argument("--metrics-logs", default=[], nargs="*", type=Path, help="the log of the job that wrote each --metrics file")
-    mirror.add_argument("--out", required=True, type=Path, help="the manifest to write: run key → MLflow run id (JSON)")
+    mirror.add_argument("--experiment", required=True, action="append", help="a task, a CFL language or ptb; again for the next")
+    mirror.add_argument("--curves", required=True, nargs="+", type=Path, action="append", help="every run's train.parquet")
+    mirror.add_argument("--metrics", nargs="*", type=Path, action="append",
+                        help="final runs' metrics.parquet; a CFL language's evaluation files; the PTB restarts' metrics.parquet")
+    mirror.add_argument("--curve-logs", nargs="*", type=Path, action="append", help="the log of the job that wrote each --curves file")
+    mirror.add_argument("--metrics-logs", nargs="*", type=Path, action="append", help="the log of the job that wrote each --metrics file")
+    mirror.add_argument("--out", required=True, nargs="+", type=Path, help="the manifest to write, run key → MLflow run id (JSON): one per --experiment")
     mirror.set_defaults(func=sync_command)

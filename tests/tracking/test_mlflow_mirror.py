@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.workflow.tracking import register
 from stacklm.tracking.mlflow_mirror import TrackingSettings
@@ -297,3 +297,50 @@ def test_relative_sqlite_paths_are_made_absolute(tmp_path: Path, monkeypatch: py
     assert TrackingSettings(uri="sqlite:///results/mlflow.db").resolved_uri() == f"sqlite:///{tmp_path}/results/mlflow.db"
     assert TrackingSettings(uri="sqlite:////abs/m.db").resolved_uri() == "sqlite:////abs/m.db"
     assert TrackingSettings(uri="http://127.0.0.1:5000").sqlite_path() is None
+
+
+def stored_runs(database: Path, experiment: str) -> dict[str, tuple[dict, dict, dict]]:
+    """Each run of ``experiment`` in the store by its key: its tags, params and metrics."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
+    found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return {run.data.tags["stacklm.run"]: (run.data.tags, run.data.params, run.data.metrics) for run in found}
+
+
+def test_experiments_synced_in_one_call_equal_a_call_each(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
+    """resources.runs_per_job > 1: one `stacklm tracking sync` of two experiments, each with the files
+    after its --experiment, mirrors what two calls mirror, and writes each experiment's manifest."""
+    curves, metrics = runs
+    other = tmp_path / "runs" / "passivization"
+    write_table(curve_table(CURVE, replace(FINAL, task="passivization")), other / "train.parquet")
+    write_table(metrics_table(FINAL_METRICS, replace(FINAL, task="passivization")), other / "metrics.parquet")
+    logs = tmp_path / "logs"
+    question = ["--curves", *curves, "--metrics", *metrics, "--curve-logs", logs / "search-train.log", logs / "final-train.log",
+                "--metrics-logs", logs / "final-evaluate.log"]
+    passivization = ["--curves", other / "train.parquet", "--metrics", other / "metrics.parquet", "--curve-logs", "--metrics-logs"]  # no logs
+    stores = {}
+    for way in ("alone", "together"):
+        (tmp_path / way).mkdir()
+        database = tmp_path / way / "mlflow.db"
+        settings = write_settings(tmp_path / way, {"uri": f"sqlite:///{database}"})
+        assert tracking("init", "--settings", settings) == 0
+        manifests = [tmp_path / way / "question-formation.json", tmp_path / way / "passivization.json"]
+        if way == "alone":
+            assert tracking("sync", "--settings", settings, "--experiment", "question-formation", *question, "--out", manifests[0]) == 0
+            assert tracking("sync", "--settings", settings, "--experiment", "passivization", *passivization, "--out", manifests[1]) == 0
+        else:
+            assert tracking("sync", "--settings", settings, "--experiment", "question-formation", *question,
+                            "--experiment", "passivization", *passivization, "--out", *manifests) == 0
+        stores[way] = {name: stored_runs(database, name) for name in ("question-formation", "passivization")}
+        assert [set(json.loads(path.read_text())) for path in manifests] == [set(stores[way][name]) for name in ("question-formation", "passivization")]
+    assert set(stores["together"]["question-formation"]) == {SEARCH_KEY, FINAL_KEY}
+    assert set(stores["together"]["passivization"]) == {"passivization/Tf/final/seed-1"}
+    assert stores["together"] == stores["alone"]
+    settings = write_settings(tmp_path, {"enabled": False})
+    with pytest.raises(UsageError, match="--metrics: given 1 times for 2 --experiment"):  # files of one experiment only: refused
+        tracking("sync", "--settings", settings, "--experiment", "question-formation", "--curves", *curves, "--metrics", *metrics,
+                 "--experiment", "passivization", "--curves", other / "train.parquet", "--out", tmp_path / "a.json", tmp_path / "b.json")
+    with pytest.raises(UsageError, match="--out: 1 given for 2 --experiment"):
+        tracking("sync", "--settings", settings, "--experiment", "question-formation", *question, "--experiment", "passivization", *passivization,
+                 "--out", tmp_path / "a.json")

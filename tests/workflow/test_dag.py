@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,7 +13,9 @@ import pytest
 import yaml
 
 import stacklm.experiments.common as shared
+import stacklm.experiments.ptb.dag as ptb
 import stacklm.experiments.transformations.dag as transformations
+import stacklm.experiments.transformations.search as search_stage
 import stacklm.workflow.dag as pipeline
 import stacklm.workflow.settings as resolution
 from stacklm.errors import StacklmError
@@ -38,21 +43,26 @@ def job_counts(output: str) -> dict[str, int]:
 # setting groups the CFL runs: a language's 7 runs train in one job (marked reversal: 5, and the 2
 # that log their stack actions in a second), its 7 models are evaluated in one: 33 cfl_train, 2
 # cfl_train_actions and 35 cfl_evaluate jobs become 6 and 5 (446 -> 387). Then its 7 models' selections
-# in one: 35 cfl_select jobs become 5 (387 -> 357).
+# in one: 35 cfl_select jobs become 5 (387 -> 357). Then its trials' draws and selections, a job per task
+# for its 17 architectures: 119 hparams and 119 select jobs become 7 hparams_group1 and 7 select_group1 (357 -> 133).
+# Then its 10 PTB restarts train in one job and are evaluated in one: 10 ptb_train and 10 ptb_evaluate jobs become
+# ptb_train_group1 and ptb_evaluate_group1 (133 -> 115). Then its MLflow mirrors, a job per kind of experiment: 13
+# tracking_sync jobs become tracking_sync_group1 (the 7 tasks), group2 (the 5 CFL languages) and group3 (PTB) (115 -> 105).
 DAG_JOBS: dict[str | None, dict[str, int]] = {
     None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
            "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
            "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "total": 4587},
-    "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "data_summarize": 7, "hparams": 119,
-              "tracking": 1, "data_report": 1, "select": 119, "train_final_group1": 7,
-              "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "tracking_sync": 13, "aggregate": 1, "report": 1, "html": 7,
-              "ptb_train": 10, "ptb_evaluate": 10, "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
+    "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "data_summarize": 7, "hparams_group1": 7,
+              "tracking": 1, "data_report": 1, "select_group1": 7, "train_final_group1": 7,
+              "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "aggregate": 1, "report": 1, "html": 7,
+              **{f"tracking_sync_group{number}": 1 for number in (1, 2, 3)}, "ptb_train_group1": 1, "ptb_evaluate_group1": 1,
+              "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
               **{f"cfl_train_{language}_group1": 1 for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
               "cfl_train_marked_reversal_group2": 1,
               **{f"cfl_{command}_{language}_group1": 1 for command in ("select", "evaluate")
                  for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
-              "total": 357},
+              "total": 105},
     "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
            "total": 32},
@@ -64,14 +74,20 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
 
 # resources.runs_per_job: 2 (not the default): the training and evaluation jobs of each preset, a rule
 # per group of a task's runs of a phase in the order architecture x index (dag.run_groups), a job of it
-# per task; every other rule keeps its jobs. The ci preset's 2 architectures x 2 trials and x 2 seeds
-# become 2 jobs each (8 -> 4 training jobs, 4 -> 2 evaluations, 32 -> 26 in all); table1's 4 x 3 and
-# 4 x 3, 6 jobs each (24 -> 12, 12 -> 6, 60 -> 42).
+# per task, and the draws and selections of its architectures' trials, a rule per group of 2
+# architectures (dag.architecture_groups), and its MLflow mirror's (tracking_sync_group1, of its one
+# task); every other rule keeps its jobs. The ci preset's 2 architectures x 2 trials and x 2 seeds
+# become 2 jobs each (8 -> 4 training jobs, 4 -> 2 evaluations), its 2 hparams and 2 select jobs 1
+# each (32 -> 24 in all); table1's 4 x 3 and 4 x 3, 6 jobs each (24 -> 12, 12 -> 6), its 4 hparams
+# and 4 select jobs 2 each (60 -> 38).
 GROUPED_JOBS: dict[str, dict[str, int]] = {
     "ci": {"train_search_group1": 1, "train_search_group2": 1, "train_final_group1": 1, "train_final_group2": 1,
-           "evaluate_final_group1": 1, "evaluate_final_group2": 1, "total": 26},
+           "evaluate_final_group1": 1, "evaluate_final_group2": 1, "hparams_group1": 1, "select_group1": 1, "tracking_sync_group1": 1,
+           "total": 24},
     "table1": {**{f"train_{phase}_group{number}": 1 for phase in ("search", "final") for number in range(1, 7)},
-               **{f"evaluate_final_group{number}": 1 for number in range(1, 7)}, "total": 42},
+               **{f"evaluate_final_group{number}": 1 for number in range(1, 7)},
+               **{f"{command}_group{number}": 1 for command in ("hparams", "select") for number in (1, 2)}, "tracking_sync_group1": 1,
+               "total": 38},
 }
 
 
@@ -89,10 +105,12 @@ def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_k
     workflow_copy: Callable[[dict[str, Any]], Path], preset: str
 ) -> None:
     directory = workflow_copy({"preset": preset, "resources": {"runs_per_job": 2}})
+    settings = resolution.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": preset})
     result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    expected = {rule: count for rule, count in DAG_JOBS[preset].items() if rule not in ("train", "evaluate")} | GROUPED_JOBS[preset]
+    expected = {rule: count for rule, count in DAG_JOBS[preset].items() if rule not in ("train", "evaluate", "hparams", "select", "tracking_sync")}
+    expected |= GROUPED_JOBS[preset]
     assert job_counts(output) == expected
     commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm ")]
     final = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase final" in line and "--architecture Tf Tf " in line)
@@ -108,6 +126,53 @@ def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_k
             and " --out results/runs/question-formation/tf/final/1/metrics.parquet results/runs/question-formation/tf/final/2/metrics.parquet"
             " --log logs/evaluate/question-formation/tf/final/1.log logs/evaluate/question-formation/tf/final/2.log " in evaluation)
     assert evaluation.endswith("> logs/evaluate/question-formation/final/group1.log 2>&1")
+    draw = next(line for line in commands if line.startswith("Shell command: stacklm hparams") and "--architecture Tf " in line)
+    assert "--architecture Tf " in draw and " --out results/search/question-formation/tf/trial1.json" in draw
+    assert draw.endswith("> logs/hparams/question-formation/group1.log 2>&1")
+    selection = next(line for line in commands if line.startswith("Shell command: stacklm select") and "/tf/trial1.json " in line)
+    trials = " ".join(f"results/search/question-formation/tf/trial{trial}.json" for trial in transformations.trials(settings.search))
+    curves = " ".join(f"results/runs/question-formation/tf/search/{trial}/train.parquet" for trial in transformations.trained_trials(settings.search))
+    assert f"--hparams {trials} --curves {curves} --hparams " in selection  # Tf's trials, then the next architecture's
+    assert " --out results/search/question-formation/tf/best.json results/search/question-formation/" in selection
+    assert selection.endswith("> logs/select/question-formation/group1.log 2>&1")
+
+
+def test_the_small_presets_grouped_ptb_jobs_name_each_restarts_files(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    directory = workflow_copy({"preset": "small"})
+    result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml", "--", ptb.METRICS)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    settings = resolution.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "small"})
+    restarts = ptb.runs(settings.ptb)
+    assert len(restarts) <= settings.resources.runs_per_job  # one group
+    commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm ptb ")]
+    (training,) = [line for line in commands if line.startswith("Shell command: stacklm ptb train")]
+    models = " ".join(str(run["ptb_model"]) for run in restarts)
+    assert training.startswith(f"Shell command: stacklm ptb train --model {models} --restart {' '.join(str(run['restart']) for run in restarts)} ")
+    assert " --out " + " ".join(ptb.RUN_DIR.format(**run) for run in restarts) + " --log " + " ".join(ptb.TRAIN_LOG.format(**run) for run in restarts) in training
+    assert training.endswith("> logs/ptb/train/group1.log 2>&1")
+    (evaluation,) = [line for line in commands if line.startswith("Shell command: stacklm ptb evaluate")]
+    assert evaluation.startswith("Shell command: stacklm ptb evaluate --run " + " ".join(ptb.RUN_DIR.format(**run) for run in restarts) + " ")
+    assert " --out " + " ".join(ptb.RUN_METRICS.format(**run) for run in restarts) + " --log " + " ".join(ptb.EVALUATE_LOG.format(**run) for run in restarts) in evaluation
+
+
+def test_grouped_draws_and_selections_write_each_architectures_own(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    """A real run of two tasks' hparams_group1 and select_group1 (a single trial: no training): a
+    rule made in the Snakefile's loop runs its shell line after the loop has ended, so each
+    file must hold its own task's and architecture's draw."""
+    tasks, architectures = ["question-formation", "passivization"], ["Tf", "LSTM+Sup", "RNN"]
+    directory = workflow_copy({"preset": "ci", "tasks": tasks, "architectures": architectures, "search": {"trials": 1}, "resources": {"runs_per_job": 2}})
+    targets = [transformations.BEST_HPARAMS.format(task=task, architecture=shared.architecture_slug(name)) for task in tasks for name in architectures]
+    result = run_snakemake(directory, "--cores", "1", "--workflow-profile", "none", "--configfile", "test.yaml", "--", *targets)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "hparams_group2" in output and "select_group2" in output  # 3 architectures, 2 to a job
+    settings = resolution.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "ci"}, {"search": {"trials": 1}})
+    for task in tasks:
+        for name in architectures:
+            drawn = search_stage.draw_hyperparameters(settings.search, task, name, 1)
+            best = json.loads((directory / transformations.BEST_HPARAMS.format(task=task, architecture=shared.architecture_slug(name))).read_text())
+            assert best == {**drawn.__dict__, "max_epochs": settings.final.max_epochs}, (task, name)
 
 
 def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
@@ -170,6 +235,29 @@ def test_tracking_sync_reads_every_run_of_its_experiment() -> None:
     assert f"results/tracking/{task}.json" in pipeline.all_targets(settings)
     with pytest.raises(StacklmError, match="no task, CFL language or PTB experiment is named 'no-such-task'"):
         pipeline.tracking_records(settings, "no-such-task")
+
+
+def test_runs_per_job_groups_each_kinds_mlflow_mirrors() -> None:
+    settings = resolution.resolve({**yaml.safe_load((ROOT / "config.yaml").read_text()), "preset": "small"})
+    assert pipeline.tracking_groups(dataclasses.replace(settings, resources=dataclasses.replace(settings.resources, runs_per_job=1))) == []
+    assert not re.fullmatch(pipeline.single_experiments(settings), "dyck-2")
+    groups = pipeline.tracking_groups(settings)
+    assert [group.experiments for group in groups] == [settings.tasks, settings.cfl.languages, ("ptb",)]  # a kind waits for its own runs only
+    assert [group.rule for group in groups] == ["tracking_sync_group1", "tracking_sync_group2", "tracking_sync_group3"]
+    assert groups[1].manifests == [pipeline.TRACKING_MANIFEST.format(experiment=name) for name in settings.cfl.languages]
+    options = shlex.split(pipeline.tracking_group_options(settings, groups[1]))
+    starts = [position for position, word in enumerate(options) if word == "--experiment"]
+    assert [options[position + 1] for position in starts] == list(settings.cfl.languages)
+    for position, end, name in zip(starts, [*starts[1:], len(options)], settings.cfl.languages):  # each language's own options
+        assert shlex.join(options[position:end]) == shlex.join(["--experiment", name]) + " --curves " + " ".join(
+            pipeline.tracking_records(settings, name)["curves"]) + " --metrics " + " ".join(pipeline.tracking_records(settings, name)["metrics"]) + " " + (
+            pipeline.tracking_log_options(settings, name))
+    inputs = pipeline.tracking_group_inputs(settings, groups[0])
+    assert inputs["curves"] == [path for task in settings.tasks for path in pipeline.tracking_inputs(settings, task)["curves"]]
+    assert inputs["metrics"] == [path for task in settings.tasks for path in pipeline.tracking_inputs(settings, task)["metrics"]]
+    wider = dataclasses.replace(settings, resources=dataclasses.replace(settings.resources, runs_per_job=3))
+    assert [group.experiments for group in pipeline.tracking_groups(wider)] == [
+        settings.tasks[:3], settings.tasks[3:6], settings.tasks[6:], settings.cfl.languages[:3], settings.cfl.languages[3:], ("ptb",)]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@
 # `stacklm ptb X`; select and report import no torch. No job touches MLflow: `tracking_sync`
 # mirrors the experiment `ptb` once every restart is scored. The PTB files and the suites are read
 # from ptb.mirror and refused by the jobs unless their sha256 is the pinned one; they are no inputs
-# of the DAG, which is built (and dry-run) without them.
+# of the DAG, which is built (and dry-run) without them. With resources.runs_per_job K > 1, the rules
+# ptb_train_group<n> and ptb_evaluate_group<n> train and evaluate the restarts K to a job instead.
 import stacklm.experiments.ptb.dag as ptb_dag
 
 LANGUAGE_MODELLING = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the category of `snakemake --report`
@@ -35,6 +36,8 @@ rule ptb_train:
         device=lambda wildcards, resources: common.device(resources.gpu),
     log:
         ptb_dag.TRAIN_LOG,
+    wildcard_constraints:
+        restart=ptb_dag.single_restarts(SETTINGS.resources.runs_per_job),
     threads: 1
     resources:
         gpu=0,
@@ -56,6 +59,8 @@ rule ptb_evaluate:
         device=lambda wildcards, resources: common.device(resources.gpu),
     log:
         ptb_dag.EVALUATE_LOG,
+    wildcard_constraints:
+        restart=ptb_dag.single_restarts(SETTINGS.resources.runs_per_job),
     threads: 1
     resources:
         gpu=0,
@@ -64,6 +69,60 @@ rule ptb_evaluate:
     shell:
         "stacklm ptb evaluate --run {params.run_dir} {params.options} --out {output}"
         " --device {params.device} --threads {threads} > {log} 2>&1"
+
+
+# resources.runs_per_job K > 1: each group of K restarts (ptb_dag.run_groups, in the order model x
+# restart) trains in one process and is evaluated in another, one restart after another, sharing
+# torch's import. Each restart keeps its own outputs, checkpoint and logs (the paths above) and
+# equals the restart trained or evaluated alone; the group's log holds the process's own output.
+for group in ptb_dag.run_groups(SETTINGS.ptb, SETTINGS.resources.runs_per_job):
+
+    rule:
+        name:
+            group.rule("train")
+        output:
+            model=group.paths(ptb_dag.RUN_MODEL),
+            curve=group.paths(ptb_dag.RUN_CURVE),
+        params:
+            runs=group.train_options,
+            options=ptb_dag.train_options(SETTINGS.ptb),
+            run_dirs=group.paths(ptb_dag.RUN_DIR),
+            checkpoints=group.paths(ptb_dag.CHECKPOINT),
+            device=lambda wildcards, resources: common.device(resources.gpu),
+        log:
+            runs=group.paths(ptb_dag.TRAIN_LOG),
+            job=group.log(ptb_dag.TRAIN_GROUP_LOG),
+        threads: 1
+        resources:
+            gpu=0,
+        conda:
+            CONDA_ENV
+        shell:
+            "stacklm ptb train {params.runs} {params.options} --checkpoint {params.checkpoints} --out {params.run_dirs}"
+            " --log {log.runs} --device {params.device} --threads {threads} > {log.job} 2>&1"
+
+    rule:
+        name:
+            group.rule("evaluate")
+        input:
+            group.paths(ptb_dag.RUN_MODEL),
+        output:
+            group.paths(ptb_dag.RUN_METRICS),
+        params:
+            run_dirs=group.paths(ptb_dag.RUN_DIR),
+            options=ptb_dag.evaluate_options(SETTINGS.ptb),
+            device=lambda wildcards, resources: common.device(resources.gpu),
+        log:
+            runs=group.paths(ptb_dag.EVALUATE_LOG),
+            job=group.log(ptb_dag.EVALUATE_GROUP_LOG),
+        threads: 1
+        resources:
+            gpu=0,
+        conda:
+            CONDA_ENV
+        shell:
+            "stacklm ptb evaluate --run {params.run_dirs} {params.options} --out {output}"
+            " --log {log.runs} --device {params.device} --threads {threads} > {log.job} 2>&1"
 
 
 rule ptb_select:

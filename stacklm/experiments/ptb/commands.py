@@ -1,10 +1,10 @@
 """``stacklm ptb``: the commands of the rules ``ptb_train``, ``ptb_evaluate``, ``ptb_select`` and
 ``ptb_report`` (DuSell & Chiang (2022) §5.2, App. 10–11).
 
-    stacklm ptb train --model M --restart K --data MIRROR/ptb [--salt S] [--lines N] [--max-epochs E]
-        [--progress-interval-s T] --checkpoint CKPT --out RUN_DIR
-    stacklm ptb evaluate --run RUN_DIR --data MIRROR/ptb --syntaxgym MIRROR/sg-test-suites
-        [--lines N] [--suites NAME ...] --out RUN_DIR/metrics.parquet
+    stacklm ptb train --model M... --restart K... --data MIRROR/ptb [--salt S] [--lines N] [--max-epochs E]
+        [--progress-interval-s T] --checkpoint CKPT... --out RUN_DIR... [--log LOG...]
+    stacklm ptb evaluate --run RUN_DIR... --data MIRROR/ptb --syntaxgym MIRROR/sg-test-suites
+        [--lines N] [--suites NAME ...] --out RUN_DIR/metrics.parquet... [--log LOG...]
     stacklm ptb select --curves RUN_DIR/train.parquet ... --out SELECTED.json
     stacklm ptb report --metrics RUN_DIR/metrics.parquet ... --selected SELECTED.json ...
         --figure-models lstm rns-2-3 --out-metrics results/ptb/metrics.parquet
@@ -14,6 +14,13 @@ The workflow passes the ``ptb`` settings as these options (``stacklm.experiments
 that a job reruns when an option it takes changes, and only then; by hand, every default is the
 paper's. ``train`` and ``evaluate`` import torch when they run; ``select`` and ``report`` never
 do. No command touches MLflow: ``stacklm tracking sync`` mirrors the Parquet files.
+
+Several ``--restart`` values are several restarts trained one after another in one process (the
+rule ``ptb_train_group<n>`` when ``resources.runs_per_job`` > 1), each with its own ``--model`` (or
+one for all), ``--checkpoint``, ``--out`` and ``--log`` in the same order; several ``--run`` values
+several restarts evaluated one after another (rule ``ptb_evaluate_group<n>``), each with its
+``--out`` and ``--log``. Each equals the restart trained or evaluated alone (the loop of
+:func:`stacklm.experiments.common.run_each`).
 """
 
 from __future__ import annotations
@@ -21,11 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stacklm.errors import StacklmError, located
-from stacklm.experiments.common import add_resource_arguments, select_lowest, write_json
+from stacklm.errors import StacklmError, UsageError, located
+from stacklm.experiments.common import add_resource_arguments, per_run, run_each, select_lowest, train_each, write_json
 from stacklm.settings_file import read_json
 
 SELECTION_KEYS = ("model", "restart", "validation_perplexity", "restarts")
@@ -46,22 +54,70 @@ def _device_and_threads(args: argparse.Namespace) -> Any:
     return choose_device(args.device)
 
 
+@dataclass(frozen=True)
+class PlannedRestart:
+    """One restart of ``stacklm ptb train``, with the files given for it."""
+
+    model: str
+    restart: int
+    checkpoint: Path
+    out: Path
+    log: Path | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} restart {self.restart}"
+
+
+@dataclass(frozen=True)
+class PlannedEvaluation:
+    """One trained restart of ``stacklm ptb evaluate``, with the files given for it."""
+
+    run: Path
+    out: Path
+    log: Path | None
+
+    @property
+    def label(self) -> str:
+        return str(self.run)
+
+
+def planned_restarts(args: argparse.Namespace) -> list[PlannedRestart]:
+    """A restart per ``--restart``, with the per-restart options in the same order (each checked for its count)."""
+    count = len(args.restart)
+    models = per_run("--model", args.model, count, "--restart", allow_one=True)
+    pairs = list(zip(models, args.restart))
+    if len(set(pairs)) < count:
+        raise UsageError("--restart: a model's restart is given twice (" + ", ".join(f"{model} {restart}" for model, restart in pairs) + "): each is one run")
+    checkpoints = per_run("--checkpoint", args.checkpoint, count, "--restart")
+    outs = per_run("--out", args.out, count, "--restart")
+    logs = per_run("--log", args.log, count, "--restart", [None] * count)
+    return [PlannedRestart(model, restart, checkpoint, out, log) for (model, restart), checkpoint, out, log in zip(pairs, checkpoints, outs, logs)]
+
+
 def train_command(args: argparse.Namespace) -> int:
     from stacklm.experiments.ptb.runs import train_restart
 
+    planned = planned_restarts(args)
     device = _device_and_threads(args)
-    train_restart(
-        args.model, args.restart, args.data, args.out, args.checkpoint,
+    train_each(planned, lambda run, stop_request, stream: train_restart(
+        run.model, run.restart, args.data, run.out, run.checkpoint,
         salt=args.salt, lines=args.lines, max_epochs=args.max_epochs, progress_interval_s=args.progress_interval_s, device=device,
-    )
+        stop_request=stop_request, stream=stream,
+    ))
     return 0
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from stacklm.experiments.ptb.runs import evaluate_restart
 
+    count = len(args.run)
+    outs = per_run("--out", args.out, count, "--run")
+    logs = per_run("--log", args.log, count, "--run", [None] * count)
+    planned = [PlannedEvaluation(run, out, log) for run, out, log in zip(args.run, outs, logs)]
     device = _device_and_threads(args)
-    evaluate_restart(args.run, args.data, args.syntaxgym, args.out, lines=args.lines, suites=tuple(args.suites) if args.suites else None, device=device)
+    suites = tuple(args.suites) if args.suites else None
+    run_each(planned, lambda run, stream: evaluate_restart(run.run, args.data, args.syntaxgym, run.out, lines=args.lines, suites=suites, device=device, stream=stream))
     return 0
 
 
@@ -152,26 +208,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ptb = subparsers.add_parser("ptb")
     commands = ptb.add_subparsers(dest="ptb_command", required=True, metavar="COMMAND")
 
-    train = commands.add_parser("train", help="train one random restart of a PTB model (App. 10); resumes from --checkpoint")
-    train.add_argument("--model", required=True, help="lstm, lstm-H, jm-hidden, jm-learned, ns-Q-S or rns-Q-S")
-    train.add_argument("--restart", required=True, type=_positive, help="the restart, 1-based: its draw and initial parameters")
+    train = commands.add_parser("train", help="train random restarts of PTB models (App. 10); each resumes from its --checkpoint")
+    train.add_argument("--model", required=True, nargs="+", help="lstm, lstm-H, jm-hidden, jm-learned, ns-Q-S or rns-Q-S: one for all, or one per restart")
+    train.add_argument("--restart", required=True, nargs="+", type=_positive, help="the restart, 1-based: its draw and initial parameters; several: a run each")
     train.add_argument("--data", required=True, type=Path, help="the folder of ptb.{train,valid,test}.txt (checked against their sha256)")
     train.add_argument("--salt", type=int, default=0, help="another salt draws another set of restarts")
     train.add_argument("--lines", type=_positive, default=None, help="train and validate on each split's first lines only (default: all)")
     train.add_argument("--max-epochs", type=_positive, default=100)
     train.add_argument("--progress-interval-s", type=float, default=60.0, help="seconds between progress lines")
-    train.add_argument("--checkpoint", required=True, type=Path, help="resumable training state")
-    train.add_argument("--out", required=True, type=Path, help="run folder: model.pt, train.parquet")
+    train.add_argument("--checkpoint", required=True, nargs="+", type=Path, help="resumable training state, one per restart")
+    train.add_argument("--out", required=True, nargs="+", type=Path, help="run folder (model.pt, train.parquet), one per restart")
+    train.add_argument("--log", nargs="+", type=Path, default=None, help="a file per restart for its progress lines; default: stderr")
     add_resource_arguments(train)
     train.set_defaults(func=train_command)
 
-    evaluate = commands.add_parser("evaluate", help="test perplexity and SG score of one trained restart")
-    evaluate.add_argument("--run", required=True, type=Path, help="the run folder (`stacklm ptb train`)")
+    evaluate = commands.add_parser("evaluate", help="test perplexity and SG score of trained restarts")
+    evaluate.add_argument("--run", required=True, nargs="+", type=Path, help="the run folder (`stacklm ptb train`); several: each in turn")
     evaluate.add_argument("--data", required=True, type=Path, help="the folder of ptb.{train,valid,test}.txt")
     evaluate.add_argument("--syntaxgym", required=True, type=Path, help="the folder of circuits.json and syntaxgym-format/")
     evaluate.add_argument("--lines", type=_positive, default=None, help="test on the test split's first lines only (default: all)")
     evaluate.add_argument("--suites", nargs="*", default=None, help="the suites scored (default: all 33)")
-    evaluate.add_argument("--out", required=True, type=Path, help="metrics Parquet")
+    evaluate.add_argument("--out", required=True, nargs="+", type=Path, help="metrics Parquet, one per --run")
+    evaluate.add_argument("--log", nargs="+", type=Path, default=None, help="a file per --run for its lines; default: stderr")
     add_resource_arguments(evaluate)
     evaluate.set_defaults(func=evaluate_command)
 

@@ -10,7 +10,9 @@
 then ``ptb_report``: ``results/ptb/metrics.parquet`` (every restart's rows: the source of the
 tables) and from it the PTB table, the circuit table and the figure of SG score against test
 perplexity (``results/ptb/report/``). ``tracking_sync`` mirrors the runs as the experiment
-``ptb``. The settings reach the jobs as options (``train_options``, ``evaluate_options``), so a
+``ptb``. With ``resources.runs_per_job`` K > 1, the restarts (model × restart) train K to a job
+and are evaluated K to a job instead (``run_groups``: rules ``ptb_train_group<n>`` and
+``ptb_evaluate_group<n>`` whose outputs are every restart's files). The settings reach the jobs as options (``train_options``, ``evaluate_options``), so a
 job reruns when one of its options changes (Snakemake's params trigger), and no other.
 
 No torch here: the Snakefile asks this module for every lookup.
@@ -19,7 +21,9 @@ No torch here: the Snakefile asks this module for every lookup.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from stacklm.experiments.common import FIGURE_EXTENSIONS
 from stacklm.experiments.ptb.settings import PtbSettings
@@ -33,6 +37,8 @@ RUN_METRICS = RUN_DIR + "/metrics.parquet"
 CHECKPOINT = "results/ptb/checkpoints/{ptb_model}/{restart}.pt"
 TRAIN_LOG = "logs/ptb/train/{ptb_model}/{restart}.log"
 EVALUATE_LOG = "logs/ptb/evaluate/{ptb_model}/{restart}.log"
+TRAIN_GROUP_LOG = "logs/ptb/train/group{number}.log"  # a job of several restarts; each one's lines are in its TRAIN_LOG
+EVALUATE_GROUP_LOG = "logs/ptb/evaluate/group{number}.log"  # each restart's lines are in its EVALUATE_LOG
 SELECTED = "results/ptb/selected/{ptb_model}.json"
 METRICS = "results/ptb/metrics.parquet"
 TABLE_NAMES = ("ptb", "circuits")  # DuSell & Chiang (2022) §5.2; App. 11
@@ -59,6 +65,48 @@ def runs(ptb: PtbSettings) -> list[dict[str, str | int]]:
 def run_files(ptb: PtbSettings, pattern: str, model: str | None = None) -> list[str]:
     """``pattern`` for every restart (of ``model`` only, when given)."""
     return [pattern.format(**run) for run in runs(ptb) if model is None or run["ptb_model"] == model]
+
+
+@dataclass(frozen=True)
+class PtbRunGroup:
+    """Restarts that one process trains (rule ``ptb_train_group<n>``) and one process evaluates
+    (rule ``ptb_evaluate_group<n>``), one after another: rules of their own, whose outputs are
+    every restart's files (the DAG keeps one output per restart)."""
+
+    number: int  # the group's place, from 1
+    runs: tuple[tuple[str, int], ...]  # (model, restart)
+
+    def rule(self, command: Literal["train", "evaluate"]) -> str:
+        return f"ptb_{command}_group{self.number}"
+
+    def paths(self, pattern: str) -> list[str]:
+        """``pattern`` (a restart's path: ``RUN_MODEL``, ``CHECKPOINT``, ``TRAIN_LOG`` …) of each restart, in order."""
+        return [pattern.format(ptb_model=model, restart=restart) for model, restart in self.runs]
+
+    def log(self, pattern: str) -> str:
+        """The process's own output, ``pattern`` ``TRAIN_GROUP_LOG`` or ``EVALUATE_GROUP_LOG``."""
+        return pattern.format(number=self.number)
+
+    @property
+    def train_options(self) -> str:
+        """The restarts of ``stacklm ptb train``: ``--model`` and ``--restart``, one per restart."""
+        return shlex.join(["--model", *(model for model, _ in self.runs), "--restart", *(str(restart) for _, restart in self.runs)])
+
+
+def run_groups(ptb: PtbSettings, runs_per_job: int) -> list[PtbRunGroup]:
+    """Every restart, ``runs_per_job`` to a group, in the order model (``ptb.models``) × restart;
+    none when it is 1 (the rules ``ptb_train`` and ``ptb_evaluate``, a job per restart)."""
+    if runs_per_job == 1:
+        return []
+    every = [(str(run["ptb_model"]), int(run["restart"])) for run in runs(ptb)]
+    return [PtbRunGroup(number, tuple(every[start : start + runs_per_job])) for number, start in enumerate(range(0, len(every), runs_per_job), start=1)]
+
+
+def single_restarts(runs_per_job: int) -> str:
+    """The wildcard constraint on ``restart`` of the rules of one restart a job (``ptb_train``,
+    ``ptb_evaluate``): every restart when ``resources.runs_per_job`` is 1, none otherwise (a
+    regular expression matching nothing)."""
+    return r"[1-9][0-9]*" if runs_per_job == 1 else "(?!)"
 
 
 def selected_files(ptb: PtbSettings) -> list[str]:

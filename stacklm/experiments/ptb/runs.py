@@ -21,6 +21,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
@@ -42,6 +43,7 @@ from stacklm.tracking.records import (
     ptb_metrics_table,
     write_table,
 )
+from stacklm.training.loop import StopRequest
 from stacklm.training.progress import Progress
 from stacklm.training.ptb import SavedPtbModel, SearchDraw, draw_hyperparameters, evaluate, load_ptb_model, save_ptb_model, train_resumably
 
@@ -92,7 +94,12 @@ def train_restart(
     max_epochs: int,
     progress_interval_s: float,
     device: torch.device,
+    stop_request: StopRequest | None = None,
+    stream: TextIO | None = None,
 ) -> None:
+    """Train restart ``restart`` of ``model_name`` into ``out``, resumable at ``checkpoint``;
+    ``stop_request``: the command's (default: one installed for this run); progress lines go to
+    ``stream`` (default stderr)."""
     config = ptb_config(model_name)
     seeds = restart_seeds(salt, model_name, restart)
     draw = restart_draw(salt, model_name, restart)
@@ -117,7 +124,7 @@ def train_restart(
     model = PtbLanguageModel(config)
     model.initialize(torch.Generator().manual_seed(seeds.parameters))
     model = model.to(device)
-    Progress(interval_s=progress_interval_s).line(
+    Progress(stream=stream, interval_s=progress_interval_s).line(
         f"{model_name} restart {restart}: learning rate {draw.learning_rate:.4g}, clipping {draw.clip_per_target:.4g} per target;"
         f" {len(train_chunks)} training and {len(valid_chunks)} validation chunks"
     )
@@ -130,6 +137,8 @@ def train_restart(
         checkpoint=checkpoint,
         fingerprint_source={"model": ptb_config_fields(config), "seeds": asdict(seeds), "draw": asdict(draw), "data_version": version},
         progress_interval_s=progress_interval_s,
+        stop_request=stop_request,
+        stream=stream,
     )
     metadata = RunMetadata(
         task=EXPERIMENT,  # the runs' task column names their MLflow experiment
@@ -167,14 +176,16 @@ def evaluate_restart(
     lines: int | None,
     suites: tuple[str, ...] | None,
     device: torch.device,
+    stream: TextIO | None = None,
 ) -> None:
+    """Score the restart trained in ``run`` into ``out``; progress lines go to ``stream`` (default stderr)."""
     saved = load_ptb_model(run / "model.pt")
     metadata = RunMetadata(**saved.metadata)
     used = {"evaluation": {"lines": lines, "suites": None if suites is None else list(suites)}}
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | used, sort_keys=True))
     model = saved.model().to(device)
     vocabulary = Vocabulary(saved.vocabulary)
-    progress = Progress()
+    progress = Progress(stream=stream)
     started = time.monotonic()
     test_chunks = split_chunks(split_tokens(data, "test", lines), vocabulary, str(data / ptb_file_name("test")))
     test_perplexity = evaluate(model, test_chunks)

@@ -13,7 +13,9 @@ Per task T and architecture A:
 - ``train`` (phase ``final``, index s) for every seed s, then ``evaluate``;
 - with ``resources.runs_per_job`` K > 1, the runs of a task's phase (architecture × index) train
   and evaluate K to a job instead: rules per group of runs (``run_groups``: ``train_final_group1``,
-  ``evaluate_final_group1``, …) whose outputs are every run's files;
+  ``evaluate_final_group1``, …) whose outputs are every run's files; and the trials of K
+  architectures are drawn in one job and selected among in one (``architecture_groups``:
+  ``hparams_group1``, ``select_group1``, …) whose outputs are every trial's and architecture's files;
 - ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures), and ``curves``
   per task.
 
@@ -46,6 +48,10 @@ TRAIN_LOG = "logs/train/{task}/{architecture}/{phase}/{index}.log"  # among a ru
 TRAIN_GROUP_LOG = "logs/train/{task}/{phase}/group{number}.log"  # a job of several runs; each run's lines are in its TRAIN_LOG
 EVALUATE_LOG = "logs/evaluate/{task}/{architecture}/{phase}/{index}.log"
 EVALUATE_GROUP_LOG = "logs/evaluate/{task}/{phase}/group{number}.log"  # each run's lines are in its EVALUATE_LOG
+HPARAMS_LOG = "logs/hparams/{task}/{architecture}.log"
+HPARAMS_GROUP_LOG = "logs/hparams/{task}/group{number}.log"  # a job of several architectures' draws
+SELECT_LOG = "logs/select/{task}/{architecture}.log"
+SELECT_GROUP_LOG = "logs/select/{task}/group{number}.log"  # a job of several architectures' selections
 METRICS = "results/metrics.parquet"
 REPORT_TABLE = "results/report/tables/{task}.tex"
 REPORT_MARKDOWN = "results/report/tables/{task}.md"
@@ -167,6 +173,77 @@ def single_run_phases(resources: ResourceSettings) -> str:
     a wildcard constraint: both when ``resources.runs_per_job`` is 1, none otherwise (a regular
     expression matching nothing)."""
     return "|".join(PHASES) if resources.runs_per_job == 1 else "(?!)"
+
+
+@dataclass(frozen=True)
+class ArchitectureGroup:
+    """Architectures of a task whose trials one process draws (rule ``hparams_group<n>``) and one
+    process selects among (rule ``select_group<n>``), one architecture after another, for every
+    task: rules of their own, whose outputs are every trial's ``trial<k>.json`` and every
+    architecture's ``best.json`` (the DAG keeps one output per trial and per architecture). Paths
+    keep ``{task}`` as a wildcard."""
+
+    number: int  # the group's place, from 1
+    architectures: tuple[str, ...]  # registry names
+    trials: tuple[int, ...]  # every drawn trial (``trials``)
+    trained: tuple[int, ...]  # the trials trained to be compared (``trained_trials``: none for a single trial)
+
+    def rule(self, command: Literal["hparams", "select"]) -> str:
+        return f"{command}_group{self.number}"
+
+    def trial_paths(self) -> list[str]:
+        """Every trial's ``HP.json``, in the order architecture × trial (``stacklm hparams``' ``--out``)."""
+        return [TRIAL_HPARAMS.format(task="{task}", architecture=architecture_slug(name), trial=trial)
+                for name in self.architectures for trial in self.trials]
+
+    def curve_paths(self) -> list[str]:
+        """Every trained trial's ``train.parquet``, in the order architecture × trial."""
+        return [RUN_CURVE.format(task="{task}", architecture=architecture_slug(name), phase="search", index=trial)
+                for name in self.architectures for trial in self.trained]
+
+    def best_paths(self) -> list[str]:
+        """Every architecture's selection, in order (``stacklm select``'s ``--out``)."""
+        return [BEST_HPARAMS.format(task="{task}", architecture=architecture_slug(name)) for name in self.architectures]
+
+    def log(self, pattern: str) -> str:
+        """The process's output, ``pattern`` ``HPARAMS_GROUP_LOG`` or ``SELECT_GROUP_LOG``."""
+        return pattern.format(task="{task}", number=self.number)
+
+    @property
+    def architecture_options(self) -> str:
+        """``--architecture`` of ``stacklm hparams``: every architecture, in order."""
+        return shlex.join(["--architecture", *self.architectures])
+
+    def select_options(self, wildcards: Any) -> str:
+        """``--hparams`` (and ``--curves`` when trials are trained) of ``stacklm select``, once per architecture."""
+        options = []
+        for name in self.architectures:
+            slug = architecture_slug(name)
+            hparams = [TRIAL_HPARAMS.format(task=wildcards.task, architecture=slug, trial=trial) for trial in self.trials]
+            curves = [RUN_CURVE.format(task=wildcards.task, architecture=slug, phase="search", index=trial) for trial in self.trained]
+            options += ["--hparams", *hparams, *(["--curves", *curves] if curves else [])]
+        return shlex.join(options)
+
+
+def architecture_groups(settings: TransformationsSettings) -> list[ArchitectureGroup]:
+    """The architectures (``architectures``), ``resources.runs_per_job`` to a group, whose trials
+    are drawn and selected among together; none when it is 1 (the rules ``hparams`` and ``select``,
+    a job per architecture)."""
+    size = settings.resources.runs_per_job
+    if size == 1:
+        return []
+    trial_numbers, trained = tuple(trials(settings.search)), tuple(trained_trials(settings.search))
+    return [
+        ArchitectureGroup(number, settings.architectures[start : start + size], trial_numbers, trained)
+        for number, start in enumerate(range(0, len(settings.architectures), size), start=1)
+    ]
+
+
+def single_architectures(resources: ResourceSettings) -> str:
+    """The architectures whose trials the rules ``hparams`` and ``select`` draw and select among, a
+    job each, as a wildcard constraint: every one when ``resources.runs_per_job`` is 1, none
+    otherwise (a regular expression matching nothing)."""
+    return r"[^/]+" if resources.runs_per_job == 1 else "(?!)"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """The random search of DuSell & Cotterell (2025) App. D: ``stacklm hparams`` draws each trial's
 hyperparameters, ``stacklm select`` keeps the trial with the lowest validation cross-entropy.
 
-Neither imports torch: the DAG runs one such job per task and architecture.
+Neither imports torch: the DAG runs one such job per task and architecture, or per task and
+group of architectures (``resources.runs_per_job``): several ``--architecture`` values draw each
+one's trials in turn, several ``--hparams`` select for each in turn, writing the same files as
+a job each.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.experiments.common import derived_seed, select_lowest, write_json
 from stacklm.experiments.transformations.settings import FinalSettings, SearchSettings
 from stacklm.settings_file import read_settings
@@ -44,43 +47,65 @@ def lowest_validation_cross_entropy(curve: pd.DataFrame) -> float:
 
 def hparams_command(args: argparse.Namespace) -> int:
     search = read_settings(args.settings).section("search", SearchSettings)
-    if len(args.out) != search.trials:
-        raise StacklmError(f"--out: {len(args.out)} files given for {search.trials} trials (search.trials)")
-    for trial, path in enumerate(args.out, start=1):
-        write_json(path, asdict(draw_hyperparameters(search, args.task, args.architecture, trial)))
+    expected = search.trials * len(args.architecture)
+    if len(args.out) != expected:
+        raise StacklmError(f"--out: {len(args.out)} files given for {search.trials} trials (search.trials) of {len(args.architecture)} architectures")
+    paths = iter(args.out)
+    for architecture in args.architecture:
+        for trial in range(1, search.trials + 1):
+            write_json(next(paths), asdict(draw_hyperparameters(search, args.task, architecture, trial)))
     return 0
+
+
+def select_trial(final: FinalSettings, hparams: list[str], curves: list[str], out: str) -> None:
+    """Write to ``out`` the trial of ``hparams`` (one architecture's, trial 1 first) whose curve
+    (``curves``, same order; none for a single trial) has the lowest validation cross-entropy,
+    with ``final.max_epochs``."""
+    if len(hparams) == 1 and not curves:
+        best, reason = 0, "the only trial, not trained: nothing to compare it with"
+    elif len(hparams) != len(curves):
+        raise StacklmError(f"--hparams and --curves differ in length ({len(hparams)} and {len(curves)})")
+    else:
+        import pandas as pd  # here, not at the top: hparams, hundreds of jobs, does without it
+
+        scores = [lowest_validation_cross_entropy(pd.read_parquet(path)) for path in curves]
+        best = select_lowest(scores, "search trial")
+        reason = f"validation cross-entropy {scores[best]:.6f}, the lowest of {len(scores)} trials"
+    chosen = json.loads(Path(hparams[best]).read_text())
+    chosen["max_epochs"] = final.max_epochs
+    write_json(out, chosen)
+    print(f"selected trial {best + 1} ({reason}): {hparams[best]} -> {out}")
 
 
 def select_command(args: argparse.Namespace) -> int:
     final = read_settings(args.settings).section("final", FinalSettings)
-    if len(args.hparams) == 1 and not args.curves:
-        best, reason = 0, "the only trial, not trained: nothing to compare it with"
-    elif len(args.hparams) != len(args.curves):
-        raise StacklmError(f"--hparams and --curves differ in length ({len(args.hparams)} and {len(args.curves)})")
-    else:
-        import pandas as pd  # here, not at the top: hparams, hundreds of jobs, does without it
-
-        scores = [lowest_validation_cross_entropy(pd.read_parquet(path)) for path in args.curves]
-        best = select_lowest(scores, "search trial")
-        reason = f"validation cross-entropy {scores[best]:.6f}, the lowest of {len(scores)} trials"
-    chosen = json.loads(Path(args.hparams[best]).read_text())
-    chosen["max_epochs"] = final.max_epochs
-    write_json(args.out, chosen)
-    print(f"selected trial {best + 1} ({reason}): {args.hparams[best]}")
+    curves = args.curves if args.curves is not None else [[] for _ in args.hparams]
+    if len(curves) != len(args.hparams):
+        raise UsageError(f"--curves: given {len(curves)} times for {len(args.hparams)} --hparams: once per --hparams, in the same order"
+                         " (or never, for single trials)")
+    if len(args.out) != len(args.hparams):
+        raise UsageError(f"--out: {len(args.out)} given for {len(args.hparams)} --hparams: one per --hparams, in the same order")
+    for hparams, trial_curves, out in zip(args.hparams, curves, args.out):
+        select_trial(final, hparams, trial_curves, out)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     hparams = subparsers.add_parser("hparams")
     hparams.add_argument("--task", required=True)
-    hparams.add_argument("--architecture", required=True, help="registry name, e.g. Tf+Nd")
+    hparams.add_argument("--architecture", required=True, nargs="+", help="registry name, e.g. Tf+Nd; several: each one's trials in turn")
     hparams.add_argument("--settings", required=True)
-    hparams.add_argument("--out", required=True, nargs="+", help="one HP.json per trial, trial 1 first")
+    hparams.add_argument("--out", required=True, nargs="+", help="one HP.json per trial, trial 1 first; per architecture, in order")
     hparams.set_defaults(func=hparams_command)
 
-    select = subparsers.add_parser("select")
+    select = subparsers.add_parser(
+        "select",
+        description="Each --hparams names one architecture's trials; several --hparams are several selections, one after another, "
+        "each with its --curves and its --out.",
+    )
     select.add_argument("--settings", required=True)
-    select.add_argument("--hparams", required=True, nargs="+", help="the trials' HP.json files, trial 1 first")
-    select.add_argument("--curves", default=[], nargs="*", help="the trials' train.parquet files, same order (none for a single trial)")
-    select.add_argument("--out", required=True, help="the chosen HP.json, with final.max_epochs")
+    select.add_argument("--hparams", required=True, nargs="+", action="append", help="one architecture's trials' HP.json files, trial 1 first; again for the next")
+    select.add_argument("--curves", default=None, nargs="*", action="append",
+                        help="the trials' train.parquet files, same order, once per --hparams (none for single trials, not trained)")
+    select.add_argument("--out", required=True, nargs="+", help="the chosen HP.json, with final.max_epochs: one per --hparams")
     select.set_defaults(func=select_command)

@@ -122,7 +122,7 @@ class ResourceSettings:
     growth_per_retry: float = 2
     default: JobSize = JobSize(240, 4000)
     families: tuple[ResourceFamily, ...] = (ResourceFamily(("Nd",), 1440, 16000), ResourceFamily(("Sup",), 480, 8000))
-    runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x phase (architecture x index) in one process, one after another
+    runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x phase (architecture x index) in one process, one after another (and K architectures' trials drawn, and selected among, in one)
 
 
 class TransformationsSettings(Protocol):

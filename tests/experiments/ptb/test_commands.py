@@ -163,3 +163,37 @@ def test_a_bad_model_or_missing_data_is_one_line_naming_it(upstream_dir: Path, t
     assert main(["ptb", "evaluate", "--run", str(tmp_path / "r"), "--data", str(tmp_path), "--syntaxgym", str(tmp_path), "--out", str(tmp_path / "m.parquet")]) == 1
     assert "model.pt: model file not found" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_restarts_trained_and_evaluated_in_one_process_equal_each_alone(upstream_dir: Path, trained: dict[str, Path], tmp_path: Path) -> None:
+    """resources.runs_per_job > 1: `stacklm ptb train` of several restarts (another model's
+    between two), then `stacklm ptb evaluate` of them, write what a process each wrote."""
+    models = ("rns-2-3", "lstm", "jm-learned")
+    runs = [tmp_path / model for model in models]
+    logs = [tmp_path / f"{model}.log" for model in models]
+    assert main([
+        "ptb", "train", "--model", *models, "--restart", "3", "3", "3", "--data", str(upstream_dir / "ptb"), "--lines", str(LINES),
+        "--max-epochs", "2", "--checkpoint", *(str(tmp_path / f"{model}.ckpt.pt") for model in models), "--out", *map(str, runs),
+        "--log", *map(str, logs), "--threads", "1",
+    ]) == 0
+    assert main([
+        "ptb", "evaluate", "--run", *map(str, runs), "--data", str(upstream_dir / "ptb"), "--syntaxgym", str(upstream_dir / "sg-test-suites"),
+        "--lines", str(LINES), "--suites", *SUITES, "--out", *(str(run / "metrics.parquet") for run in runs),
+        "--log", *(str(tmp_path / f"{model}-evaluation.log") for model in models), "--threads", "1",
+    ]) == 0
+    varying = ["code_version", "wall_time_s", "tokens_per_s"]  # the commit and the clock, not the run
+    for model, run in zip(models, runs):
+        alone, together = load_ptb_model(trained[model] / "model.pt"), load_ptb_model(run / "model.pt")
+        assert alone.parameters.keys() == together.parameters.keys()
+        assert all(torch.equal(alone.parameters[name], together.parameters[name]) for name in alone.parameters), model
+        curves = [pd.read_parquet(folder / "train.parquet").drop(columns=varying) for folder in (trained[model], run)]
+        pd.testing.assert_frame_equal(*curves)
+        metrics = [pd.read_parquet(folder / "metrics.parquet").drop(columns=varying) for folder in (trained[model], run)]
+        pd.testing.assert_frame_equal(*metrics)
+        assert f"{model} restart 3: learning rate" in (tmp_path / f"{model}.log").read_text()
+        assert "SG score" in (tmp_path / f"{model}-evaluation.log").read_text()
+    # one --out per restart, and no restart twice
+    assert main(["ptb", "train", "--model", "lstm", "--restart", "1", "2", "--data", str(upstream_dir / "ptb"),
+                 "--checkpoint", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--out", str(tmp_path / "a")]) == 2
+    assert main(["ptb", "train", "--model", "lstm", "--restart", "1", "1", "--data", str(upstream_dir / "ptb"),
+                 "--checkpoint", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--out", str(tmp_path / "a"), str(tmp_path / "b")]) == 2

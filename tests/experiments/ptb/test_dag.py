@@ -85,3 +85,17 @@ def test_the_files_of_the_dag() -> None:
     records = dag.tracking_records(SMALL)
     assert records["curves"] == dag.run_files(SMALL, dag.RUN_CURVE) and records["metrics"] == dag.run_files(SMALL, dag.RUN_METRICS)
     assert records["curve_logs"][0] == "logs/ptb/train/lstm/1.log" and records["metrics_logs"][-1] == "logs/ptb/evaluate/rns-2-3/2.log"
+
+
+def test_runs_per_job_groups_the_restarts_in_the_order_model_by_restart() -> None:
+    assert dag.run_groups(SMALL, 1) == []  # 1: the rules ptb_train and ptb_evaluate, a job per restart
+    assert dag.single_restarts(1) == r"[1-9][0-9]*" and dag.single_restarts(3) == "(?!)"
+    first, second = dag.run_groups(SMALL, 3)
+    assert first.runs == (("lstm", 1), ("lstm", 2), ("rns-2-3", 1)) and second.runs == (("rns-2-3", 2),)
+    assert (first.rule("train"), second.rule("evaluate")) == ("ptb_train_group1", "ptb_evaluate_group2")
+    assert first.paths(dag.CHECKPOINT) == ["results/ptb/checkpoints/lstm/1.pt", "results/ptb/checkpoints/lstm/2.pt", "results/ptb/checkpoints/rns-2-3/1.pt"]
+    assert second.paths(dag.EVALUATE_LOG) == ["logs/ptb/evaluate/rns-2-3/2.log"]
+    assert (first.log(dag.TRAIN_GROUP_LOG), second.log(dag.EVALUATE_GROUP_LOG)) == ("logs/ptb/train/group1.log", "logs/ptb/evaluate/group2.log")
+    assert first.train_options == "--model lstm lstm rns-2-3 --restart 1 2 1"
+    (whole,) = dag.run_groups(SMALL, 17)
+    assert [path for group in dag.run_groups(SMALL, 3) for path in group.paths(dag.RUN_METRICS)] == whole.paths(dag.RUN_METRICS) == dag.run_files(SMALL, dag.RUN_METRICS)

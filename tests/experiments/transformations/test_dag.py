@@ -90,3 +90,29 @@ def test_a_job_of_several_runs_has_the_sum_of_their_times_and_the_most_memory_of
     group = transformations.RunGroup("final", 1, (("Tf+Nd", 1), ("Tf", 1), ("Tf+Nd", 2), ("LSTM+Sup", 1)))
     resources = group.resources(settings.resources, 2)
     assert resources == transformations.JobResources(2 * (2 * 1440 + 240 + 480), 2 * 16000)  # one after another: the time adds up
+
+
+def test_runs_per_job_groups_the_architectures_whose_trials_are_drawn_and_selected_together() -> None:
+    assert transformations.architecture_groups(grouping(1)) == []  # 1: the rules `hparams` and `select`, a job per architecture
+    assert re.fullmatch(transformations.single_architectures(ResourceSettings()), "tf+nd")
+    assert not re.fullmatch(transformations.single_architectures(ResourceSettings(runs_per_job=2)), "tf+nd")
+    wider = SimpleNamespace(**{**vars(grouping(2, trials=2)), "architectures": ("Tf", "LSTM+Nd", "RNN")})
+    first, second = transformations.architecture_groups(wider)
+    assert (first.number, first.architectures, second.number, second.architectures) == (1, ("Tf", "LSTM+Nd"), 2, ("RNN",))
+    assert (first.rule("hparams"), second.rule("select")) == ("hparams_group1", "select_group2")
+    assert first.trial_paths() == ["results/search/{task}/tf/trial1.json", "results/search/{task}/tf/trial2.json",
+                                   "results/search/{task}/lstm+nd/trial1.json", "results/search/{task}/lstm+nd/trial2.json"]
+    assert first.curve_paths() == ["results/runs/{task}/tf/search/1/train.parquet", "results/runs/{task}/tf/search/2/train.parquet",
+                                   "results/runs/{task}/lstm+nd/search/1/train.parquet", "results/runs/{task}/lstm+nd/search/2/train.parquet"]
+    assert first.best_paths() == ["results/search/{task}/tf/best.json", "results/search/{task}/lstm+nd/best.json"]
+    assert first.log(transformations.SELECT_GROUP_LOG) == "logs/select/{task}/group1.log"
+    assert first.architecture_options == "--architecture Tf LSTM+Nd"
+    assert first.select_options(SimpleNamespace(task="qf")) == (
+        "--hparams results/search/qf/tf/trial1.json results/search/qf/tf/trial2.json"
+        " --curves results/runs/qf/tf/search/1/train.parquet results/runs/qf/tf/search/2/train.parquet"
+        " --hparams results/search/qf/lstm+nd/trial1.json results/search/qf/lstm+nd/trial2.json"
+        " --curves results/runs/qf/lstm+nd/search/1/train.parquet results/runs/qf/lstm+nd/search/2/train.parquet"
+    )
+    (single,) = transformations.architecture_groups(grouping(17, trials=1))  # a single trial: drawn, not trained, no curves
+    assert single.trained == () and single.curve_paths() == []
+    assert single.select_options(SimpleNamespace(task="qf")) == "--hparams results/search/qf/tf/trial1.json --hparams results/search/qf/lstm+nd/trial1.json"

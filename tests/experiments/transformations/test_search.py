@@ -103,3 +103,41 @@ def test_a_single_trial_is_selected_without_training_a_search_model(tmp_path: Pa
     assert json.loads(best.read_text()) == {**json.loads(Path(trial).read_text()), "max_epochs": settings.final.max_epochs}
     # two trials are compared by their curves: none given is an error, not a silent first pick
     assert main(["select", "--settings", str(settings_path), "--hparams", trial, trial, "--out", str(best)]) == 1
+
+
+def test_a_job_of_several_architectures_writes_what_a_job_each_writes(tmp_path: Path, settings: ResolvedSettings) -> None:
+    """resources.runs_per_job > 1: one `stacklm hparams` and one `stacklm select` for several
+    architectures, in the order architecture x trial; the files equal those of a job each, byte for byte."""
+    settings = replace(settings, search=replace(settings.search, trials=3))
+    settings_path = tmp_path / "resolution.json"
+    assert main(["settings", "--json", json.dumps(plain(settings)), "--out", str(settings_path)]) == 0
+    architectures = ["Tf", "LSTM+Nd", "RNN+Sup"]
+    losses = {"Tf": [3.0, 1.0, 2.0], "LSTM+Nd": [0.5, 0.7, 0.6], "RNN+Sup": [9.0, 8.0, 0.1]}  # trials 2, 1 and 3 win
+    curves = {}
+    for name in architectures:
+        curves[name] = [str(tmp_path / f"{name}-curve{trial}.parquet") for trial in (1, 2, 3)]
+        for path, loss in zip(curves[name], losses[name]):
+            pd.DataFrame({"validation_cross_entropy": [loss + 1, loss]}).to_parquet(path)
+    alone, together = tmp_path / "alone", tmp_path / "together"
+    for name in architectures:
+        trials = [str(alone / f"{name}-trial{trial}.json") for trial in (1, 2, 3)]
+        assert main(["hparams", "--task", "passivization", "--architecture", name, "--settings", str(settings_path), "--out", *trials]) == 0
+        assert main(["select", "--settings", str(settings_path), "--hparams", *trials, "--curves", *curves[name],
+                     "--out", str(alone / f"{name}-best.json")]) == 0
+    trials = [str(together / f"{name}-trial{trial}.json") for name in architectures for trial in (1, 2, 3)]
+    assert main(["hparams", "--task", "passivization", "--architecture", *architectures, "--settings", str(settings_path), "--out", *trials]) == 0
+    selections = [option for position, name in enumerate(architectures)
+                  for option in ["--hparams", *trials[3 * position : 3 * position + 3], "--curves", *curves[name]]]
+    bests = [str(together / f"{name}-best.json") for name in architectures]
+    assert main(["select", "--settings", str(settings_path), *selections, "--out", *bests]) == 0
+    assert sorted(path.name for path in together.iterdir()) == sorted(path.name for path in alone.iterdir())
+    for path in alone.iterdir():
+        assert (together / path.name).read_bytes() == path.read_bytes()
+    for name, trial in zip(architectures, (2, 1, 3)):  # each architecture's own winner, not another's
+        expected = {**search_stage.draw_hyperparameters(settings.search, "passivization", name, trial).__dict__, "max_epochs": None}
+        assert json.loads((together / f"{name}-best.json").read_text()) == expected
+    # --out not one per --hparams, --curves given for some of them only, --out not one per trial: refused
+    assert main(["select", "--settings", str(settings_path), *selections, "--out", *bests[:2]]) == 2
+    assert main(["select", "--settings", str(settings_path), "--hparams", trials[0], "--hparams", trials[3], "--curves", curves["Tf"][0],
+                 "--out", *bests[:2]]) == 2
+    assert main(["hparams", "--task", "passivization", "--architecture", *architectures, "--settings", str(settings_path), "--out", *trials[:3]]) == 1
