@@ -78,6 +78,22 @@ def per_run(option: str, values: Sequence[Value] | None, count: int, leader: str
     return list(values)
 
 
+Item = TypeVar("Item")
+
+
+def job_groups(items: Sequence[Item], size: int, first: int = 1) -> list[tuple[int, tuple[Item, ...]]]:
+    """``items`` cut ``size`` at a time, in order, each with its number (from ``first``): the runs,
+    trials, models or experiments of one job when ``resources.runs_per_job`` is ``size``."""
+    return [(number, tuple(items[start : start + size])) for number, start in enumerate(range(0, len(items), size), start=first)]
+
+
+def one_per_job(pattern: str, runs_per_job: int) -> str:
+    """The wildcard constraint of a rule of one run (trial, model, experiment) a job: ``pattern``
+    when ``resources.runs_per_job`` is 1, otherwise a regular expression matching nothing (the
+    group rules take every one)."""
+    return pattern if runs_per_job == 1 else "(?!)"
+
+
 class OneRun(Protocol):
     """A run of a command's several: what names it, where it writes, where its lines go."""
 

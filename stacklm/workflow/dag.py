@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.cfl import dag as cfl
+from stacklm.experiments.common import job_groups, one_per_job
 from stacklm.experiments.ptb import dag as ptb
 from stacklm.experiments.transformations import dag as transformations
 from stacklm.experiments.transformations.data import data_targets
@@ -122,15 +123,14 @@ def tracking_groups(settings: ResolvedSettings) -> list[TrackingGroup]:
     kinds = [settings.tasks, settings.cfl.languages, [ptb.EXPERIMENT] if settings.ptb.models else []]
     groups: list[TrackingGroup] = []
     for kind in kinds:
-        for start in range(0, len(kind), size):
-            groups.append(TrackingGroup(len(groups) + 1, tuple(kind[start : start + size])))
+        groups += [TrackingGroup(number, experiments) for number, experiments in job_groups(kind, size, first=len(groups) + 1)]
     return groups
 
 
 def single_experiments(settings: ResolvedSettings) -> str:
     """The experiments the rule ``tracking_sync`` mirrors, a job each, as a wildcard constraint:
     every one when ``resources.runs_per_job`` is 1, none otherwise (a regular expression matching nothing)."""
-    return r"[a-z0-9-]+" if settings.resources.runs_per_job == 1 else "(?!)"
+    return one_per_job(r"[a-z0-9-]+", settings.resources.runs_per_job)
 
 
 def tracking_group_inputs(settings: ResolvedSettings, group: TrackingGroup) -> dict[str, list[str]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stacklm.experiments.cfl.experiment import ACTION_LANGUAGE, ACTION_MODELS, CflRun, CflSettings, grid
-from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
+from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, job_groups, one_per_job
 
 # {language}, {model} (the registry's path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).
 CFL_TEST = "results/cfl/data/{language}/test.tsv"
@@ -142,8 +142,8 @@ def run_groups(cfl: CflSettings, runs_per_job: int) -> list[CflRunGroup]:
         runs = [run for model in cfl.models for run in grid(cfl, language, model)]
         for actions in (False, True):
             kept = [run for run in runs if logs_actions(run) == actions]
-            for start in range(0, len(kept), runs_per_job):
-                groups.append(CflRunGroup(language, 1 + sum(group.language == language for group in groups), tuple(kept[start : start + runs_per_job]), actions))
+            first = 1 + sum(group.language == language for group in groups)
+            groups += [CflRunGroup(language, number, runs, actions) for number, runs in job_groups(kept, runs_per_job, first)]
     return groups
 
 
@@ -153,11 +153,7 @@ def model_groups(cfl: CflSettings, runs_per_job: int) -> list[CflModelGroup]:
     ``cfl_evaluate``, a job per model)."""
     if runs_per_job == 1:
         return []
-    return [
-        CflModelGroup(language, number, cfl.models[start : start + runs_per_job])
-        for language in cfl.languages
-        for number, start in enumerate(range(0, len(cfl.models), runs_per_job), start=1)
-    ]
+    return [CflModelGroup(language, number, models) for language in cfl.languages for number, models in job_groups(cfl.models, runs_per_job)]
 
 
 def logs_actions(run: CflRun) -> bool:
@@ -168,7 +164,7 @@ def logs_actions(run: CflRun) -> bool:
 def single_runs(runs_per_job: int, pattern: str) -> str:
     """The wildcard constraint of the rules of one run a job (``cfl_train``, ``cfl_evaluate``):
     ``pattern`` when ``resources.runs_per_job`` is 1, otherwise a regular expression matching nothing."""
-    return pattern if runs_per_job == 1 else "(?!)"
+    return one_per_job(pattern, runs_per_job)
 
 
 def cfl_figures(figure: str) -> list[str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from stacklm.experiments.common import FIGURE_EXTENSIONS
+from stacklm.experiments.common import FIGURE_EXTENSIONS, job_groups, one_per_job
 from stacklm.experiments.ptb.settings import PtbSettings
 
 EXPERIMENT = "ptb"  # the MLflow experiment, and the runs' task
@@ -99,14 +99,14 @@ def run_groups(ptb: PtbSettings, runs_per_job: int) -> list[PtbRunGroup]:
     if runs_per_job == 1:
         return []
     every = [(str(run["ptb_model"]), int(run["restart"])) for run in runs(ptb)]
-    return [PtbRunGroup(number, tuple(every[start : start + runs_per_job])) for number, start in enumerate(range(0, len(every), runs_per_job), start=1)]
+    return [PtbRunGroup(number, group) for number, group in job_groups(every, runs_per_job)]
 
 
 def single_restarts(runs_per_job: int) -> str:
     """The wildcard constraint on ``restart`` of the rules of one restart a job (``ptb_train``,
     ``ptb_evaluate``): every restart when ``resources.runs_per_job`` is 1, none otherwise (a
     regular expression matching nothing)."""
-    return r"[1-9][0-9]*" if runs_per_job == 1 else "(?!)"
+    return one_per_job(r"[1-9][0-9]*", runs_per_job)
 
 
 def selected_files(ptb: PtbSettings) -> list[str]:

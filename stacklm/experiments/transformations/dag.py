@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stacklm.errors import StacklmError
-from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug
+from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, job_groups, one_per_job
 from stacklm.experiments.transformations.settings import ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
 
 Phase = Literal["search", "final"]
@@ -159,7 +159,7 @@ def run_groups(settings: TransformationsSettings) -> list[RunGroup]:
     groups = []
     for phase in PHASES:
         runs = [(name, index) for name in settings.architectures for index in indices[phase]]
-        groups += [RunGroup(phase, number, tuple(runs[start : start + size])) for number, start in enumerate(range(0, len(runs), size), start=1)]
+        groups += [RunGroup(phase, number, group) for number, group in job_groups(runs, size)]
     return groups
 
 
@@ -172,7 +172,7 @@ def single_run_phases(resources: ResourceSettings) -> str:
     """The phases whose runs the rules ``train`` and ``evaluate`` train and evaluate, a job each, as
     a wildcard constraint: both when ``resources.runs_per_job`` is 1, none otherwise (a regular
     expression matching nothing)."""
-    return "|".join(PHASES) if resources.runs_per_job == 1 else "(?!)"
+    return one_per_job("|".join(PHASES), resources.runs_per_job)
 
 
 @dataclass(frozen=True)
@@ -233,17 +233,14 @@ def architecture_groups(settings: TransformationsSettings) -> list[ArchitectureG
     if size == 1:
         return []
     trial_numbers, trained = tuple(trials(settings.search)), tuple(trained_trials(settings.search))
-    return [
-        ArchitectureGroup(number, settings.architectures[start : start + size], trial_numbers, trained)
-        for number, start in enumerate(range(0, len(settings.architectures), size), start=1)
-    ]
+    return [ArchitectureGroup(number, names, trial_numbers, trained) for number, names in job_groups(settings.architectures, size)]
 
 
 def single_architectures(resources: ResourceSettings) -> str:
     """The architectures whose trials the rules ``hparams`` and ``select`` draw and select among, a
     job each, as a wildcard constraint: every one when ``resources.runs_per_job`` is 1, none
     otherwise (a regular expression matching nothing)."""
-    return r"[^/]+" if resources.runs_per_job == 1 else "(?!)"
+    return one_per_job(r"[^/]+", resources.runs_per_job)
 
 
 @dataclass(frozen=True)
