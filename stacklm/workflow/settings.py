@@ -171,6 +171,11 @@ def _settings_validator() -> Any:
     import jsonschema
     import yaml
 
+    if not SCHEMA.is_file():  # the package runs from outside its repository (a non-editable install)
+        raise StacklmError(
+            f"the settings schema {SCHEMA} is missing: stacklm reads it from the repository it is installed from;"
+            " install it with `pip install -e .` in that repository (README \"Two commands\")"
+        )
     base = jsonschema.Draft202012Validator
     strict = base.TYPE_CHECKER.redefine("integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
     return jsonschema.validators.extend(base, type_checker=strict)(yaml.safe_load(SCHEMA.read_text()))

@@ -192,3 +192,14 @@ def test_the_schema_holds_no_defaults() -> None:
         return found
 
     assert defaults(yaml.safe_load(resolution.SCHEMA.read_text()), "") == []
+
+
+def test_a_missing_schema_names_the_file_and_the_install(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], tmp_path: Path) -> None:
+    missing = tmp_path / "site-packages" / "workflow" / "schemas" / "config.schema.yaml"  # where a non-editable install looks
+    monkeypatch.setattr(resolution, "SCHEMA", missing)
+    resolution._settings_validator.cache_clear()
+    try:
+        with pytest.raises(StacklmError, match=r"config\.schema\.yaml is missing.*pip install -e \."):
+            resolution.resolve(copy.deepcopy(config))
+    finally:
+        resolution._settings_validator.cache_clear()
