@@ -100,6 +100,23 @@ def test_float32_at_paper_size_within_float_tolerance(length: int) -> None:
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("spread", [1.0, 30.0])
+def test_float32_exp_over_the_whole_range_of_scores(spread: float) -> None:
+    """Scores spread so far apart (spread 30: hundreds) that most exp(s − max) underflow below the
+    normal floats: the kernel's own float32 exp against the float64 reference, dropout off."""
+    generator = torch.Generator().manual_seed(5)
+    projected = torch.randn(3, 40, 3 * 68, dtype=torch.float64, generator=generator) * math.sqrt(spread)
+    grad = torch.randn(3, 40, 68, dtype=torch.float64, generator=generator)
+    results = []
+    for dtype in (torch.float32, torch.float64):
+        inputs = projected.to(dtype).requires_grad_()
+        output = causal_attention(inputs, 4, 0.0, False) if dtype == torch.float32 else reference_attention(inputs, 4, None, 0.0)
+        output.backward(grad.to(dtype))
+        results.append((output.double(), inputs.grad.double()))
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4 * spread)
+
+
 def test_same_seed_same_mask_and_one_draw() -> None:
     projected = torch.randn(2, 20, 3 * 8)
     torch.manual_seed(9)
