@@ -26,8 +26,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -201,10 +203,14 @@ at::Tensor dropout_add(const at::Tensor& residual, const at::Tensor& input, doub
 
 // grad_input[i] = grad[i] · scale where output[i] > 0, else 0.
 template <typename scalar_t>
-void pass_positive(
-    const scalar_t* __restrict grad, const scalar_t* __restrict output, scalar_t* __restrict grad_input, int64_t size, scalar_t scale) {
+void pass_positive(const scalar_t* grad, const scalar_t* output, scalar_t* grad_input, int64_t size, scalar_t scale) {
   at::parallel_for(0, size, 16384, [=](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) grad_input[i] = grad[i] * (output[i] > scalar_t(0) ? scale : scalar_t(0));
+    // restrict on the lambda's own pointers: a captured copy loses it, and the loop then runs a scalar at a time
+    const scalar_t* __restrict g = grad;
+    const scalar_t* __restrict o = output;
+    scalar_t* __restrict gi = grad_input;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) gi[i] = g[i] * (o[i] > scalar_t(0) ? scale : scalar_t(0));
   });
 }
 
@@ -232,28 +238,131 @@ at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& outpu
   return grad_input;
 }
 
+// The layer norm below runs on explicit vectors of V elements, V rows at a time: a row's mean,
+// variance and their gradients are each a chain of dependent sums (and a square root) that one
+// row alone leaves waiting on latency; V rows' chains run side by side and are summed across
+// lanes together, into one vector of V rows.
+constexpr int64_t V = 8;
+
+template <typename scalar_t>
+struct Vec {
+  typedef scalar_t type __attribute__((vector_size(V * sizeof(scalar_t))));
+};
+
+template <typename scalar_t>
+typename Vec<scalar_t>::type vload(const scalar_t* from) {
+  typename Vec<scalar_t>::type lanes;
+  std::memcpy(&lanes, from, sizeof lanes);
+  return lanes;
+}
+
+template <typename scalar_t>
+void vstore(scalar_t* to, typename Vec<scalar_t>::type lanes) {
+  std::memcpy(to, &lanes, sizeof lanes);
+}
+
+template <typename scalar_t>
+scalar_t lane_sum(typename Vec<scalar_t>::type lanes) {
+  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
+// The lane sums of V vectors: lane r of the result is Σ_l rows[r][l].
+template <typename scalar_t>
+typename Vec<scalar_t>::type transpose_sum(const typename Vec<scalar_t>::type* rows) {
+  static_assert(V == 8, "transpose_sum adds 8 lanes");
+  using Vector = typename Vec<scalar_t>::type;
+  auto pairs = [](Vector a, Vector b) {  // lanes (a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7)
+    return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) + __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
+  };
+  const Vector low = pairs(pairs(rows[0], rows[1]), pairs(rows[2], rows[3]));   // rows 0-3: halves 0-3, then 4-7
+  const Vector high = pairs(pairs(rows[4], rows[5]), pairs(rows[6], rows[7]));  // rows 4-7
+  return __builtin_shufflevector(low, high, 0, 1, 2, 3, 8, 9, 10, 11) + __builtin_shufflevector(low, high, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+// The mask bytes keep[0 … V − 1] as 0 or scale.
+template <typename scalar_t>
+typename Vec<scalar_t>::type kept_factors(const uint8_t* keep, scalar_t scale) {
+#ifdef __AVX2__
+  if constexpr (std::is_same_v<scalar_t, float>) {  // one widening load and one conversion (GCC converts vectors of bytes a lane at a time)
+    const __m256 ones = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep))));
+    typename Vec<scalar_t>::type lanes;
+    std::memcpy(&lanes, &ones, sizeof lanes);
+    return lanes * scale;
+  }
+#endif
+  scalar_t lanes[V];
+  for (int64_t l = 0; l < V; ++l) lanes[l] = keep[l] ? scale : scalar_t(0);
+  return vload(lanes);
+}
+
 // Layer norm of each row of x (rows × width): normed = (x − μ)·ρ·weight + bias, ρ = 1/√(σ² + eps), μ
 // and σ² the row's mean and (biased) variance, kept for the backward.
 template <typename scalar_t>
 void normalize_rows(
     const scalar_t* __restrict x, const scalar_t* __restrict weight, const scalar_t* __restrict bias, scalar_t* __restrict normed,
     scalar_t* __restrict mean, scalar_t* __restrict rstd, int64_t rows, int64_t width, double eps) {
-  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
+  using Vector = typename Vec<scalar_t>::type;
+  const int64_t whole = width / V * V;  // columns in whole vectors; the rest one by one
+  at::parallel_for(0, rows, 64, [=](int64_t begin, int64_t end) {
+    int64_t row = begin;
+    for (; row + V <= end; row += V) {
       const scalar_t* in = x + row * width;
       scalar_t* out = normed + row * width;
-      scalar_t total = 0;
-#pragma omp simd reduction(+ : total)
-      for (int64_t j = 0; j < width; ++j) total += in[j];
+      Vector lanes[V];
+      for (int64_t r = 0; r < V; ++r) lanes[r] = Vector{};
+      for (int64_t j = 0; j < whole; j += V) {
+        for (int64_t r = 0; r < V; ++r) lanes[r] += vload(in + r * width + j);
+      }
+      scalar_t tails[V] = {};  // the columns past the whole vectors
+      for (int64_t r = 0; r < V; ++r) {
+        for (int64_t j = whole; j < width; ++j) tails[r] += in[r * width + j];
+      }
+      const Vector mu = (transpose_sum<scalar_t>(lanes) + vload(tails)) / static_cast<scalar_t>(width);
+      for (int64_t r = 0; r < V; ++r) lanes[r] = Vector{};
+      for (int64_t j = 0; j < whole; j += V) {
+        for (int64_t r = 0; r < V; ++r) {
+          const Vector deviation = vload(in + r * width + j) - mu[r];
+          lanes[r] += deviation * deviation;
+        }
+      }
+      for (int64_t r = 0; r < V; ++r) {
+        tails[r] = 0;
+        for (int64_t j = whole; j < width; ++j) tails[r] += (in[r * width + j] - mu[r]) * (in[r * width + j] - mu[r]);
+      }
+      const Vector squares = transpose_sum<scalar_t>(lanes) + vload(tails);
+      double inverse_roots[V];
+#pragma omp simd
+      for (int64_t r = 0; r < V; ++r) inverse_roots[r] = 1.0 / std::sqrt(static_cast<double>(squares[r]) / static_cast<double>(width) + eps);
+      for (int64_t r = 0; r < V; ++r) {
+        const scalar_t rho = static_cast<scalar_t>(inverse_roots[r]);
+        mean[row + r] = mu[r];
+        rstd[row + r] = rho;
+        const scalar_t* in_r = in + r * width;
+        scalar_t* out_r = out + r * width;
+        for (int64_t j = 0; j < whole; j += V) vstore(out_r + j, (vload(in_r + j) - mu[r]) * rho * vload(weight + j) + vload(bias + j));
+        for (int64_t j = whole; j < width; ++j) out_r[j] = (in_r[j] - mu[r]) * rho * weight[j] + bias[j];
+      }
+    }
+    for (; row < end; ++row) {  // the last rows one at a time
+      const scalar_t* in = x + row * width;
+      scalar_t* out = normed + row * width;
+      Vector sums{};
+      for (int64_t j = 0; j < whole; j += V) sums += vload(in + j);
+      scalar_t total = lane_sum<scalar_t>(sums);
+      for (int64_t j = whole; j < width; ++j) total += in[j];
       const scalar_t mu = total / static_cast<scalar_t>(width);
-      scalar_t squares = 0;
-#pragma omp simd reduction(+ : squares)
-      for (int64_t j = 0; j < width; ++j) squares += (in[j] - mu) * (in[j] - mu);
+      Vector squared{};
+      for (int64_t j = 0; j < whole; j += V) {
+        const Vector deviation = vload(in + j) - mu;
+        squared += deviation * deviation;
+      }
+      scalar_t squares = lane_sum<scalar_t>(squared);
+      for (int64_t j = whole; j < width; ++j) squares += (in[j] - mu) * (in[j] - mu);
       const scalar_t rho = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(squares) / static_cast<double>(width) + eps));
       mean[row] = mu;
       rstd[row] = rho;
-#pragma omp simd
-      for (int64_t j = 0; j < width; ++j) out[j] = (in[j] - mu) * rho * weight[j] + bias[j];
+      for (int64_t j = 0; j < whole; j += V) vstore(out + j, (vload(in + j) - mu) * rho * vload(weight + j) + vload(bias + j));
+      for (int64_t j = whole; j < width; ++j) out[j] = (in[j] - mu) * rho * weight[j] + bias[j];
     }
   });
 }
@@ -299,15 +408,79 @@ void norm_backward_rows(
     int64_t begin, int64_t end, int64_t width, const scalar_t* grad_total, const scalar_t* grad_normed, const scalar_t* total,
     const scalar_t* __restrict weight, const scalar_t* mean, const scalar_t* rstd, const uint8_t* keep, scalar_t scale,
     scalar_t* grad_sum, scalar_t* grad_input, scalar_t* __restrict grad_weight, scalar_t* __restrict grad_bias) {
+  using Vector = typename Vec<scalar_t>::type;
+  const int64_t whole = width / V * V;  // columns in whole vectors; the rest one by one
   const scalar_t inverse_width = scalar_t(1) / static_cast<scalar_t>(width);
-  for (int64_t row = begin; row < end; ++row) {
+  int64_t row = begin;
+  for (; row + V <= end; row += V) {
+    const int64_t offset = row * width;
+    const scalar_t* __restrict s = total + offset;
+    const scalar_t* __restrict g = grad_normed + offset;
+    const Vector mu = vload(mean + row), rho = vload(rstd + row);
+    Vector grad_means[V], grad_dots[V];
+    for (int64_t r = 0; r < V; ++r) grad_means[r] = grad_dots[r] = Vector{};
+    for (int64_t j = 0; j < whole; j += V) {
+      const Vector w = vload(weight + j);
+      Vector weight_sum{}, bias_sum{};
+      for (int64_t r = 0; r < V; ++r) {
+        const Vector normalized = (vload(s + r * width + j) - mu[r]) * rho[r], grad = vload(g + r * width + j), grad_normalized = grad * w;
+        grad_means[r] += grad_normalized;
+        grad_dots[r] += grad_normalized * normalized;
+        weight_sum += grad * normalized;
+        bias_sum += grad;
+      }
+      vstore(grad_weight + j, vload(grad_weight + j) + weight_sum);
+      vstore(grad_bias + j, vload(grad_bias + j) + bias_sum);
+    }
+    scalar_t tail_means[V] = {}, tail_dots[V] = {};  // the columns past the whole vectors
+    for (int64_t r = 0; r < V; ++r) {
+      for (int64_t j = whole; j < width; ++j) {
+        const scalar_t normalized = (s[r * width + j] - mu[r]) * rho[r], grad = g[r * width + j], grad_normalized = grad * weight[j];
+        tail_means[r] += grad_normalized;
+        tail_dots[r] += grad_normalized * normalized;
+        grad_weight[j] += grad * normalized;
+        grad_bias[j] += grad;
+      }
+    }
+    const Vector grad_mean = (transpose_sum<scalar_t>(grad_means) + vload(tail_means)) * inverse_width;
+    const Vector grad_dot = (transpose_sum<scalar_t>(grad_dots) + vload(tail_dots)) * inverse_width;
+    for (int64_t r = 0; r < V; ++r) {
+      const int64_t at = offset + r * width;
+      const scalar_t* __restrict s_r = total + at;
+      const scalar_t* __restrict g_r = grad_normed + at;
+      scalar_t* __restrict out_sum = grad_sum + at;
+      scalar_t* __restrict out_input = grad_input + at;
+      const uint8_t* __restrict kept = keep + at;
+      const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + at;
+      const scalar_t mu_r = mu[r], rho_r = rho[r], mean_r = grad_mean[r], dot_r = grad_dot[r];
+      for (int64_t j = 0; j < whole; j += V) {
+        Vector value = rho_r * (vload(g_r + j) * vload(weight + j) - mean_r - (vload(s_r + j) - mu_r) * rho_r * dot_r);
+        if (incoming != nullptr) value += vload(incoming + j);
+        vstore(out_sum + j, value);
+        vstore(out_input + j, value * kept_factors(kept + j, scale));
+      }
+      for (int64_t j = whole; j < width; ++j) {
+        const scalar_t value = rho_r * (g_r[j] * weight[j] - mean_r - (s_r[j] - mu_r) * rho_r * dot_r) + (incoming == nullptr ? scalar_t(0) : incoming[j]);
+        out_sum[j] = value;
+        out_input[j] = value * (kept[j] ? scale : scalar_t(0));
+      }
+    }
+  }
+  for (; row < end; ++row) {  // the last rows one at a time
     const int64_t offset = row * width;
     const scalar_t* __restrict s = total + offset;
     const scalar_t* __restrict g = grad_normed + offset;
     const scalar_t mu = mean[row], rho = rstd[row];
-    scalar_t grad_mean = 0, grad_dot = 0;
-#pragma omp simd reduction(+ : grad_mean, grad_dot)
-    for (int64_t j = 0; j < width; ++j) {
+    Vector grad_means{}, grad_dots{};
+    for (int64_t j = 0; j < whole; j += V) {
+      const Vector normalized = (vload(s + j) - mu) * rho, grad = vload(g + j), grad_normalized = grad * vload(weight + j);
+      grad_means += grad_normalized;
+      grad_dots += grad_normalized * normalized;
+      vstore(grad_weight + j, vload(grad_weight + j) + grad * normalized);
+      vstore(grad_bias + j, vload(grad_bias + j) + grad);
+    }
+    scalar_t grad_mean = lane_sum<scalar_t>(grad_means), grad_dot = lane_sum<scalar_t>(grad_dots);
+    for (int64_t j = whole; j < width; ++j) {
       const scalar_t normalized = (s[j] - mu) * rho, grad_normalized = g[j] * weight[j];
       grad_mean += grad_normalized;
       grad_dot += grad_normalized * normalized;
@@ -320,8 +493,13 @@ void norm_backward_rows(
     scalar_t* __restrict out_input = grad_input + offset;
     const uint8_t* __restrict kept = keep + offset;
     const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + offset;
-#pragma omp simd
-    for (int64_t j = 0; j < width; ++j) {
+    for (int64_t j = 0; j < whole; j += V) {
+      Vector value = rho * (vload(g + j) * vload(weight + j) - grad_mean - (vload(s + j) - mu) * rho * grad_dot);
+      if (incoming != nullptr) value += vload(incoming + j);
+      vstore(out_sum + j, value);
+      vstore(out_input + j, value * kept_factors(kept + j, scale));
+    }
+    for (int64_t j = whole; j < width; ++j) {
       const scalar_t value = rho * (g[j] * weight[j] - grad_mean - (s[j] - mu) * rho * grad_dot) + (incoming == nullptr ? scalar_t(0) : incoming[j]);
       out_sum[j] = value;
       out_input[j] = value * (kept[j] ? scale : scalar_t(0));
