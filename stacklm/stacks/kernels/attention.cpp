@@ -15,12 +15,10 @@
 //   dq_i = s Σ_j dS_ij k_j,   dk_j = s Σ_i dS_ij q_i,   dv_j = Σ_i P'_ij dO_i,
 // into the gradient of the packed projection, so no head layout is ever copied.
 //
-// One (b, h) pair per task, each task's buffers allocated once (Workspace). Every product is one
-// shape: rows of a small matrix times W lanes (W queries, or for dk and dv W keys), R rows at a
-// time in registers (rows_times_lanes). Scores and probabilities are held key-major, [j][i] with
-// i in lanes, so the softmax over j is lane-wise; the backward also writes P' and s·dS
-// query-major for dk and dv. Queries past n (padding to whole lanes) are zero and never written
-// out; masked keys get probability 0.
+// W (b, h) pairs per group, one per SIMD lane, each task's buffers allocated once (GroupWork):
+// every product, the softmax and the masks run on full lanes whatever n and d/heads are (no
+// padding of positions to whole lanes, no tail columns, no transposed scores), and only the
+// triangle j ≤ i is computed and kept.
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -52,8 +50,7 @@ void stream_words(int64_t first_word, int64_t count, uint64_t seed, uint32_t* wo
 
 namespace {
 
-constexpr int64_t W = 8;  // lanes: one AVX2 register of floats
-constexpr int R = 8;      // rows per block of rows_times_lanes: independent accumulators
+constexpr int64_t W = 8;  // lanes: one AVX2 register of floats, and the side of a dropout tile
 
 template <typename scalar_t>
 struct Lanes {
@@ -70,37 +67,6 @@ typename Lanes<scalar_t>::type load(const scalar_t* from) {
 template <typename scalar_t>
 void store(scalar_t* to, typename Lanes<scalar_t>::type lanes) {
   std::memcpy(to, &lanes, sizeof lanes);
-}
-
-// out[r · W + l] = Σ_k rows[r · row_stride + k · inner_stride] · lanes[k · lane_stride + l] for
-// r < ROWS, l < W.
-template <int ROWS, typename scalar_t>
-void block_times_lanes(
-    const scalar_t* rows, int64_t row_stride, int64_t inner_stride, int64_t inner, const scalar_t* lanes, int64_t lane_stride,
-    scalar_t* out) {
-  using Vector = typename Lanes<scalar_t>::type;
-  Vector sums[ROWS];
-  for (int r = 0; r < ROWS; ++r) sums[r] = Vector{};
-  for (int64_t k = 0; k < inner; ++k) {
-    const Vector lane = load(lanes + k * lane_stride);
-    const scalar_t* column = rows + k * inner_stride;
-    for (int r = 0; r < ROWS; ++r) sums[r] += column[r * row_stride] * lane;
-  }
-  for (int r = 0; r < ROWS; ++r) store(out + r * W, sums[r]);
-}
-
-// block_times_lanes for rows 0 … count − 1, R at a time.
-template <typename scalar_t>
-void rows_times_lanes(
-    int64_t count, const scalar_t* rows, int64_t row_stride, int64_t inner_stride, int64_t inner, const scalar_t* lanes,
-    int64_t lane_stride, scalar_t* out) {
-  int64_t row = 0;
-  for (; row + R <= count; row += R) {
-    block_times_lanes<R>(rows + row * row_stride, row_stride, inner_stride, inner, lanes, lane_stride, out + row * W);
-  }
-  for (; row < count; ++row) {
-    block_times_lanes<1>(rows + row * row_stride, row_stride, inner_stride, inner, lanes, lane_stride, out + row * W);
-  }
 }
 
 // exp of each lane. float: Cody–Waite reduction x = k·ln 2 + r, |r| ≤ ln 2 / 2, and Cephes' degree-6
@@ -139,67 +105,52 @@ struct Shape {
   int64_t batch, length, heads, head_width;
   int64_t width() const { return heads * head_width; }
   int64_t tiles() const { return (length + W - 1) / W; }  // T: positions in tiles of W
-  int64_t padded() const { return tiles() * W; }
   double scale() const { return 1.0 / std::sqrt(static_cast<double>(head_width)); }  // of the scores q·k
 };
 
-// One (b, h) pair's rows in the packed projection (or its gradient): q_i at queries + i · stride,
-// k_i and v_i d and 2d further; its head's columns of the outputs (B, n, d) (or their gradient):
-// row i at output + i · width.
+// Where one (b, h) pair starts: q_0 at offset in the packed projection (or its gradient; row i
+// at offset + i · 3d, k_i and v_i d and 2d further), its head's columns of the output (B, n, d)
+// (or its gradient) at output (row i at output + i · d).
 struct Pair {
-  int64_t offset, stride, width, output;
+  int64_t offset, output;
   Pair(const Shape& shape, int64_t pair)
       : offset(pair / shape.heads * shape.length * 3 * shape.width() + pair % shape.heads * shape.head_width),
-        stride(3 * shape.width()),
-        width(shape.width()),
         output(pair / shape.heads * shape.length * shape.width() + pair % shape.heads * shape.head_width) {}
-  template <typename T> T* queries(T* packed) const { return packed + offset; }
-  template <typename T> T* keys(T* packed) const { return packed + offset + width; }
-  template <typename T> T* values(T* packed) const { return packed + offset + 2 * width; }
 };
 
-// The factors mask_ij / (1 − p) (0 or the scale) of keys j < rows in tile row W·tile_key …
-// and queries i in the W lanes of tile column tile_query, key-major: factors[(j − W·tile_key) · W + l].
-template <typename scalar_t>
-void tile_factors(const Shape& shape, int64_t pair, int64_t tile_key, int64_t tile_query, double p, uint64_t seed, scalar_t* factors) {
-  if (p == 0) {
-    std::fill(factors, factors + W * W, scalar_t(1));
-    return;
-  }
-  uint32_t words[W * W];
-  const int64_t tiles = shape.tiles();
-  stacklm_dropout::stream_words(((pair * tiles + tile_key) * tiles + tile_query) * W * W, W * W, seed, words);
-  const uint32_t cut = stacklm_dropout::threshold(p);
-  const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
-#pragma omp simd
-  for (int64_t e = 0; e < W * W; ++e) factors[e] = words[e] >= cut ? scale : scalar_t(0);
-}
+// Lane l of group G holds pair W·G + l. Each pair's q, k, v (and dO) are gathered once into an
+// interleaved copy, element (i, c) of the W pairs at [(i · d/heads + c) · W + l], by W × W
+// transposes of the lanes' rows; the results go back the same way. Probabilities are kept for
+// j ≤ i only, in rows of the triangle: (i, j) at [(i(i + 1)/2 + j) · W + l].
 
-// The factors of keys 0 … W·(tile_query + 1) − 1 and the lanes of tile column tile_query.
-template <typename scalar_t>
-void chunk_factors(const Shape& shape, int64_t pair, int64_t tile_query, double p, uint64_t seed, scalar_t* factors) {
-  for (int64_t tile_key = 0; tile_key <= tile_query; ++tile_key) {
-    tile_factors(shape, pair, tile_key, tile_query, p, seed, factors + tile_key * W * W);
+// The W pairs of group `group` (pairs past the last repeat it; their results are not written).
+struct Group {
+  int64_t pairs[W];
+  bool real[W];
+  Group(const Shape& shape, int64_t group) {
+    const int64_t count = shape.batch * shape.heads;
+    for (int64_t l = 0; l < W; ++l) {
+      real[l] = group * W + l < count;
+      pairs[l] = real[l] ? group * W + l : count - 1;
+    }
   }
-}
+};
 
-// The W × W tile rows[r · W + l] written transposed: columns[l · column_stride + r], in three
-// rounds of shuffles (pairs of lanes, then pairs of pairs, then halves).
+// Lane l's rows of a W × W tile at rows[l] + k (k < W), times factor, into columns[k · column_stride + l].
 template <typename scalar_t>
-void transpose_tile(const scalar_t* rows, scalar_t* columns, int64_t column_stride) {
-  static_assert(W == 8, "transpose_tile shuffles 8 lanes");
+void transpose_gather(const scalar_t* const* rows, scalar_t factor, scalar_t* columns, int64_t column_stride) {
   using Vector = typename Lanes<scalar_t>::type;
   Vector r[W], t[W], u[W];
-  for (int64_t k = 0; k < W; ++k) r[k] = load(rows + k * W);
+  for (int64_t k = 0; k < W; ++k) r[k] = load(rows[k]) * factor;
   for (int64_t k = 0; k < W; k += 2) {
     t[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 2, 10, 4, 12, 6, 14);
     t[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 1, 9, 3, 11, 5, 13, 7, 15);
   }
   for (int64_t k = 0; k < W; k += 4) {
-    u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);      // lanes 0, 4
-    u[k + 1] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);  // lanes 1, 5
-    u[k + 2] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);    // lanes 2, 6
-    u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);  // lanes 3, 7
+    u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[k + 1] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[k + 2] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
   }
   for (int64_t k = 0; k < 4; ++k) {
     store(columns + k * column_stride, __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11));
@@ -207,165 +158,288 @@ void transpose_tile(const scalar_t* rows, scalar_t* columns, int64_t column_stri
   }
 }
 
-// out[l · out_stride + c] = lanes[c · W + l] for rows l < count and columns c < dh: whole tiles
-// where all W rows are written, the rest one by one.
+// dst[(i · dh + c) · W + l] = factor · data[base[l] + i · stride + c] for i < n, c < dh.
 template <typename scalar_t>
-void lanes_to_rows(const scalar_t* lanes, int64_t dh, int64_t count, scalar_t* out, int64_t out_stride) {
+void gather(const scalar_t* data, const int64_t* base, int64_t stride, int64_t n, int64_t dh, scalar_t factor, scalar_t* dst) {
+  const int64_t whole = dh / W * W;
+  for (int64_t i = 0; i < n; ++i) {
+    const scalar_t* rows[W];
+    for (int64_t l = 0; l < W; ++l) rows[l] = data + base[l] + i * stride;
+    scalar_t* row = dst + i * dh * W;
+    for (int64_t c = 0; c < whole; c += W) {
+      const scalar_t* tile[W];
+      for (int64_t l = 0; l < W; ++l) tile[l] = rows[l] + c;
+      transpose_gather(tile, factor, row + c * W, W);
+    }
+    for (int64_t c = whole; c < dh; ++c) {
+      for (int64_t l = 0; l < W; ++l) row[c * W + l] = factor * rows[l][c];
+    }
+  }
+}
+
+// data[base[l] + row_offset + c] = src[c · W + l] for c < dh, the lanes of real pairs: W × W
+// transposes whose rows go straight to their lanes' rows (a lane of no real pair to a scratch row).
+template <typename scalar_t>
+void scatter_row(const scalar_t* src, int64_t dh, scalar_t* data, const int64_t* base, const bool* real, int64_t row_offset) {
+  using Vector = typename Lanes<scalar_t>::type;
+  const int64_t whole = dh / W * W;
+  scalar_t scratch[W];
+  for (int64_t c = 0; c < whole; c += W) {
+    Vector r[W], t[W], u[W];
+    for (int64_t k = 0; k < W; ++k) r[k] = load(src + (c + k) * W);
+    for (int64_t k = 0; k < W; k += 2) {
+      t[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 2, 10, 4, 12, 6, 14);
+      t[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    }
+    for (int64_t k = 0; k < W; k += 4) {
+      u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[k + 1] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[k + 2] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    for (int64_t k = 0; k < 4; ++k) {  // lane k's columns c … c + W − 1, and lane k + 4's
+      store(real[k] ? data + base[k] + row_offset + c : scratch, __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+      store(real[k + 4] ? data + base[k + 4] + row_offset + c : scratch, __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+    }
+  }
+  for (int64_t c = whole; c < dh; ++c) {
+    for (int64_t l = 0; l < W; ++l) {
+      if (real[l]) data[base[l] + row_offset + c] = src[c * W + l];
+    }
+  }
+}
+
+// The dropout factors mask_ij / (1 − p) (0 or the scale) of each lane's pair in the layout of
+// its tiles: (i, j) at [(tile · W² + W·(j mod W) + (i mod W)) · W + l], tile = t(t + 1)/2 + u for
+// query tile t = ⌊i/W⌋ and key tile u = ⌊j/W⌋ ≤ t (the Philox words of the mapping above,
+// compared lane by lane, then W × W transposes into the lanes).
+template <typename scalar_t>
+void group_factors(const Shape& shape, const Group& group, double p, uint64_t seed, scalar_t* factors) {
+  const int64_t tiles = shape.tiles();
+  if (p == 0) {
+    std::fill(factors, factors + tiles * (tiles + 1) / 2 * W * W * W, scalar_t(1));
+    return;
+  }
+  const uint32_t cut = stacklm_dropout::threshold(p);
+  const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
+  uint32_t words[W * W];
+  scalar_t lanes[W][W * W];
+  for (int64_t tile_query = 0; tile_query < tiles; ++tile_query) {
+    for (int64_t tile_key = 0; tile_key <= tile_query; ++tile_key) {
+      for (int64_t l = 0; l < W; ++l) {
+        stacklm_dropout::stream_words(((group.pairs[l] * tiles + tile_key) * tiles + tile_query) * W * W, W * W, seed, words);
+#pragma omp simd
+        for (int64_t e = 0; e < W * W; ++e) lanes[l][e] = words[e] >= cut ? scale : scalar_t(0);
+      }
+      scalar_t* tile = factors + (tile_query * (tile_query + 1) / 2 + tile_key) * W * W * W;
+      for (int64_t block = 0; block < W * W; block += W) {
+        const scalar_t* rows[W];
+        for (int64_t l = 0; l < W; ++l) rows[l] = lanes[l] + block;
+        transpose_gather(rows, scalar_t(1), tile + block * W, W);
+      }
+    }
+  }
+}
+
+// acc[r] = Σ_c a[c] · b_r[c] for R rows b_r = b + r · dh · W (interleaved vectors), c < dh.
+template <int R, typename scalar_t>
+void dots(const scalar_t* a, const scalar_t* b, int64_t dh, typename Lanes<scalar_t>::type* acc) {
+  using Vector = typename Lanes<scalar_t>::type;
+  Vector even[R], odd[R];  // two sums per row: chains of dh/2 dependent adds
+  for (int r = 0; r < R; ++r) even[r] = odd[r] = Vector{};
   int64_t c = 0;
-  if (count == W) {
-    for (; c + W <= dh; c += W) transpose_tile(lanes + c * W, out + c, out_stride);
+  for (; c + 2 <= dh; c += 2) {
+    const Vector x = load(a + c * W), y = load(a + (c + 1) * W);
+    for (int r = 0; r < R; ++r) {
+      even[r] += x * load(b + (r * dh + c) * W);
+      odd[r] += y * load(b + (r * dh + c + 1) * W);
+    }
   }
-  for (; c < dh; ++c) {
-    for (int64_t l = 0; l < count; ++l) out[l * out_stride + c] = lanes[c * W + l];
+  if (c < dh) {
+    const Vector x = load(a + c * W);
+    for (int r = 0; r < R; ++r) even[r] += x * load(b + (r * dh + c) * W);
+  }
+  for (int r = 0; r < R; ++r) acc[r] = even[r] + odd[r];
+}
+
+// out[j] = a_i · b_j for j < count (rows of dh interleaved vectors), R at a time.
+template <typename scalar_t>
+void row_dots(const scalar_t* a, const scalar_t* b, int64_t dh, int64_t count, typename Lanes<scalar_t>::type* out) {
+  constexpr int R = 6;
+  int64_t j = 0;
+  for (; j + R <= count; j += R) dots<R>(a, b + j * dh * W, dh, out + j);
+  switch (count - j) {  // the last rows side by side too
+    case 5: dots<5>(a, b + j * dh * W, dh, out + j); break;
+    case 4: dots<4>(a, b + j * dh * W, dh, out + j); break;
+    case 3: dots<3>(a, b + j * dh * W, dh, out + j); break;
+    case 2: dots<2>(a, b + j * dh * W, dh, out + j); break;
+    case 1: dots<1>(a, b + j * dh * W, dh, out + j); break;
+    default: break;
   }
 }
 
-// The d/heads columns of n rows (at rows + i · stride) as lanes, times factor: result[c · n_pad + i];
-// lanes i ≥ n are left as they are (zero in a fresh workspace, and never written).
+// out[c] = Σ_{j < count} weights[j · weight_stride] · rows[(j · dh + c) · W] for CW columns c
+// of rows of dh (interleaved vectors), the sums in registers.
+template <int CW, typename scalar_t>
+void weighted_columns(const scalar_t* weights, int64_t weight_stride, const scalar_t* rows, int64_t dh, int64_t count, scalar_t* out) {
+  using Vector = typename Lanes<scalar_t>::type;
+  Vector sums[CW];
+  for (int c = 0; c < CW; ++c) sums[c] = Vector{};
+  for (int64_t j = 0; j < count; ++j) {
+    const Vector weight = load(weights + j * weight_stride);
+    const scalar_t* row = rows + j * dh * W;
+    for (int c = 0; c < CW; ++c) sums[c] += weight * load(row + c * W);
+  }
+  for (int c = 0; c < CW; ++c) store(out + c * W, sums[c]);
+}
+
+// out[c] = Σ_{j < count} weights[j · weight_stride] · rows[(j · dh + c) · W] for c < dh, in
+// passes of at most 12 columns of about equal width (17: 9 and 8).
 template <typename scalar_t>
-void transpose_into(const scalar_t* rows, int64_t stride, int64_t n, int64_t padded, int64_t dh, scalar_t factor, scalar_t* result) {
-  for (int64_t c = 0; c < dh; ++c) {
-    for (int64_t i = 0; i < n; ++i) result[c * padded + i] = factor * rows[i * stride + c];
+void weighted_rows(const scalar_t* weights, int64_t weight_stride, const scalar_t* rows, int64_t dh, int64_t count, scalar_t* out) {
+  const int64_t passes = (dh + 11) / 12, per_pass = (dh + passes - 1) / passes;
+  for (int64_t c0 = 0; c0 < dh; c0 += per_pass) {
+    const scalar_t* from = rows + c0 * W;
+    scalar_t* to = out + c0 * W;
+    switch (std::min(per_pass, dh - c0)) {
+      case 12: weighted_columns<12>(weights, weight_stride, from, dh, count, to); break;
+      case 11: weighted_columns<11>(weights, weight_stride, from, dh, count, to); break;
+      case 10: weighted_columns<10>(weights, weight_stride, from, dh, count, to); break;
+      case 9: weighted_columns<9>(weights, weight_stride, from, dh, count, to); break;
+      case 8: weighted_columns<8>(weights, weight_stride, from, dh, count, to); break;
+      case 7: weighted_columns<7>(weights, weight_stride, from, dh, count, to); break;
+      case 6: weighted_columns<6>(weights, weight_stride, from, dh, count, to); break;
+      case 5: weighted_columns<5>(weights, weight_stride, from, dh, count, to); break;
+      case 4: weighted_columns<4>(weights, weight_stride, from, dh, count, to); break;
+      case 3: weighted_columns<3>(weights, weight_stride, from, dh, count, to); break;
+      case 2: weighted_columns<2>(weights, weight_stride, from, dh, count, to); break;
+      default: weighted_columns<1>(weights, weight_stride, from, dh, count, to); break;
+    }
   }
 }
 
-// One task's buffers, allocated once for all its pairs. Lanes past n of the transposed rows are
-// never written, so they stay zero.
+// One task's interleaved buffers.
 template <typename scalar_t>
-struct Workspace {
-  std::vector<scalar_t> transposed;  // (d/heads, n_pad): s·q (forward) or dO (backward), queries in lanes
-  std::vector<scalar_t> scores, factors;  // (n_pad, W): key-major, this chunk's queries in lanes
-  std::vector<scalar_t> lanes, value_lanes;  // (d/heads, W): o (forward) or dq, then dk and dv (backward)
-  std::vector<scalar_t> kept_by_query, grad_scores_by_query;  // (n_pad, n_pad): query-major P' and s·dS (backward)
-  Workspace(const Shape& shape, bool backward)
-      : transposed(shape.head_width * shape.padded(), scalar_t(0)),
-        scores(shape.padded() * W),
-        factors(shape.padded() * W),
-        lanes(shape.head_width * W),
-        value_lanes(shape.head_width * W),
-        kept_by_query(backward ? shape.padded() * shape.padded() : 0, scalar_t(0)),
-        grad_scores_by_query(backward ? shape.padded() * shape.padded() : 0, scalar_t(0)) {}
+struct GroupWork {
+  std::vector<scalar_t> queries, keys, values, grads;  // (n, d/heads, W)
+  std::vector<scalar_t> factors, grad_scores, kept;     // (n(n + 1)/2, W)
+  std::vector<typename Lanes<scalar_t>::type> row;     // (n): vectors, aligned as such
+  std::vector<scalar_t> out;                           // (d/heads, W)
+  GroupWork(const Shape& shape, bool backward)
+      : queries(shape.length * shape.head_width * W),
+        keys(shape.length * shape.head_width * W),
+        values(shape.length * shape.head_width * W),
+        grads(backward ? shape.length * shape.head_width * W : 0),
+        factors(shape.tiles() * (shape.tiles() + 1) / 2 * W * W * W),
+        grad_scores(backward ? shape.length * (shape.length + 1) / 2 * W : 0),
+        kept(backward ? shape.length * (shape.length + 1) / 2 * W : 0),
+        row(shape.length),
+        out(shape.head_width * W) {}
 };
 
-// The forward of one pair. P is stored key-major with the mask in its sign: P_ij where kept, −P_ij
-// where dropped (P ≥ 0, and where P = 0 the mask changes nothing in the backward), so the backward
-// draws no mask.
+// The forward of one group. P is kept (groups, n(n + 1)/2, W) with the mask in its sign: P_ij
+// where kept, −P_ij where dropped (P ≥ 0, and where P = 0 the mask changes nothing in the
+// backward), so the backward draws no mask.
 template <typename scalar_t>
-void forward_pair(
-    const Shape& shape, int64_t pair, const scalar_t* projected, scalar_t* out, scalar_t* probabilities, double p, uint64_t seed,
-    Workspace<scalar_t>& work) {
+void forward_group(
+    const Shape& shape, int64_t index, const scalar_t* projected, scalar_t* out, scalar_t* probabilities, double p, uint64_t seed,
+    GroupWork<scalar_t>& work) {
   using Vector = typename Lanes<scalar_t>::type;
-  const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
-  const Pair heads(shape, pair);
-  const scalar_t* queries = heads.queries(projected);
-  const scalar_t* keys = heads.keys(projected);
-  const scalar_t* values = heads.values(projected);
+  const int64_t n = shape.length, dh = shape.head_width, d = shape.width();
+  const Group group(shape, index);
+  int64_t base[W], out_base[W];
+  for (int64_t l = 0; l < W; ++l) {
+    const Pair pair(shape, group.pairs[l]);
+    base[l] = pair.offset;
+    out_base[l] = pair.output;
+  }
   const scalar_t scale = static_cast<scalar_t>(shape.scale());
-  transpose_into(queries, heads.stride, n, padded, dh, scale, work.transposed.data());
-  scalar_t* scores = work.scores.data();
-  scalar_t* factors = work.factors.data();
-  scalar_t* attended = work.lanes.data();
-  scalar_t* pair_probabilities = probabilities + pair * n * padded;
-  const scalar_t minus_infinity = -std::numeric_limits<scalar_t>::infinity();
-  for (int64_t first = 0; first < n; first += W) {
-    const int64_t keys_seen = std::min(n, first + W);  // keys j ≤ the lanes' last query
-    rows_times_lanes(keys_seen, keys, heads.stride, int64_t(1), dh, work.transposed.data() + first, padded, scores);
-    for (int64_t j = first; j < keys_seen; ++j) {
-      for (int64_t l = 0; l < j - first; ++l) scores[j * W + l] = minus_infinity;  // i = first + l < j
+  gather(projected, base, 3 * d, n, dh, scale, work.queries.data());
+  int64_t key_base[W], value_base[W];
+  for (int64_t l = 0; l < W; ++l) key_base[l] = base[l] + d, value_base[l] = base[l] + 2 * d;
+  gather(projected, key_base, 3 * d, n, dh, scalar_t(1), work.keys.data());
+  gather(projected, value_base, 3 * d, n, dh, scalar_t(1), work.values.data());
+  group_factors(shape, group, p, seed, work.factors.data());
+  Vector* scores = work.row.data();
+  scalar_t* kept = probabilities + index * n * (n + 1) / 2 * W;
+  for (int64_t i = 0; i < n; ++i) {
+    row_dots(work.queries.data() + i * dh * W, work.keys.data(), dh, i + 1, scores);
+    Vector maximum = scores[0];
+    for (int64_t j = 1; j <= i; ++j) maximum = scores[j] > maximum ? scores[j] : maximum;
+    Vector totals[2] = {};
+    for (int64_t j = 0; j <= i; ++j) {
+      scores[j] = exp_lanes<scalar_t>(scores[j] - maximum);
+      totals[j % 2] += scores[j];
     }
-    Vector maximum = load(scores);
-    for (int64_t j = 1; j < keys_seen; ++j) {
-      const Vector score = load(scores + j * W);
-      maximum = score > maximum ? score : maximum;
+    const Vector inverse = scalar_t(1) / (totals[0] + totals[1]);
+    const int64_t first = i * (i + 1) / 2;
+    for (int64_t j = 0; j <= i; ++j) {
+      const int64_t tile = i / W * (i / W + 1) / 2 + j / W, word = W * (j % W) + i % W;
+      const Vector probability = scores[j] * inverse, factor = load(work.factors.data() + (tile * W * W + word) * W);
+      store(kept + (first + j) * W, factor > 0 ? probability : -probability);
+      scores[j] = probability * factor;  // P'
     }
-    Vector total{};
-    for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector probability = exp_lanes<scalar_t>(load(scores + j * W) - maximum);
-      store(scores + j * W, probability);
-      total += probability;
-    }
-    chunk_factors(shape, pair, first / W, p, seed, factors);
-    for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector probability = load(scores + j * W) / total, factor = load(factors + j * W);
-      store(pair_probabilities + j * padded + first, factor > 0 ? probability : -probability);
-      store(scores + j * W, probability * factor);  // P'
-    }
-    rows_times_lanes(dh, values, int64_t(1), heads.stride, keys_seen, scores, W, attended);
-    lanes_to_rows(attended, dh, std::min(W, n - first), out + heads.output + first * heads.width, heads.width);
+    weighted_rows(reinterpret_cast<const scalar_t*>(scores), W, work.values.data(), dh, i + 1, work.out.data());
+    scatter_row(work.out.data(), dh, out, out_base, group.real, i * d);
   }
 }
 
-// The backward of one pair: per chunk of W queries (in lanes) dP', dS and dq; then per chunk of W
-// keys (in lanes) dk and dv, summing over the queries that see them, from query-major copies of
-// P' and s·dS. Entries of those copies that no query writes (keys j > i in a diagonal tile, where
-// P' and dS are 0, or keys past n, whose lanes are never written out) are not read for results.
+// The backward of one group: per query i, dP', dS and dq; then per key j, dk and dv over the
+// queries i ≥ j that see it.
 template <typename scalar_t>
-void backward_pair(
-    const Shape& shape, int64_t pair, const scalar_t* grad_out, const scalar_t* projected, const scalar_t* probabilities,
-    scalar_t* grad_projected, double p, Workspace<scalar_t>& work) {
+void backward_group(
+    const Shape& shape, int64_t index, const scalar_t* grad_out, const scalar_t* projected, const scalar_t* probabilities,
+    scalar_t* grad_projected, double p, GroupWork<scalar_t>& work) {
   using Vector = typename Lanes<scalar_t>::type;
-  const int64_t n = shape.length, dh = shape.head_width, padded = shape.padded();
-  const Pair heads(shape, pair);
-  const scalar_t* queries = heads.queries(projected);
-  const scalar_t* keys = heads.keys(projected);
-  const scalar_t* values = heads.values(projected);
-  const scalar_t* grad_outs = grad_out + heads.output;  // dO_i at i · d
+  const int64_t n = shape.length, dh = shape.head_width, d = shape.width();
+  const Group group(shape, index);
+  int64_t base[W], out_base[W], key_base[W], value_base[W];
+  for (int64_t l = 0; l < W; ++l) {
+    const Pair pair(shape, group.pairs[l]);
+    base[l] = pair.offset;
+    out_base[l] = pair.output;
+    key_base[l] = base[l] + d;
+    value_base[l] = base[l] + 2 * d;
+  }
   const scalar_t scale = static_cast<scalar_t>(shape.scale());
   const scalar_t keep_scale = static_cast<scalar_t>(1.0 / (1.0 - p));
-  transpose_into(grad_outs, heads.width, n, padded, dh, scalar_t(1), work.transposed.data());
-  scalar_t* grads = work.scores.data();
-  scalar_t* kept = work.factors.data();
-  scalar_t* lanes = work.lanes.data();
-  scalar_t* value_lanes = work.value_lanes.data();
-  scalar_t* kept_by_query = work.kept_by_query.data();
-  scalar_t* grad_scores_by_query = work.grad_scores_by_query.data();
-  const scalar_t* pair_probabilities = probabilities + pair * n * padded;
-  scalar_t* grad_queries = heads.queries(grad_projected);
-  for (int64_t first = 0; first < n; first += W) {
-    const int64_t keys_seen = std::min(n, first + W);
-    rows_times_lanes(keys_seen, values, heads.stride, int64_t(1), dh, work.transposed.data() + first, padded, grads);  // dP'
+  gather(projected, base, 3 * d, n, dh, scalar_t(1), work.queries.data());
+  gather(projected, key_base, 3 * d, n, dh, scalar_t(1), work.keys.data());
+  gather(projected, value_base, 3 * d, n, dh, scalar_t(1), work.values.data());
+  gather(grad_out, out_base, d, n, dh, scalar_t(1), work.grads.data());
+  const scalar_t* stored = probabilities + index * n * (n + 1) / 2 * W;
+  Vector* grads = work.row.data();
+  scalar_t* grad_scores = work.grad_scores.data();
+  scalar_t* kept = work.kept.data();
+  for (int64_t i = 0; i < n; ++i) {
+    row_dots(work.grads.data() + i * dh * W, work.values.data(), dh, i + 1, grads);  // dP'
+    const int64_t first = i * (i + 1) / 2;
     Vector dot{};
-    for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector stored = load(pair_probabilities + j * padded + first);  // P, negated where dropped
-      const Vector probability = stored < 0 ? -stored : stored;
-      const Vector factor = stored < 0 ? Vector{} : Vector{} + keep_scale;
-      const Vector grad = load(grads + j * W) * factor;  // dP
-      dot += probability * grad;
-      store(grads + j * W, grad);
-      store(kept + j * W, probability * factor);  // P'
+    for (int64_t j = 0; j <= i; ++j) {
+      const Vector value = load(stored + (first + j) * W);  // P, negated where dropped
+      const Vector probability = value < 0 ? -value : value;
+      const Vector factor = value < 0 ? Vector{} : Vector{} + keep_scale;
+      grads[j] *= factor;  // dP
+      dot += probability * grads[j];
+      store(kept + (first + j) * W, probability * factor);  // P'
     }
-    for (int64_t j = 0; j < keys_seen; ++j) {
-      const Vector stored = load(pair_probabilities + j * padded + first);
-      const Vector probability = stored < 0 ? -stored : stored;
-      store(grads + j * W, scale * probability * (load(grads + j * W) - dot));  // s · dS
+    for (int64_t j = 0; j <= i; ++j) {
+      const Vector value = load(stored + (first + j) * W);
+      const Vector probability = value < 0 ? -value : value;
+      store(grad_scores + (first + j) * W, scale * probability * (grads[j] - dot));  // s · dS
     }
-    for (int64_t tile = 0; tile < keys_seen; tile += W) {  // keys past keys_seen land in lanes never written out
-      transpose_tile(kept + tile * W, kept_by_query + first * padded + tile, padded);
-      transpose_tile(grads + tile * W, grad_scores_by_query + first * padded + tile, padded);
-    }
-    rows_times_lanes(dh, keys, int64_t(1), heads.stride, keys_seen, grads, W, lanes);  // dq
-    lanes_to_rows(lanes, dh, std::min(W, n - first), grad_queries + first * heads.stride, heads.stride);
+    weighted_rows(grad_scores + first * W, W, work.keys.data(), dh, i + 1, work.out.data());  // dq_i
+    scatter_row(work.out.data(), dh, grad_projected, base, group.real, i * 3 * d);
   }
-  // Keys j in lanes, summing over the queries i ≥ j that see them.
-  scalar_t* grad_keys = heads.keys(grad_projected);
-  scalar_t* grad_values = heads.values(grad_projected);
-  for (int64_t first = 0; first < n; first += W) {
-    const int64_t seen_by = n - first;
-    const scalar_t* grad_scores = grad_scores_by_query + first * padded + first;
-    rows_times_lanes(dh, queries + first * heads.stride, int64_t(1), heads.stride, seen_by, grad_scores, padded, lanes);
-    const scalar_t* kept_here = kept_by_query + first * padded + first;
-    rows_times_lanes(dh, grad_outs + first * heads.width, int64_t(1), heads.width, seen_by, kept_here, padded, value_lanes);
-    lanes_to_rows(lanes, dh, std::min(W, n - first), grad_keys + first * heads.stride, heads.stride);
-    lanes_to_rows(value_lanes, dh, std::min(W, n - first), grad_values + first * heads.stride, heads.stride);
+  for (int64_t j = 0; j < n; ++j) {  // over the queries i ≥ j: weights at (i(i + 1)/2 + j) · W
+    scalar_t* column = reinterpret_cast<scalar_t*>(work.row.data());
+    for (int64_t i = j; i < n; ++i) store(column + (i - j) * W, load(grad_scores + (i * (i + 1) / 2 + j) * W));
+    weighted_rows(column, W, work.queries.data() + j * dh * W, dh, n - j, work.out.data());  // dk_j
+    scatter_row(work.out.data(), dh, grad_projected, key_base, group.real, j * 3 * d);
+    for (int64_t i = j; i < n; ++i) store(column + (i - j) * W, load(kept + (i * (i + 1) / 2 + j) * W));
+    weighted_rows(column, W, work.grads.data() + j * dh * W, dh, n - j, work.out.data());  // dv_j
+    scatter_row(work.out.data(), dh, grad_projected, value_base, group.real, j * 3 * d);
   }
-}
-
-// Fetch count elements from start into the cache ahead of use: a batch element's rows are read
-// head by head, 17 of every 204 floats at a time, a stride the hardware does not fetch ahead.
-template <typename scalar_t>
-void prefetch(const scalar_t* start, int64_t count) {
-  const char* bytes = reinterpret_cast<const char*>(start);
-  for (int64_t byte = 0; byte < count * int64_t(sizeof(scalar_t)); byte += 64) __builtin_prefetch(bytes + byte);
 }
 
 Shape check_projected(const at::Tensor& projected, int64_t heads, double p) {
@@ -375,24 +449,21 @@ Shape check_projected(const at::Tensor& projected, int64_t heads, double p) {
   return Shape{projected.size(0), projected.size(1), heads, projected.size(2) / (3 * heads)};
 }
 
-// (out (B, n, d), P (B·heads, n, n_pad) key-major with the mask in its sign, lanes of masked i < j or padded i ≥ n holding 0 or values never read) of the packed projection (B, n, 3d).
+// (out (B, n, d), P (groups, n(n + 1)/2, W) with the mask in its sign, lanes of no pair holding values never read) of the packed projection (B, n, 3d).
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& projected, int64_t heads, double p, int64_t seed) {
   const Shape shape = check_projected(projected, heads, p);
+  const int64_t groups = (shape.batch * heads + W - 1) / W;
   at::Tensor out = at::empty({shape.batch, shape.length, shape.width()}, projected.options());
-  at::Tensor probabilities = at::empty({shape.batch * heads, shape.length, shape.padded()}, projected.options());
-  if (shape.length == 0) return {out, probabilities};
+  at::Tensor probabilities = at::empty({groups, shape.length * (shape.length + 1) / 2, W}, projected.options());
+  if (shape.length == 0 || shape.batch == 0) return {out, probabilities};
   AT_DISPATCH_FLOATING_TYPES(projected.scalar_type(), "attention_forward", [&] {
     const scalar_t* projected_data = projected.data_ptr<scalar_t>();
     scalar_t* out_data = out.data_ptr<scalar_t>();
     scalar_t* probability_data = probabilities.data_ptr<scalar_t>();
-    at::parallel_for(0, shape.batch * heads, 1, [&](int64_t begin, int64_t end) {
-      Workspace<scalar_t> work(shape, false);
-      for (int64_t pair = begin; pair < end; ++pair) {
-        if (pair % heads == 0 && pair / heads + 1 < shape.batch) {
-          const int64_t next = pair / heads + 1, block = shape.length * 3 * shape.width();
-          prefetch(projected_data + next * block, block);
-        }
-        forward_pair<scalar_t>(shape, pair, projected_data, out_data, probability_data, p, static_cast<uint64_t>(seed), work);
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      GroupWork<scalar_t> work(shape, false);
+      for (int64_t group = begin; group < end; ++group) {
+        forward_group<scalar_t>(shape, group, projected_data, out_data, probability_data, p, static_cast<uint64_t>(seed), work);
       }
     });
   });
@@ -403,25 +474,18 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& projected, int64_t 
 at::Tensor backward(const at::Tensor& grad_out, const at::Tensor& projected, const at::Tensor& probabilities, int64_t heads, double p) {
   const Shape shape = check_projected(projected, heads, p);
   TORCH_CHECK(grad_out.is_contiguous() && grad_out.size(2) == shape.width(), "attention_backward: a contiguous (B, n, d) gradient");
+  const int64_t groups = (shape.batch * heads + W - 1) / W;
   at::Tensor grad_projected = at::empty_like(projected);
-  if (shape.length == 0) return grad_projected;
+  if (shape.length == 0 || shape.batch == 0) return grad_projected;
   AT_DISPATCH_FLOATING_TYPES(projected.scalar_type(), "attention_backward", [&] {
     const scalar_t* grad_out_data = grad_out.data_ptr<scalar_t>();
     const scalar_t* projected_data = projected.data_ptr<scalar_t>();
     const scalar_t* probability_data = probabilities.data_ptr<scalar_t>();
     scalar_t* grad_data = grad_projected.data_ptr<scalar_t>();
-    at::parallel_for(0, shape.batch * heads, 1, [&](int64_t begin, int64_t end) {
-      Workspace<scalar_t> work(shape, true);
-      for (int64_t pair = begin; pair < end; ++pair) {
-        if (pair % heads == 0 && pair / heads + 1 < shape.batch) {
-          const int64_t next = pair / heads + 1, block = shape.length * 3 * shape.width(), rows = shape.length * shape.width();
-          const int64_t kept = heads * shape.length * shape.padded();
-          prefetch(projected_data + next * block, block);
-          prefetch(grad_out_data + next * rows, rows);
-          prefetch(probability_data + next * kept, kept);
-          prefetch(grad_data + next * block, block);
-        }
-        backward_pair<scalar_t>(shape, pair, grad_out_data, projected_data, probability_data, grad_data, p, work);
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      GroupWork<scalar_t> work(shape, true);
+      for (int64_t group = begin; group < end; ++group) {
+        backward_group<scalar_t>(shape, group, grad_out_data, projected_data, probability_data, grad_data, p, work);
       }
     });
   });
