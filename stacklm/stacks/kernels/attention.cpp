@@ -31,12 +31,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
-// glibc's vector math library has SIMD exp; declared here so that `omp simd` loops call it
-// (glibc declares it only under -ffast-math, which would also assume no −∞, and masked scores are −∞).
+// glibc's vector math library has SIMD exp; declared here so that `omp simd` loops call it (exp_lanes
+// of doubles; glibc declares it only under -ffast-math, which would also assume no −∞ and no NaN).
 extern "C" {
 __attribute__((simd("notinbranch"))) float expf(float);
 __attribute__((simd("notinbranch"))) double exp(double);
@@ -70,9 +69,9 @@ void store(scalar_t* to, typename Lanes<scalar_t>::type lanes) {
 }
 
 // exp of each lane. float: Cody–Waite reduction x = k·ln 2 + r, |r| ≤ ln 2 / 2, and Cephes' degree-6
-// polynomial for exp(r) (within 2 ulp of exp), inline so that a lane of −∞ (a masked score)
-// does not send the whole vector to glibc's scalar fallback; exp(x) = 0 below −87.33 (where it
-// leaves the normal floats). double: glibc's exp lane by lane.
+// polynomial for exp(r) (within 2 ulp of exp), inline (glibc's vector expf sends a whole vector to
+// its scalar fallback when one lane is out of range); exp(x) = 0 below −87.33 (where it leaves the
+// normal floats). double: glibc's exp lane by lane.
 template <typename scalar_t>
 typename Lanes<scalar_t>::type exp_lanes(typename Lanes<scalar_t>::type x) {
   using Vector = typename Lanes<scalar_t>::type;
