@@ -135,12 +135,12 @@ struct Group {
   }
 };
 
-// Lane l's rows of a W × W tile at rows[l] + k (k < W), times factor, into columns[k · column_stride + l].
-template <typename scalar_t>
-void transpose_gather(const scalar_t* const* rows, scalar_t factor, scalar_t* columns, int64_t column_stride) {
-  using Vector = typename Lanes<scalar_t>::type;
-  Vector r[W], t[W], u[W];
-  for (int64_t k = 0; k < W; ++k) r[k] = load(rows[k]) * factor;
+// The W × W transpose of the vectors r: out[k][l] = r[l][k], in three rounds of shuffles (pairs
+// of lanes, then pairs of pairs, then halves).
+template <typename Vector>
+void transpose_lanes(const Vector* r, Vector* out) {
+  static_assert(W == 8, "transpose_lanes shuffles 8 lanes");
+  Vector t[W], u[W];
   for (int64_t k = 0; k < W; k += 2) {
     t[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 2, 10, 4, 12, 6, 14);
     t[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 1, 9, 3, 11, 5, 13, 7, 15);
@@ -152,9 +152,19 @@ void transpose_gather(const scalar_t* const* rows, scalar_t factor, scalar_t* co
     u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
   }
   for (int64_t k = 0; k < 4; ++k) {
-    store(columns + k * column_stride, __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11));
-    store(columns + (k + 4) * column_stride, __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+    out[k] = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    out[k + 4] = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
+}
+
+// columns[k · column_stride + l] = factor · rows[l][k] for k, l < W.
+template <typename scalar_t>
+void transpose_gather(const scalar_t* const* rows, scalar_t factor, scalar_t* columns, int64_t column_stride) {
+  using Vector = typename Lanes<scalar_t>::type;
+  Vector r[W], out[W];
+  for (int64_t l = 0; l < W; ++l) r[l] = load(rows[l]) * factor;
+  transpose_lanes(r, out);
+  for (int64_t k = 0; k < W; ++k) store(columns + k * column_stride, out[k]);
 }
 
 // dst[(i · dh + c) · W + l] = factor · data[base[l] + i · stride + c] for i < n, c < dh.
@@ -184,22 +194,10 @@ void scatter_row(const scalar_t* src, int64_t dh, scalar_t* data, const int64_t*
   const int64_t whole = dh / W * W;
   scalar_t scratch[W];
   for (int64_t c = 0; c < whole; c += W) {
-    Vector r[W], t[W], u[W];
+    Vector r[W], lanes[W];
     for (int64_t k = 0; k < W; ++k) r[k] = load(src + (c + k) * W);
-    for (int64_t k = 0; k < W; k += 2) {
-      t[k] = __builtin_shufflevector(r[k], r[k + 1], 0, 8, 2, 10, 4, 12, 6, 14);
-      t[k + 1] = __builtin_shufflevector(r[k], r[k + 1], 1, 9, 3, 11, 5, 13, 7, 15);
-    }
-    for (int64_t k = 0; k < W; k += 4) {
-      u[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[k + 1] = __builtin_shufflevector(t[k + 1], t[k + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[k + 2] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-      u[k + 3] = __builtin_shufflevector(t[k + 1], t[k + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-    for (int64_t k = 0; k < 4; ++k) {  // lane k's columns c … c + W − 1, and lane k + 4's
-      store(real[k] ? data + base[k] + row_offset + c : scratch, __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11));
-      store(real[k + 4] ? data + base[k + 4] + row_offset + c : scratch, __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15));
-    }
+    transpose_lanes(r, lanes);  // lanes[l]: lane l's columns c … c + W − 1
+    for (int64_t l = 0; l < W; ++l) store(real[l] ? data + base[l] + row_offset + c : scratch, lanes[l]);
   }
   for (int64_t c = whole; c < dh; ++c) {
     for (int64_t l = 0; l < W; ++l) {
