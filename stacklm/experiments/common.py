@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, TextIO, TypeVar
 
@@ -153,12 +154,16 @@ def train_each(runs: Sequence[Run], work: Callable[[Run, StopRequest, TextIO | N
 
 @contextlib.contextmanager
 def progress_stream(log: Path | None) -> Iterator[TextIO | None]:
-    """The run's log file, written afresh, or None (stderr) when it has none."""
+    """The run's log file, written afresh, or None (stderr) when it has none. While it is open,
+    Python warnings go to it too: in a job of several runs each run's log holds its own."""
     if log is None:
         yield None
         return
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w", encoding="utf-8") as stream:
+    with open(log, "w", encoding="utf-8") as stream, warnings.catch_warnings():
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: print(
+            warnings.formatwarning(message, category, filename, lineno, line), end="", file=stream, flush=True
+        )
         yield stream
 
 

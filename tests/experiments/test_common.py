@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -75,6 +76,20 @@ def test_several_runs_each_write_their_own_log_and_a_failed_one_stops_none(tmp_p
     announced = capsys.readouterr().err.splitlines()
     assert announced == [f"run {number} of 3: {name} -> {tmp_path / name}.out (log: {tmp_path / 'logs' / name}.log)"
                          for number, name in enumerate("abc", start=1)]
+
+
+def test_each_runs_python_warnings_go_to_its_own_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [Planned(name, tmp_path / name, tmp_path / f"{name}.log") for name in "ab"]
+
+    def work(run: Planned, stream: TextIO | None) -> None:
+        warnings.warn(f"{run.label} is odd", UserWarning)  # the same line for both runs: each log still gets it
+
+    shared.run_each(runs, work)
+    for name in "ab":
+        assert f"UserWarning: {name} is odd" in (tmp_path / f"{name}.log").read_text()
+    assert "is odd" not in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="after the runs"):  # the job's own handling comes back
+        warnings.warn("after the runs", UserWarning)
 
 
 def test_a_lone_run_and_a_fatal_error_raise_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
