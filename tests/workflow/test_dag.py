@@ -119,7 +119,7 @@ def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_k
             " --log logs/train/question-formation/tf/final/1.log logs/train/question-formation/tf/final/2.log") in final
     assert final.endswith("> logs/train/question-formation/final/group1.log 2>&1")
     search = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase search" in line and "--architecture Tf Tf " in line)
-    assert "--seed 1 2 --trial 1 2 " in search
+    assert f"--seed {transformations.run_seed('search', 1)} {transformations.run_seed('search', 2)} --trial 1 2 " in search  # seeds no final run takes
     assert "--hparams results/search/question-formation/tf/trial1.json results/search/question-formation/tf/trial2.json " in search
     evaluation = next(line for line in commands if line.startswith("Shell command: stacklm evaluate") and "/tf/final/1 " in line)
     assert ("--run results/runs/question-formation/tf/final/1 results/runs/question-formation/tf/final/2 " in evaluation

@@ -203,3 +203,10 @@ def test_a_missing_schema_names_the_file_and_the_install(monkeypatch: pytest.Mon
             resolution.resolve(copy.deepcopy(config))
     finally:
         resolution._settings_validator.cache_clear()
+
+
+def test_final_seeds_stay_below_the_search_trials_seeds(config: dict[str, Any]) -> None:
+    settings = copy.deepcopy(config)
+    settings["final"]["seeds"] = [1, 2**31]
+    with pytest.raises(StacklmError, match=r"config key 'final\.seeds\[1\]': 2147483648 is greater than the maximum"):
+        resolution.resolve(settings)

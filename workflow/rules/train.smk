@@ -1,5 +1,5 @@
-# One training run: a search trial (phase `search`, index = trial) or a final model (phase
-# `final`, index = seed). The resumable state lives at a `params:` path, not an output:
+# One training run: a search trial (phase `search`, index = trial, seed derived from it) or a final
+# model (phase `final`, index = seed). The resumable state lives at a `params:` path, not an output:
 # Snakemake deletes the outputs of a failed job, and a retried or re-run job resumes from it.
 # The job never touches MLflow: `tracking_sync` mirrors its train.parquet once the task's runs are done.
 # With resources.runs_per_job K > 1, the rules below train the runs instead, K to a job.
@@ -22,6 +22,7 @@ rule train:
         checkpoint=dag.CHECKPOINT,
         device=lambda wildcards, resources: common.device(resources.gpu),
         trial=lambda wildcards: dag.trial_option(wildcards.phase, wildcards.index),
+        seed=lambda wildcards: dag.run_seed(wildcards.phase, wildcards.index),
     log:
         dag.TRAIN_LOG,
     wildcard_constraints:
@@ -35,7 +36,7 @@ rule train:
         CONDA_ENV
     shell:
         "stacklm train --task {wildcards.task} --architecture {params.architecture:q}"
-        " --data-dir {params.data_dir} --hparams {input.hparams} --phase {wildcards.phase}{params.trial} --seed {wildcards.index}"
+        " --data-dir {params.data_dir} --hparams {input.hparams} --phase {wildcards.phase}{params.trial} --seed {params.seed}"
         " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
         " --device {params.device} --threads {threads} > {log} 2>&1"
 

@@ -6,7 +6,7 @@ Per task T and architecture A:
 - ``hparams``: trial k = 1..K draws B and a learning rate (``search``) — a pure function of
   (salt, T, A, k), so the DAG is static;
 - ``train`` (phase ``search``, index k): at most ``search.max_epochs`` epochs (null: to
-  convergence, as the authors' search script trains its trials), seed k — when K > 1: a search
+  convergence, as the authors' search script trains its trials), a seed derived from k (``run_seed``) — when K > 1: a search
   of one trial has nothing to compare, and trains no search model;
 - ``select``: the trial with the lowest validation cross-entropy (the only one when K = 1),
   ``max_epochs`` set to ``final.max_epochs`` (null: to convergence);
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from stacklm.errors import StacklmError
-from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, job_groups, one_per_job
+from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, derived_seed, job_groups, one_per_job
 from stacklm.experiments.transformations.settings import ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
 
 Phase = Literal["search", "final"]
@@ -102,6 +102,19 @@ def trial_option(phase: str, index: str | int) -> str:
     return f" --trial {index}" if phase == "search" else ""
 
 
+SEARCH_SEEDS = 2**31  # search trials' seeds lie in [2³¹, 2³²), final seeds below (the schema)
+
+
+def run_seed(phase: str, index: str | int) -> int:
+    """The ``--seed`` of a run: a final run's index is its seed; search trial k trains from a seed
+    derived from k, in [2³¹, 2³²), so that no final run repeats a trial's initial parameters,
+    dropout and shuffling (the authors' final runs take fresh seeds). With seed k for trial k,
+    final seed k was the selected trial itself whenever the selection was trial k."""
+    if phase == "final":
+        return int(index)
+    return SEARCH_SEEDS + derived_seed("search trial", int(index)) % SEARCH_SEEDS
+
+
 @dataclass(frozen=True)
 class RunGroup:
     """Runs of one phase of a task that one process trains (rule ``train_<phase>_group<n>``) and,
@@ -127,11 +140,12 @@ class RunGroup:
 
     @property
     def train_options(self) -> str:
-        """The runs of ``stacklm train``: ``--architecture``, ``--seed`` and, for search trials,
-        ``--trial`` (seed k for trial k), one per run."""
+        """The runs of ``stacklm train``: ``--architecture``, ``--seed`` (``run_seed``) and, for
+        search trials, ``--trial``, one per run."""
         architectures = " ".join(shlex.quote(name) for name, _ in self.runs)
+        seeds = " ".join(str(run_seed(self.phase, index)) for _, index in self.runs)
         indices = " ".join(str(index) for _, index in self.runs)
-        return f"--architecture {architectures} --seed {indices}" + (f" --trial {indices}" if self.phase == "search" else "")
+        return f"--architecture {architectures} --seed {seeds}" + (f" --trial {indices}" if self.phase == "search" else "")
 
     def hparams(self, wildcards: Any) -> list[str]:
         """The ``HP.json`` of each run, in order: its trial's, or its architecture's selection."""

@@ -36,6 +36,17 @@ def test_only_search_runs_name_their_trial() -> None:
     assert transformations.trial_option("final", "2") == ""
 
 
+def test_search_trials_train_from_seeds_no_final_run_takes() -> None:
+    """Trial k once trained with seed k: final seed k then repeated trial k's parameters, dropout and
+    shuffling, and was the selected trial itself when trial k was selected (the table1 run's Tf+Nd
+    final seed 2 equalled its trial 2 at every checkpoint). The authors' final runs take fresh seeds."""
+    search_seeds = [transformations.run_seed("search", trial) for trial in range(1, 101)]
+    assert len(set(search_seeds)) == 100
+    assert all(transformations.SEARCH_SEEDS <= seed < 2 * transformations.SEARCH_SEEDS for seed in search_seeds)
+    assert transformations.run_seed("final", "7") == 7
+    assert transformations.run_seed("search", "7") == transformations.run_seed("search", 7) != 7
+
+
 def test_targets_cover_every_final_run_and_the_report(settings: ResolvedSettings) -> None:
     runs = transformations.final_runs(settings)
     assert len(runs) == 7 * len(settings.architectures) * 5
@@ -78,7 +89,8 @@ def test_a_group_names_every_runs_files_and_options() -> None:
     assert final.log(transformations.TRAIN_GROUP_LOG) == "logs/train/{task}/final/group1.log"
     assert final.log(transformations.EVALUATE_GROUP_LOG) == "logs/evaluate/{task}/final/group1.log"
     assert search.rule("train") == "train_search_group1" and final.rule("evaluate") == "evaluate_final_group1"
-    assert search.train_options == "--architecture Tf Tf LSTM+Nd --seed 1 2 1 --trial 1 2 1"
+    seeds = [transformations.run_seed("search", trial) for trial in (1, 2, 1)]
+    assert search.train_options == f"--architecture Tf Tf LSTM+Nd --seed {seeds[0]} {seeds[1]} {seeds[2]} --trial 1 2 1"
     assert final.train_options == "--architecture Tf Tf LSTM+Nd --seed 1 7 1"
     wildcards = SimpleNamespace(task="qf")
     assert search.hparams(wildcards) == ["results/search/qf/tf/trial1.json", "results/search/qf/tf/trial2.json", "results/search/qf/lstm+nd/trial1.json"]
