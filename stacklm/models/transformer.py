@@ -34,11 +34,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
-from stacklm.models.dropout import Dropout, ReLUDropout, dropout
+from stacklm.models.dropout import Dropout, ReLUDropout, draw_key, dropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
-from stacklm.models.transformer_attention import causal_attention, uses_attention_kernel
+from stacklm.models.transformer_attention import LayerSettings, attention_layer, causal_attention, uses_attention_kernel
 from stacklm.stacks.base import StackState
 
 
@@ -214,9 +214,35 @@ class Block(nn.Module):
         """x (B, n, d) and LN(x) by ``sublayer_norm`` → the layer's output and ``next_norm`` of it.
 
         x ← x + Dropout(Sublayer(LN(x))), then x ← x + Dropout(FFN(LN(x))): each add in one call
-        with the layer norm that reads its sum (the FFN's, then the next layer's or the final one)."""
+        with the layer norm that reads its sum (the FFN's, then the next layer's or the final one).
+        An attention layer in training runs as one autograd node on the kernels where they run
+        (``attention_layer``: the same operations, so the same results)."""
+        if self._runs_as_one_node(x, next_norm):
+            assert isinstance(self.sublayer, CausalSelfAttention)
+            attention, feedforward = self.sublayer, self.feedforward
+            parameters = [
+                attention.query.weight, attention.key.weight, attention.value.weight,
+                attention.query.bias, attention.key.bias, attention.value.bias, attention.out.weight, attention.out.bias,
+                self.feedforward_norm.weight, self.feedforward_norm.bias, feedforward.expand.weight, feedforward.expand.bias,
+                feedforward.project.weight, feedforward.project.bias, next_norm.weight, next_norm.bias,
+            ]  # fmt: skip
+            # Drawn in the order of the modules' forward: attention, first residual, ReLU, second residual.
+            keys = (draw_key(), draw_key(), draw_key(), draw_key())
+            settings = LayerSettings(attention.num_heads, self.dropout.p, self.feedforward_norm.eps, next_norm.eps, keys)
+            return attention_layer(x.contiguous(), normed.contiguous(), parameters, settings)
         x, normed = self.dropout.add_norm(x, self.sublayer(normed), self.feedforward_norm)
         return self.dropout.add_norm(x, self.feedforward(normed), next_norm)
+
+    def _runs_as_one_node(self, x: Tensor, next_norm: nn.LayerNorm) -> bool:
+        """Whether ``forward`` runs as one ``attention_layer`` call: an attention layer, in training with
+        dropout (elsewhere the modules skip the masks), on the kernels, the norms affine in x's dtype."""
+        p = self.dropout.p
+        if not (self.training and p > 0 and isinstance(self.sublayer, CausalSelfAttention) and uses_attention_kernel(x)):
+            return False
+        if self.sublayer.dropout != p or self.feedforward.dropout.p != p:
+            return False
+        norms = (self.feedforward_norm, next_norm)
+        return all(norm.weight is not None and norm.bias is not None and norm.weight.dtype == x.dtype for norm in norms)
 
     def step(self, x: Tensor, cache: Any) -> tuple[Tensor, Any]:
         sublayer_output, cache = self.sublayer.step(self.sublayer_norm(x), cache)

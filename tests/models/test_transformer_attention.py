@@ -182,3 +182,39 @@ def test_transformers_equal_their_pytorch_attention_without_dropout(
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
     for got, expected in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["Tf", "Tf+Nd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layers_as_one_node_equal_the_modules_bit_for_bit(name: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In training with dropout, each attention layer runs as one ``attention_layer`` node: the same
+    masks (the same four keys, drawn in the modules' order), logits, gradients of every parameter
+    and the generator's state after the step as the modules' own path (``Block._runs_as_one_node``
+    false), bit for bit; the last layer's output x reaches nothing (its gradient is None)."""
+    model = build_model(name, 9, options=ModelOptions(dropout=0.3), generator=torch.Generator().manual_seed(0)).to(dtype).train()
+    tokens = torch.randint(0, 8, (5, 21), generator=torch.Generator().manual_seed(1))
+    one_node = [block._runs_as_one_node(torch.zeros(1, dtype=dtype), block.feedforward_norm) for block in model.blocks]
+    assert one_node == [isinstance(block.sublayer, transformer.CausalSelfAttention) for block in model.blocks]
+    results = []
+    for one_node in (True, False):
+        if not one_node:
+            monkeypatch.setattr(transformer.Block, "_runs_as_one_node", lambda self, x, next_norm: False)
+        model.zero_grad()
+        torch.manual_seed(4)
+        logits = model(tokens)
+        logits.logsumexp(dim=-1).sum().backward()
+        results.append((logits.detach(), [parameter.grad.clone() for parameter in model.parameters()], torch.rand(1)))
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(got, expected) for got, expected in zip(results[0][1], results[1][1]))
+    assert torch.equal(results[0][2], results[1][2])
+
+
+def test_layers_run_as_one_node_only_in_training_with_dropout() -> None:
+    model = build_model("Tf+Nd", 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0))
+    x = torch.zeros(1)
+    attention_layers = [isinstance(block.sublayer, transformer.CausalSelfAttention) for block in model.blocks]
+    assert [block._runs_as_one_node(x, block.feedforward_norm) for block in model.train().blocks] == attention_layers
+    assert not any(block._runs_as_one_node(x, block.feedforward_norm) for block in model.eval().blocks)
+    assert not any(block._runs_as_one_node(x.double(), block.feedforward_norm) for block in model.train().blocks)
+    unregularized = build_model("Tf", 9, options=ModelOptions(dropout=0.0), generator=torch.Generator().manual_seed(0)).train()
+    assert not any(block._runs_as_one_node(x, block.feedforward_norm) for block in unregularized.blocks)
