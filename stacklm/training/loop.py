@@ -215,8 +215,7 @@ def train(
             state.batches_since_checkpoint += 1
             state.loss_since_checkpoint += loss_value
             state.tokens += batch.num_tokens
-            elapsed = wall_before + time.monotonic() - session_start
-            progress.update(loss_value, state.tokens / max(elapsed, 1e-9))
+            progress.update(loss_value, batch.num_tokens)
             if config.examples_per_checkpoint is not None and state.examples_since_checkpoint >= config.examples_per_checkpoint:
                 state.examples_since_checkpoint -= config.examples_per_checkpoint
                 checkpoint()

@@ -2,7 +2,9 @@
 
 The bar covers one epoch (batches done / in the epoch) and shows the loss and tokens/s; tqdm
 gives its ETA. Cluster logs, where stderr is a file, get one line every ``interval_s`` seconds
-with the same numbers and the epoch's ETA, and one line per checkpoint.
+with the same numbers and the epoch's ETA, and one line per checkpoint. tokens/s is the current
+speed: the tokens of the batches since the last line (or the epoch's start) over the time since,
+so neither an earlier session nor a checkpoint's scoring, which ends in its line, counts in it.
 """
 
 from __future__ import annotations
@@ -27,24 +29,28 @@ class Progress:
         self.done_at_start = 0
         self.epoch_start = 0.0
         self.last_line = 0.0
+        self.tokens_since_line = 0
 
     def start_epoch(self, epoch: int, done: int, total: int) -> None:
         """Epoch ``epoch`` (1-based) of ``total`` batches, ``done`` of them already (resume)."""
         self.close()
         self.epoch, self.done, self.done_at_start, self.total = epoch, done, done, total
         self.epoch_start = self.last_line = time.monotonic()
+        self.tokens_since_line = 0
         if self.is_terminal:
             self.bar = tqdm(total=total, initial=done, desc=f"epoch {epoch}", file=self.stream, dynamic_ncols=True, leave=False)
 
-    def update(self, loss: float, tokens_per_s: float) -> None:
+    def update(self, loss: float, tokens: int) -> None:
+        """One batch done, of ``tokens`` tokens, with training loss ``loss``."""
         self.done += 1
+        self.tokens_since_line += tokens
+        now = time.monotonic()
+        tokens_per_s = self.tokens_since_line / max(now - self.last_line, 1e-9)
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{loss:.4g}", tokens_per_s=f"{tokens_per_s:.0f}", refresh=False)
             self.bar.update(1)
             return
-        now = time.monotonic()
         if now - self.last_line >= self.interval_s or self.done == self.total:
-            self.last_line = now
             self.line(f"epoch {self.epoch} batch {self.done}/{self.total} loss {loss:.4g} tokens/s {tokens_per_s:.0f} eta {self.eta(now)}")
 
     def eta(self, now: float) -> str:
@@ -54,10 +60,13 @@ class Progress:
         return str(timedelta(seconds=round(rate * (self.total - self.done))))
 
     def line(self, message: str) -> None:
+        """``message`` on its own line; the current speed's window starts again after it."""
         if self.bar is not None:
             self.bar.write(message, file=self.stream)
         else:
             print(message, file=self.stream, flush=True)
+        self.last_line = time.monotonic()
+        self.tokens_since_line = 0
 
     def close(self) -> None:
         if self.bar is not None:

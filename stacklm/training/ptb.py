@@ -106,7 +106,6 @@ def train_epoch(
     target (nats). ``progress`` hears of each chunk; a ``stop_request`` set raises
     ``EpochInterrupted`` after the current chunk."""
     model.train()
-    start = time.monotonic()
     total, count, state = position.total_nll, position.targets, position.state
     device = model.output.weight.device
     for index in range(position.chunk, len(chunks)):
@@ -125,7 +124,7 @@ def train_epoch(
         total += value * chunk.num_targets
         count += chunk.num_targets
         if progress is not None:
-            progress.update(value, (count - position.targets) / max(time.monotonic() - start, 1e-9))
+            progress.update(value, chunk.num_targets)
         if stop_request is not None and stop_request.reason is not None:
             stopped_at = EpochPosition(index + 1, total, count, state.detach())
             raise EpochInterrupted(f"{stop_request.reason} at chunk {index + 1} of {len(chunks)}", stopped_at)
