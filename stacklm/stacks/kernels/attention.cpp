@@ -34,6 +34,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "lanes.h"
+
 // glibc's vector math library has SIMD exp; declared here so that `omp simd` loops call it (exp_lanes
 // of doubles; glibc declares it only under -ffast-math, which would also assume no −∞ and no NaN).
 extern "C" {
@@ -49,24 +51,11 @@ void stream_words(int64_t first_word, int64_t count, uint64_t seed, uint32_t* wo
 
 namespace {
 
-constexpr int64_t W = 8;  // lanes: one AVX2 register of floats, and the side of a dropout tile
+using stacklm_lanes::Lanes;
+using stacklm_lanes::load;
+using stacklm_lanes::store;
 
-template <typename scalar_t>
-struct Lanes {
-  typedef scalar_t type __attribute__((vector_size(W * sizeof(scalar_t))));
-};
-
-template <typename scalar_t>
-typename Lanes<scalar_t>::type load(const scalar_t* from) {
-  typename Lanes<scalar_t>::type lanes;
-  std::memcpy(&lanes, from, sizeof lanes);
-  return lanes;
-}
-
-template <typename scalar_t>
-void store(scalar_t* to, typename Lanes<scalar_t>::type lanes) {
-  std::memcpy(to, &lanes, sizeof lanes);
-}
+constexpr int64_t W = stacklm_lanes::LANE_COUNT;  // lanes: one AVX2 register of floats, and the side of a dropout tile
 
 // exp of each lane. float: Cody–Waite reduction x = k·ln 2 + r, |r| ≤ ln 2 / 2, and Cephes' degree-6
 // polynomial for exp(r) (within 2 ulp of exp), inline (glibc's vector expf sends a whole vector to

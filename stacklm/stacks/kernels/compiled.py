@@ -22,7 +22,8 @@ shared by the run. A (B, 0) tensor passed from step to step orders them in autog
 backward of step t runs after those of steps t + 1 … n, which complete the adjoints it reads.
 
 The extension is built with ``torch.utils.cpp_extension.load`` at first use (``-O3
--fopenmp``, the system C++ compiler; 10–20 s on two cores) into a folder of this checkout's
+-fopenmp`` and a digest of the headers, :func:`compile_flags`; the system C++ compiler; 10–20 s
+on two cores) into a folder of this checkout's
 own (:func:`build_directory`) under ``$TORCH_EXTENSIONS_DIR`` or, without it,
 ``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME`` respected); later processes load the
 built library. :func:`load` raises if the build fails;
@@ -43,7 +44,8 @@ from torch import Tensor
 
 NAME = "stacklm_kernels"
 SOURCE = Path(__file__).with_name("dvpda.cpp")
-SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``) and attention (``stacklm.models.transformer_attention``)
+SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp"), Path(__file__).with_name("recurrent.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``), attention (``stacklm.models.transformer_attention``) and the stack RNNs' step (``stacklm.models.recurrent``)
+HEADERS = [Path(__file__).with_name("lanes.h")]  # included by the sources (``#include "…"``)
 
 _loaded = False
 _error: BaseException | None = None
@@ -85,6 +87,25 @@ def build_directory() -> Path:
     return Path(root) / f"{extension_name()}-{checkout}"
 
 
+def headers_digest() -> str:
+    """A digest of the headers' names and contents."""
+    digest = hashlib.sha256()
+    for header in HEADERS:
+        digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def compile_flags() -> list[str]:
+    """The compiler's flags, the headers' digest among them as a macro no source reads.
+
+    ``cpp_extension.load`` decides whether to rebuild from the sources it is given and these
+    flags, never from the headers they include (ninja follows them by modification time only, and
+    not at all where the library of these sources and flags is already loaded in the process): with
+    the digest in the flags, a header whose content changed changes the command line, which
+    rebuilds the library."""
+    return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags(), f"-DSTACKLM_HEADERS_DIGEST={headers_digest()}"]
+
+
 def load() -> None:
     """Build (once per source and compiler flags) and load the kernels, and keep freed memory with
     the process (:func:`keep_freed_memory`); raises if it cannot build."""
@@ -101,7 +122,7 @@ def load() -> None:
         cpp_extension.load(
             name=extension_name(),
             sources=[str(source) for source in SOURCES],
-            extra_cflags=["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags()],
+            extra_cflags=compile_flags(),
             extra_ldflags=["-fopenmp", "-lmvec"],
             build_directory=str(directory),
             is_python_module=False,

@@ -35,6 +35,8 @@
 #include <immintrin.h>
 #endif
 
+#include "lanes.h"
+
 namespace {
 
 constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;  // round multipliers
@@ -242,35 +244,22 @@ at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& outpu
 // variance and their gradients are each a chain of dependent sums (and a square root) that one
 // row alone leaves waiting on latency; V rows' chains run side by side and are summed across
 // lanes together, into one vector of V rows.
-constexpr int64_t V = 8;
+using stacklm_lanes::Lanes;
+using stacklm_lanes::load;
+using stacklm_lanes::store;
+
+constexpr int64_t V = stacklm_lanes::LANE_COUNT;
 
 template <typename scalar_t>
-struct Vec {
-  typedef scalar_t type __attribute__((vector_size(V * sizeof(scalar_t))));
-};
-
-template <typename scalar_t>
-typename Vec<scalar_t>::type vload(const scalar_t* from) {
-  typename Vec<scalar_t>::type lanes;
-  std::memcpy(&lanes, from, sizeof lanes);
-  return lanes;
-}
-
-template <typename scalar_t>
-void vstore(scalar_t* to, typename Vec<scalar_t>::type lanes) {
-  std::memcpy(to, &lanes, sizeof lanes);
-}
-
-template <typename scalar_t>
-scalar_t lane_sum(typename Vec<scalar_t>::type lanes) {
+scalar_t lane_sum(typename Lanes<scalar_t>::type lanes) {
   return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
 
 // The lane sums of V vectors: lane r of the result is Σ_l rows[r][l].
 template <typename scalar_t>
-typename Vec<scalar_t>::type transpose_sum(const typename Vec<scalar_t>::type* rows) {
+typename Lanes<scalar_t>::type transpose_sum(const typename Lanes<scalar_t>::type* rows) {
   static_assert(V == 8, "transpose_sum adds 8 lanes");
-  using Vector = typename Vec<scalar_t>::type;
+  using Vector = typename Lanes<scalar_t>::type;
   auto pairs = [](Vector a, Vector b) {  // lanes (a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7)
     return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) + __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
   };
@@ -281,18 +270,18 @@ typename Vec<scalar_t>::type transpose_sum(const typename Vec<scalar_t>::type* r
 
 // The mask bytes keep[0 … V − 1] as 0 or scale.
 template <typename scalar_t>
-typename Vec<scalar_t>::type kept_factors(const uint8_t* keep, scalar_t scale) {
+typename Lanes<scalar_t>::type kept_factors(const uint8_t* keep, scalar_t scale) {
 #ifdef __AVX2__
   if constexpr (std::is_same_v<scalar_t, float>) {  // one widening load and one conversion (GCC converts vectors of bytes a lane at a time)
     const __m256 ones = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep))));
-    typename Vec<scalar_t>::type lanes;
+    typename Lanes<scalar_t>::type lanes;
     std::memcpy(&lanes, &ones, sizeof lanes);
     return lanes * scale;
   }
 #endif
   scalar_t lanes[V];
   for (int64_t l = 0; l < V; ++l) lanes[l] = keep[l] ? scale : scalar_t(0);
-  return vload(lanes);
+  return load(lanes);
 }
 
 // Layer norm of each row of x (rows × width): normed = (x − μ)·ρ·weight + bias, ρ = 1/√(σ² + eps), μ
@@ -301,7 +290,7 @@ template <typename scalar_t>
 void normalize_rows(
     const scalar_t* __restrict x, const scalar_t* __restrict weight, const scalar_t* __restrict bias, scalar_t* __restrict normed,
     scalar_t* __restrict mean, scalar_t* __restrict rstd, int64_t rows, int64_t width, double eps) {
-  using Vector = typename Vec<scalar_t>::type;
+  using Vector = typename Lanes<scalar_t>::type;
   const int64_t whole = width / V * V;  // columns in whole vectors; the rest one by one
   at::parallel_for(0, rows, 64, [=](int64_t begin, int64_t end) {
     int64_t row = begin;
@@ -311,17 +300,17 @@ void normalize_rows(
       Vector lanes[V];
       for (int64_t r = 0; r < V; ++r) lanes[r] = Vector{};
       for (int64_t j = 0; j < whole; j += V) {
-        for (int64_t r = 0; r < V; ++r) lanes[r] += vload(in + r * width + j);
+        for (int64_t r = 0; r < V; ++r) lanes[r] += load(in + r * width + j);
       }
       scalar_t tails[V] = {};  // the columns past the whole vectors
       for (int64_t r = 0; r < V; ++r) {
         for (int64_t j = whole; j < width; ++j) tails[r] += in[r * width + j];
       }
-      const Vector mu = (transpose_sum<scalar_t>(lanes) + vload(tails)) / static_cast<scalar_t>(width);
+      const Vector mu = (transpose_sum<scalar_t>(lanes) + load(tails)) / static_cast<scalar_t>(width);
       for (int64_t r = 0; r < V; ++r) lanes[r] = Vector{};
       for (int64_t j = 0; j < whole; j += V) {
         for (int64_t r = 0; r < V; ++r) {
-          const Vector deviation = vload(in + r * width + j) - mu[r];
+          const Vector deviation = load(in + r * width + j) - mu[r];
           lanes[r] += deviation * deviation;
         }
       }
@@ -329,7 +318,7 @@ void normalize_rows(
         tails[r] = 0;
         for (int64_t j = whole; j < width; ++j) tails[r] += (in[r * width + j] - mu[r]) * (in[r * width + j] - mu[r]);
       }
-      const Vector squares = transpose_sum<scalar_t>(lanes) + vload(tails);
+      const Vector squares = transpose_sum<scalar_t>(lanes) + load(tails);
       double inverse_roots[V];
 #pragma omp simd
       for (int64_t r = 0; r < V; ++r) inverse_roots[r] = 1.0 / std::sqrt(static_cast<double>(squares[r]) / static_cast<double>(width) + eps);
@@ -339,7 +328,7 @@ void normalize_rows(
         rstd[row + r] = rho;
         const scalar_t* in_r = in + r * width;
         scalar_t* out_r = out + r * width;
-        for (int64_t j = 0; j < whole; j += V) vstore(out_r + j, (vload(in_r + j) - mu[r]) * rho * vload(weight + j) + vload(bias + j));
+        for (int64_t j = 0; j < whole; j += V) store(out_r + j, (load(in_r + j) - mu[r]) * rho * load(weight + j) + load(bias + j));
         for (int64_t j = whole; j < width; ++j) out_r[j] = (in_r[j] - mu[r]) * rho * weight[j] + bias[j];
       }
     }
@@ -347,13 +336,13 @@ void normalize_rows(
       const scalar_t* in = x + row * width;
       scalar_t* out = normed + row * width;
       Vector sums{};
-      for (int64_t j = 0; j < whole; j += V) sums += vload(in + j);
+      for (int64_t j = 0; j < whole; j += V) sums += load(in + j);
       scalar_t total = lane_sum<scalar_t>(sums);
       for (int64_t j = whole; j < width; ++j) total += in[j];
       const scalar_t mu = total / static_cast<scalar_t>(width);
       Vector squared{};
       for (int64_t j = 0; j < whole; j += V) {
-        const Vector deviation = vload(in + j) - mu;
+        const Vector deviation = load(in + j) - mu;
         squared += deviation * deviation;
       }
       scalar_t squares = lane_sum<scalar_t>(squared);
@@ -361,7 +350,7 @@ void normalize_rows(
       const scalar_t rho = static_cast<scalar_t>(1.0 / std::sqrt(static_cast<double>(squares) / static_cast<double>(width) + eps));
       mean[row] = mu;
       rstd[row] = rho;
-      for (int64_t j = 0; j < whole; j += V) vstore(out + j, (vload(in + j) - mu) * rho * vload(weight + j) + vload(bias + j));
+      for (int64_t j = 0; j < whole; j += V) store(out + j, (load(in + j) - mu) * rho * load(weight + j) + load(bias + j));
       for (int64_t j = whole; j < width; ++j) out[j] = (in[j] - mu) * rho * weight[j] + bias[j];
     }
   });
@@ -408,7 +397,7 @@ void norm_backward_rows(
     int64_t begin, int64_t end, int64_t width, const scalar_t* grad_total, const scalar_t* grad_normed, const scalar_t* total,
     const scalar_t* __restrict weight, const scalar_t* mean, const scalar_t* rstd, const uint8_t* keep, scalar_t scale,
     scalar_t* grad_sum, scalar_t* grad_input, scalar_t* __restrict grad_weight, scalar_t* __restrict grad_bias) {
-  using Vector = typename Vec<scalar_t>::type;
+  using Vector = typename Lanes<scalar_t>::type;
   const int64_t whole = width / V * V;  // columns in whole vectors; the rest one by one
   const scalar_t inverse_width = scalar_t(1) / static_cast<scalar_t>(width);
   int64_t row = begin;
@@ -416,21 +405,21 @@ void norm_backward_rows(
     const int64_t offset = row * width;
     const scalar_t* __restrict s = total + offset;
     const scalar_t* __restrict g = grad_normed + offset;
-    const Vector mu = vload(mean + row), rho = vload(rstd + row);
+    const Vector mu = load(mean + row), rho = load(rstd + row);
     Vector grad_means[V], grad_dots[V];
     for (int64_t r = 0; r < V; ++r) grad_means[r] = grad_dots[r] = Vector{};
     for (int64_t j = 0; j < whole; j += V) {
-      const Vector w = vload(weight + j);
+      const Vector w = load(weight + j);
       Vector weight_sum{}, bias_sum{};
       for (int64_t r = 0; r < V; ++r) {
-        const Vector normalized = (vload(s + r * width + j) - mu[r]) * rho[r], grad = vload(g + r * width + j), grad_normalized = grad * w;
+        const Vector normalized = (load(s + r * width + j) - mu[r]) * rho[r], grad = load(g + r * width + j), grad_normalized = grad * w;
         grad_means[r] += grad_normalized;
         grad_dots[r] += grad_normalized * normalized;
         weight_sum += grad * normalized;
         bias_sum += grad;
       }
-      vstore(grad_weight + j, vload(grad_weight + j) + weight_sum);
-      vstore(grad_bias + j, vload(grad_bias + j) + bias_sum);
+      store(grad_weight + j, load(grad_weight + j) + weight_sum);
+      store(grad_bias + j, load(grad_bias + j) + bias_sum);
     }
     scalar_t tail_means[V] = {}, tail_dots[V] = {};  // the columns past the whole vectors
     for (int64_t r = 0; r < V; ++r) {
@@ -442,8 +431,8 @@ void norm_backward_rows(
         grad_bias[j] += grad;
       }
     }
-    const Vector grad_mean = (transpose_sum<scalar_t>(grad_means) + vload(tail_means)) * inverse_width;
-    const Vector grad_dot = (transpose_sum<scalar_t>(grad_dots) + vload(tail_dots)) * inverse_width;
+    const Vector grad_mean = (transpose_sum<scalar_t>(grad_means) + load(tail_means)) * inverse_width;
+    const Vector grad_dot = (transpose_sum<scalar_t>(grad_dots) + load(tail_dots)) * inverse_width;
     for (int64_t r = 0; r < V; ++r) {
       const int64_t at = offset + r * width;
       const scalar_t* __restrict s_r = total + at;
@@ -454,10 +443,10 @@ void norm_backward_rows(
       const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + at;
       const scalar_t mu_r = mu[r], rho_r = rho[r], mean_r = grad_mean[r], dot_r = grad_dot[r];
       for (int64_t j = 0; j < whole; j += V) {
-        Vector value = rho_r * (vload(g_r + j) * vload(weight + j) - mean_r - (vload(s_r + j) - mu_r) * rho_r * dot_r);
-        if (incoming != nullptr) value += vload(incoming + j);
-        vstore(out_sum + j, value);
-        vstore(out_input + j, value * kept_factors(kept + j, scale));
+        Vector value = rho_r * (load(g_r + j) * load(weight + j) - mean_r - (load(s_r + j) - mu_r) * rho_r * dot_r);
+        if (incoming != nullptr) value += load(incoming + j);
+        store(out_sum + j, value);
+        store(out_input + j, value * kept_factors(kept + j, scale));
       }
       for (int64_t j = whole; j < width; ++j) {
         const scalar_t value = rho_r * (g_r[j] * weight[j] - mean_r - (s_r[j] - mu_r) * rho_r * dot_r) + (incoming == nullptr ? scalar_t(0) : incoming[j]);
@@ -473,11 +462,11 @@ void norm_backward_rows(
     const scalar_t mu = mean[row], rho = rstd[row];
     Vector grad_means{}, grad_dots{};
     for (int64_t j = 0; j < whole; j += V) {
-      const Vector normalized = (vload(s + j) - mu) * rho, grad = vload(g + j), grad_normalized = grad * vload(weight + j);
+      const Vector normalized = (load(s + j) - mu) * rho, grad = load(g + j), grad_normalized = grad * load(weight + j);
       grad_means += grad_normalized;
       grad_dots += grad_normalized * normalized;
-      vstore(grad_weight + j, vload(grad_weight + j) + grad * normalized);
-      vstore(grad_bias + j, vload(grad_bias + j) + grad);
+      store(grad_weight + j, load(grad_weight + j) + grad * normalized);
+      store(grad_bias + j, load(grad_bias + j) + grad);
     }
     scalar_t grad_mean = lane_sum<scalar_t>(grad_means), grad_dot = lane_sum<scalar_t>(grad_dots);
     for (int64_t j = whole; j < width; ++j) {
@@ -494,10 +483,10 @@ void norm_backward_rows(
     const uint8_t* __restrict kept = keep + offset;
     const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + offset;
     for (int64_t j = 0; j < whole; j += V) {
-      Vector value = rho * (vload(g + j) * vload(weight + j) - grad_mean - (vload(s + j) - mu) * rho * grad_dot);
-      if (incoming != nullptr) value += vload(incoming + j);
-      vstore(out_sum + j, value);
-      vstore(out_input + j, value * kept_factors(kept + j, scale));
+      Vector value = rho * (load(g + j) * load(weight + j) - grad_mean - (load(s + j) - mu) * rho * grad_dot);
+      if (incoming != nullptr) value += load(incoming + j);
+      store(out_sum + j, value);
+      store(out_input + j, value * kept_factors(kept + j, scale));
     }
     for (int64_t j = whole; j < width; ++j) {
       const scalar_t value = rho * (g[j] * weight[j] - grad_mean - (s[j] - mu) * rho * grad_dot) + (incoming == nullptr ? scalar_t(0) : incoming[j]);
