@@ -40,6 +40,7 @@ from typing import Any, Callable, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from stacklm.models.base import LanguageModel, Layers, ModelState, uniform_, xavier_
 from stacklm.models.dropout import Dropout
@@ -47,6 +48,7 @@ from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackSpec, build_interface
 from stacklm.stacks.base import StackState
+from stacklm.stacks.kernels import compiled
 
 Variant = Literal["bearing-syntactic-fruit", "rns-rnn"]
 
@@ -195,8 +197,38 @@ class RecurrentLanguageModel(LanguageModel):
 
     def forward(self, tokens: Tensor) -> Tensor:
         batch_size, length = tokens.shape
-        if self.interface is None:
+        interface = self.interface
+        if interface is None:
             return self._forward_layerwise(tokens)
+        if not compiled.available()[0]:
+            return self._forward_stepwise(tokens)
+        reading_to_output = self.config.reading_to_output
+        updates = length if reading_to_output else max(length - 1, 0)
+        initial = self._initial(batch_size, updates or None, sequence=True)
+        projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
+        masks = self._dropout_masks(length, batch_size)  # (n, L − 1, B, d), drawn at once
+        steps = SequenceSteps(self, self._step_weights(), batch_size, length, updates, masks)
+        hidden, cells, stack = initial.hidden, initial.cells, initial.stack
+        assert stack is not None
+        outputs = [initial.pre_output()]
+        pending = None  # without +R: the action layers' outputs of h_{t−1}, applied at step t
+        for t, projected_token in enumerate(projected.unbind(1)):  # unbind: one backward for all steps
+            if pending is not None:
+                stack = stack.next(interface.actions_from_logits(pending))
+            hidden, cells, action_logits = steps.step(t, projected_token, stack.reading(), hidden, cells)
+            if reading_to_output:
+                assert action_logits is not None
+                stack = stack.next(interface.actions_from_logits(action_logits))
+                outputs.append(torch.cat([hidden[-1], stack.reading()], dim=-1))
+            else:
+                pending = action_logits
+                outputs.append(hidden[-1])
+        return self._logits(torch.stack(outputs, dim=1))  # (B, n + 1, V)
+
+    def _forward_stepwise(self, tokens: Tensor) -> Tensor:
+        """``forward`` by ``RecurrentState.advance``, autograd through every operation: where the
+        compiled step (``SequenceSteps``) is not built."""
+        batch_size, length = tokens.shape
         updates = length if self.config.reading_to_output else max(length - 1, 0)
         state = self._initial(batch_size, updates or None, sequence=True)
         projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
@@ -267,6 +299,123 @@ class StepWeights:
     layers: tuple[Tensor, ...]  # W^(ℓ)ᵀ (inputs, gates · d)
     biases: tuple[Tensor, ...]  # b^(ℓ) for ℓ = 2 … L, (gates · d,)
     actions: tuple[Tensor, Tensor | None] | None  # the interface's ``input_weight()``
+
+
+class SequenceSteps:
+    """The products and cells of one whole-sequence forward of a stack RNN, one autograd node per
+    step (``_Step``: forward and backward in ``stacks/kernels/recurrent.cpp``, ATen operations called
+    from C++), the weights' gradients deferred to one node after all steps (``_WeightGradients``).
+
+    Step t multiplies X^(ℓ)_t = [r_{t−1} ; h^(1)_{t−1}] (ℓ = 1) or [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] (ℓ > 1)
+    by W^(ℓ)ᵀ, and h^(L)_t by the action layers' weights joined (``StepWeights``). Its backward
+    passes the gradients to X^(ℓ)_t and keeps G^(ℓ)_t, the gradient of the product's output; then
+
+        ∂L/∂W^(ℓ)ᵀ = Σ_t X^(ℓ)_tᵀ G^(ℓ)_t,   ∂L/∂b^(ℓ) = Σ_t Σ_rows G^(ℓ)_t,
+
+    one product over all n·B rows instead of one over B rows per step (the action layers' likewise).
+    The inputs and gradients are kept time-major, (n, B, ·), in tables made once per forward.
+    """
+
+    def __init__(
+        self,
+        model: RecurrentLanguageModel,
+        weights: StepWeights,
+        batch_size: int,
+        length: int,
+        updates: int,
+        dropout_masks: Tensor | None,
+    ) -> None:
+        assert weights.actions is not None
+        self.num_layers = len(weights.layers)
+        self.lstm = model.config.cell == "lstm"
+        self.updates = updates  # steps whose h^(L)_t drives the stack
+        self.dropout_masks = dropout_masks  # (n, L − 1, B, d) or None
+        self.layer_weights = [weight.detach() for weight in weights.layers]  # W^(ℓ)ᵀ (inputs, gates · d)
+        self.biases = [bias.detach() for bias in weights.biases]
+        action_weight, action_bias = weights.actions
+        self.action_weight = action_weight.detach()  # (actions, d)
+        self.action_bias = None if action_bias is None else action_bias.detach()
+        like = self.action_weight
+        self.inputs = [like.new_empty(length, batch_size, weight.size(0)) for weight in self.layer_weights]  # X^(ℓ)
+        # G^(ℓ) and the action layers' G, zeros: a step whose backward does not run adds nothing
+        self.gate_gradients = [like.new_zeros(length, batch_size, weight.size(1)) for weight in self.layer_weights]
+        self.action_inputs = like.new_empty(updates, batch_size, model.config.hidden_units)  # h^(L)_t
+        self.action_gradients = like.new_zeros(updates, batch_size, self.action_weight.size(0))
+        self.order = _WeightGradients.apply(self, *weights.layers, *weights.biases, action_weight, action_bias)
+
+    def step(
+        self, t: int, projected: Tensor, reading: Tensor, hidden: tuple[Tensor, ...], cells: tuple[Tensor, ...]
+    ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor | None]:
+        """h^(ℓ)_t, c^(ℓ)_t and, for steps that drive the stack, the action layers' outputs (B, actions)
+        from W^(1)'s token columns and biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|) and the
+        states of step t − 1."""
+        outputs = _Step.apply(self, t, projected, reading, self.order, *hidden, *cells)
+        num_layers = self.num_layers
+        new_cells = outputs[num_layers : 2 * num_layers] if self.lstm else ()
+        return outputs[:num_layers], new_cells, outputs[-1] if t < self.updates else None
+
+    def weight_gradients(self) -> list[Tensor]:
+        """∂L/∂W^(ℓ)ᵀ, ∂L/∂b^(ℓ) (ℓ > 1), the action layers' weight and bias gradients: one product
+        each over the steps (class docstring)."""
+        rows = [table.flatten(0, 1) for table in self.gate_gradients]  # (n · B, gates · d)
+        layers = [torch.mm(inputs.flatten(0, 1).t(), grad) for inputs, grad in zip(self.inputs, rows)]
+        biases = [grad.sum(0) for grad in rows[1:]]
+        action_rows = self.action_gradients.flatten(0, 1)  # (updates · B, actions)
+        action_weight = torch.mm(action_rows.t(), self.action_inputs.flatten(0, 1))
+        return [*layers, *biases, action_weight, action_rows.sum(0)]
+
+
+class _Step(torch.autograd.Function):
+    """One step of ``SequenceSteps``; ``order`` (``_WeightGradients``'s output) orders the weights'
+    gradients after every step's backward."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, steps: SequenceSteps, t: int, projected: Tensor, reading: Tensor, order: Tensor, *states: Tensor
+    ) -> tuple[Tensor, ...]:
+        num_layers = steps.num_layers
+        has_actions = t < steps.updates
+        outputs = torch.ops.stacklm_recurrent.step(
+            t, projected, reading, states[:num_layers], states[num_layers:], steps.layer_weights, steps.biases,
+            steps.dropout_masks, steps.inputs, steps.action_inputs if has_actions else None,
+            steps.action_weight, steps.action_bias,
+        )  # fmt: skip
+        count = num_layers * (2 if steps.lstm else 1) + has_actions  # h^(ℓ)_t, c^(ℓ)_t, the action layers' outputs
+        ctx.steps, ctx.t, ctx.has_actions = steps, t, has_actions
+        ctx.saved = outputs[count:]  # intermediates, not outputs: no reference cycle
+        ctx.save_for_backward(*outputs[:num_layers], *states[num_layers:])
+        return tuple(outputs[:count])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        steps: SequenceSteps = ctx.steps
+        num_layers = steps.num_layers
+        saved = ctx.saved_tensors
+        gradients = torch.ops.stacklm_recurrent.step_backward(
+            ctx.t, grads[:num_layers], grads[num_layers : 2 * num_layers] if steps.lstm else [],
+            grads[-1] if ctx.has_actions else None, saved[:num_layers], saved[num_layers:], ctx.saved,
+            steps.layer_weights, steps.dropout_masks, steps.gate_gradients,
+            steps.action_gradients if ctx.has_actions else None, steps.action_weight,
+        )  # fmt: skip
+        return None, None, gradients[0], gradients[1], steps.order.new_zeros(0), *gradients[2:]
+
+
+class _WeightGradients(torch.autograd.Function):
+    """The weights of one forward's steps: an empty tensor every step takes, so that this node's
+    backward (``SequenceSteps.weight_gradients``) runs after all of theirs."""
+
+    @staticmethod
+    def forward(ctx: Any, steps: SequenceSteps, *weights: Tensor | None) -> Tensor:
+        ctx.steps = steps
+        ctx.has_weight = [weight is not None for weight in weights]
+        return steps.action_weight.new_empty(0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_order: Tensor) -> tuple[Tensor | None, ...]:
+        gradients = ctx.steps.weight_gradients()
+        return None, *(grad if present else None for grad, present in zip(gradients, ctx.has_weight))
 
 
 @dataclass(frozen=True)

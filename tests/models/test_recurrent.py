@@ -116,3 +116,32 @@ def test_joined_step_products_equal_the_written_out_equations(name: str) -> None
     expected = [logits.detach()] + [parameter.grad for parameter in reference.parameters()]
     for got, wanted in zip(logits_and_gradients(model, tokens), expected, strict=True):
         torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
+def logits_and_gradients_of(model: RecurrentLanguageModel, logits: Tensor, positions: int) -> list[Tensor]:
+    """The logits and every parameter's gradient of a weighted sum of the first ``positions`` outputs."""
+    used = logits[:, :positions]
+    weights = torch.linspace(-1, 1, used.numel(), dtype=used.dtype).view_as(used)
+    model.zero_grad()
+    (used * weights).sum().backward()
+    return [logits.detach()] + [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize(
+    "name", ["RNN+Nd", "RNN+Nd+R", "LSTM+Nd", "LSTM+Nd+R", "RNN+Sup+R", "LSTM+Sup", "cfl/NS+S", "cfl/Gref", "cfl/JM"]
+)
+@pytest.mark.parametrize("length", [0, 1, 2, 7])
+def test_sequence_steps_equal_the_incremental_step_with_dropout(name: str, length: int) -> None:
+    """SequenceSteps (the compiled step, its backward and the deferred weight gradients) against
+    autograd through ``advance`` (``_forward_stepwise``): dropout on (the same masks), both variants, every kind of stack, a loss of all
+    outputs and one of the first only (the later steps get gradients of 0)."""
+    model = tiny_model(name, seed=9, dropout=0.0 if name.startswith("cfl/") else 0.3).double().train()
+    assert isinstance(model, RecurrentLanguageModel)
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, length), generator=torch.Generator().manual_seed(10))
+    for positions in {length + 1, max(length - 2, 1)}:
+        torch.manual_seed(11)
+        got = logits_and_gradients_of(model, model(tokens), positions)
+        torch.manual_seed(11)
+        expected = logits_and_gradients_of(model, model._forward_stepwise(tokens), positions)
+        for ours, theirs in zip(got, expected, strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-11)

@@ -44,7 +44,7 @@ from torch import Tensor
 
 NAME = "stacklm_kernels"
 SOURCE = Path(__file__).with_name("dvpda.cpp")
-SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``) and attention (``stacklm.models.transformer_attention``)
+SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp"), Path(__file__).with_name("recurrent.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``), attention (``stacklm.models.transformer_attention``) and the stack RNNs' step (``stacklm.models.recurrent``)
 HEADERS = [Path(__file__).with_name("lanes.h")]  # included by the sources (``#include "…"``)
 
 _loaded = False

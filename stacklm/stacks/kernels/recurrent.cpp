@@ -1,0 +1,144 @@
+// One step of a stack RNN's whole-sequence forward, and its backward (stacklm/models/recurrent.py,
+// SequenceSteps): the layers' products and cells and the action layers' product. The same ATen
+// operations the Python step would call, called from C++, so a step costs two calls from Python
+// instead of some sixty; any device, float32 or float64.
+//
+// Step t writes X^(ℓ)_t = [r_{t−1} ; h^(1)_{t−1}] (ℓ = 1) or [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] (ℓ > 1) into row t
+// of the run's tables ``inputs`` (n, B, inputs) and h^(L)_t into row t of ``action_inputs``; its
+// backward writes G^(ℓ)_t, the gradient of W^(ℓ) X^(ℓ)_t + b, into row t of ``gate_gradients`` and
+// the action layers' output gradient into ``action_gradients``, from which the weights' gradients
+// are one product over all steps (SequenceSteps.weight_gradients).
+//
+// Cells, for gates z = W [x ; h_{t−1}] + b:
+//   RNN:  h = tanh(z);
+//   LSTM: i, f, g, o = σ, σ, tanh, σ of z;  c = f ⊙ c_{t−1} + i ⊙ g;  h = o ⊙ tanh(c).
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+
+// h^(1..L)_t, then c^(1..L)_t (LSTM), then the action layers' outputs (B, actions) where
+// ``action_inputs`` is given, then what the backward reads: per LSTM layer (i, f, g, o) and tanh(c).
+std::vector<Tensor> step(
+    int64_t t, const Tensor& projected, const Tensor& reading, at::TensorList hidden, at::TensorList cells,
+    at::TensorList weights, at::TensorList biases, const std::optional<Tensor>& masks, at::TensorList inputs,
+    const std::optional<Tensor>& action_inputs, const Tensor& action_weight, const std::optional<Tensor>& action_bias) {
+  const int64_t layers = static_cast<int64_t>(weights.size());
+  const int64_t d = hidden[0].size(1);
+  const bool lstm = !cells.empty();
+  std::vector<Tensor> new_hidden, new_cells, saved;
+  for (int64_t l = 0; l < layers; ++l) {
+    Tensor input = inputs[l].select(0, t);  // X^(ℓ)_t (B, inputs)
+    Tensor gates;                           // (B, gates · d)
+    if (l == 0) {
+      const int64_t width = reading.size(1);
+      input.narrow(1, 0, width).copy_(reading);
+      input.narrow(1, width, d).copy_(hidden[0]);
+      gates = at::addmm(projected, input, weights[0]);  // projected: W^(1)'s token columns and biases applied
+    } else {
+      Tensor below = input.narrow(1, 0, d);
+      if (masks.has_value()) {
+        at::mul_out(below, new_hidden.back(), masks->select(0, t).select(0, l - 1));
+      } else {
+        below.copy_(new_hidden.back());
+      }
+      input.narrow(1, d, d).copy_(hidden[l]);
+      gates = at::addmm(biases[l - 1], input, weights[l]);
+    }
+    if (!lstm) {
+      new_hidden.push_back(gates.tanh_());
+      continue;
+    }
+    Tensor activations = at::sigmoid(gates);  // i, f, g, o
+    Tensor candidate = activations.narrow(1, 2 * d, d);
+    at::tanh_out(candidate, gates.narrow(1, 2 * d, d));
+    Tensor cell = at::addcmul(activations.narrow(1, d, d) * cells[l], activations.narrow(1, 0, d), candidate);
+    Tensor squashed = at::tanh(cell);
+    new_hidden.push_back(activations.narrow(1, 3 * d, d) * squashed);
+    new_cells.push_back(cell);
+    saved.push_back(activations);
+    saved.push_back(squashed);
+  }
+  std::vector<Tensor> outputs = new_hidden;
+  outputs.insert(outputs.end(), new_cells.begin(), new_cells.end());
+  if (action_inputs.has_value()) {
+    action_inputs->select(0, t).copy_(new_hidden.back());
+    outputs.push_back(at::linear(new_hidden.back(), action_weight, action_bias));
+  }
+  outputs.insert(outputs.end(), saved.begin(), saved.end());
+  return outputs;
+}
+
+// The gradients of ``step``'s inputs: its projection (row t of ``gate_gradients[0]``), r_{t−1},
+// h^(1..L)_{t−1}, then c^(1..L)_{t−1} (LSTM), from those of its outputs; ``hidden`` is h^(1..L)_t,
+// ``saved`` what ``step`` returned after its outputs.
+std::vector<Tensor> step_backward(
+    int64_t t, at::TensorList grad_hidden, at::TensorList grad_cells, const std::optional<Tensor>& grad_action_logits,
+    at::TensorList hidden, at::TensorList previous_cells, at::TensorList saved, at::TensorList weights,
+    const std::optional<Tensor>& masks, at::TensorList gate_gradients, const std::optional<Tensor>& action_gradients,
+    const Tensor& action_weight) {
+  const int64_t layers = static_cast<int64_t>(weights.size());
+  const int64_t d = hidden[0].size(1);
+  const bool lstm = !previous_cells.empty();
+  std::vector<Tensor> grad_h(grad_hidden.begin(), grad_hidden.end());
+  if (grad_action_logits.has_value()) {
+    action_gradients->select(0, t).copy_(*grad_action_logits);
+    grad_h.back() = at::addmm(grad_h.back(), *grad_action_logits, action_weight);
+  }
+  std::vector<Tensor> grad_previous_hidden(layers), grad_previous_cells(lstm ? layers : 0);
+  Tensor grad_reading;
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    Tensor grad_gates = gate_gradients[l].select(0, t);  // G^(ℓ)_t (B, gates · d)
+    if (!lstm) {
+      at::tanh_backward_out(grad_gates, grad_h[l], hidden[l]);
+    } else {
+      const Tensor& activations = saved[2 * l];
+      const Tensor& squashed = saved[2 * l + 1];
+      Tensor input_gate = activations.narrow(1, 0, d), forget_gate = activations.narrow(1, d, d);
+      Tensor candidate = activations.narrow(1, 2 * d, d), output_gate = activations.narrow(1, 3 * d, d);
+      // ∂c ← ∂c + ∂h ⊙ o ⊙ (1 − tanh²(c)); ∂(i, f, g, o) = (∂c ⊙ g, ∂c ⊙ c_{t−1}, ∂c ⊙ i, ∂h ⊙ tanh(c))
+      Tensor grad_cell = grad_cells[l] + at::tanh_backward(grad_h[l] * output_gate, squashed);
+      Tensor grad_activations = at::empty_like(activations);
+      Tensor part = grad_activations.narrow(1, 0, d);
+      at::mul_out(part, grad_cell, candidate);
+      part = grad_activations.narrow(1, d, d);
+      at::mul_out(part, grad_cell, previous_cells[l]);
+      part = grad_activations.narrow(1, 2 * d, d);
+      at::mul_out(part, grad_cell, input_gate);
+      part = grad_activations.narrow(1, 3 * d, d);
+      at::mul_out(part, grad_h[l], squashed);
+      at::sigmoid_backward_out(grad_gates, grad_activations, activations);
+      Tensor grad_candidate = grad_gates.narrow(1, 2 * d, d);
+      at::tanh_backward_out(grad_candidate, grad_activations.narrow(1, 2 * d, d), candidate);
+      grad_previous_cells[l] = grad_cell * forget_gate;
+    }
+    Tensor grad_input = at::mm(grad_gates, weights[l].t());  // ∂X^(ℓ)_t (B, inputs)
+    const int64_t below_width = grad_input.size(1) - d;
+    grad_previous_hidden[l] = grad_input.narrow(1, below_width, d);
+    Tensor below = grad_input.narrow(1, 0, below_width);
+    if (l == 0) {
+      grad_reading = below;
+    } else if (masks.has_value()) {
+      grad_h[l - 1] = at::addcmul(grad_h[l - 1], below, masks->select(0, t).select(0, l - 1));
+    } else {
+      grad_h[l - 1] = grad_h[l - 1] + below;
+    }
+  }
+  std::vector<Tensor> outputs = {gate_gradients[0].select(0, t), grad_reading};
+  outputs.insert(outputs.end(), grad_previous_hidden.begin(), grad_previous_hidden.end());
+  outputs.insert(outputs.end(), grad_previous_cells.begin(), grad_previous_cells.end());
+  return outputs;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(stacklm_recurrent, library) {
+  library.def("step", &step);
+  library.def("step_backward", &step_backward);
+}
