@@ -13,10 +13,11 @@ CPU, for dtypes other than float32/float64, or when the kernel cannot be built,
 
 In training with dropout, :func:`attention_layer` runs a whole pre-norm layer (the packed
 projection, this attention, the output projection, both residual adds with their dropout and
-layer norms, and the FFN) as one autograd node: the same kernel calls and matrix products, in
-the same order, drawing the same four keys, as the modules' own forward and backward (so the
-same results bit for bit), without an autograd node, saved-tensor bookkeeping and module call
-per operation (about 30 of them per layer and step).
+layer norms, and the FFN) as one autograd node, one compiled call each way (``layer_forward``
+and ``layer_backward`` in ``attention.cpp``): the same kernel calls and matrix products, in the
+same order, drawing the same four keys, as the modules' own forward and backward (so the same
+results bit for bit), without an autograd node, saved-tensor bookkeeping, module call and
+Python dispatch per operation (about 30 of them per layer and step).
 """
 
 from __future__ import annotations
@@ -72,79 +73,22 @@ class LayerSettings:
     keys: tuple[int, int, int, int]
 
 
-def _linear_backward(grad: Tensor, inputs: Tensor, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The gradients of addmm(bias, inputs, weightᵀ) (rows, out) from grad (rows, out): (inputs, weight, bias),
-    as autograd computes them for ``F.linear`` (grad · W, gradᵀ · inputs, Σ_rows grad)."""
-    return grad.mm(weight), grad.t().mm(inputs), grad.sum(0)
-
-
 class _AttentionLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, normed: Tensor, *tensors: Any) -> tuple[Tensor, Tensor]:
         *parameters, settings = tensors
-        (query_weight, key_weight, value_weight, query_bias, key_bias, value_bias, out_weight, out_bias,
-         norm_weight, norm_bias, expand_weight, expand_bias, project_weight, project_bias, next_weight, next_bias) = parameters  # fmt: skip
-        attention_key, sublayer_key, relu_key, feedforward_key = settings.keys
-        batch_size, length, width = x.shape
-        rows = batch_size * length
-        p = settings.p
-        weight = torch.cat([query_weight, key_weight, value_weight])  # (3d, d)
-        bias = torch.cat([query_bias, key_bias, value_bias])  # (3d,)
-        inputs = normed.view(rows, width)
-        projected = torch.addmm(bias, inputs, weight.t()).view(batch_size, length, 3 * width)  # q, k, v
-        attended, probabilities = torch.ops.stacklm_attention.forward(projected, settings.num_heads, p, attention_key)
-        attended_rows = attended.view(rows, width)
-        sublayer = torch.addmm(out_bias, attended_rows, out_weight.t()).view(batch_size, length, width)
-        middle, middle_normed, middle_mean, middle_rstd, middle_keep = torch.ops.stacklm_dropout.dropout_add_norm(
-            x, sublayer, norm_weight, norm_bias, settings.feedforward_eps, p, sublayer_key
+        output, output_normed, *saved = torch.ops.stacklm_attention.layer_forward(
+            x, normed, parameters, settings.num_heads, settings.p, settings.feedforward_eps, settings.next_eps, settings.keys
         )
-        feedforward_inputs = middle_normed.view(rows, width)
-        hidden = torch.ops.stacklm_dropout.relu_dropout(torch.addmm(expand_bias, feedforward_inputs, expand_weight.t()), p, relu_key)  # (rows, 2d)
-        feedforward = torch.addmm(project_bias, hidden, project_weight.t()).view(batch_size, length, width)
-        output, output_normed, output_mean, output_rstd, output_keep = torch.ops.stacklm_dropout.dropout_add_norm(
-            middle, feedforward, next_weight, next_bias, settings.next_eps, p, feedforward_key
-        )
-        ctx.save_for_backward(
-            inputs, weight, projected, probabilities, attended_rows, out_weight, middle, norm_weight, middle_mean, middle_rstd,
-            middle_keep, feedforward_inputs, expand_weight, hidden, project_weight, output, next_weight, output_mean, output_rstd,
-            output_keep,
-        )  # fmt: skip
-        ctx.settings = settings
+        ctx.save_for_backward(*saved)
+        ctx.num_heads, ctx.p = settings.num_heads, settings.p
         ctx.set_materialize_grads(False)
         return output, output_normed
 
     @staticmethod
     def backward(ctx: Any, grad_output: Tensor | None, grad_output_normed: Tensor | None) -> tuple[Tensor | None, ...]:
-        (inputs, weight, projected, probabilities, attended_rows, out_weight, middle, norm_weight, middle_mean, middle_rstd,
-         middle_keep, feedforward_inputs, expand_weight, hidden, project_weight, output, next_weight, output_mean, output_rstd,
-         output_keep) = ctx.saved_tensors  # fmt: skip
-        settings: LayerSettings = ctx.settings
-        p = settings.p
-        batch_size, length, width = middle.shape
-        rows = batch_size * length
-        if grad_output_normed is None:
-            grad_output_normed = torch.zeros_like(output)
-        if grad_output is not None:
-            grad_output = grad_output.contiguous()
-        grad_middle, grad_feedforward, grad_next_weight, grad_next_bias = torch.ops.stacklm_dropout.dropout_add_norm_backward(
-            grad_output, grad_output_normed.contiguous(), output, next_weight, output_mean, output_rstd, output_keep, p
-        )
-        grad_hidden, grad_project_weight, grad_project_bias = _linear_backward(grad_feedforward.view(rows, width), hidden, project_weight)
-        grad_expanded = torch.ops.stacklm_dropout.relu_dropout_backward(grad_hidden, hidden, p)
-        grad_middle_normed, grad_expand_weight, grad_expand_bias = _linear_backward(grad_expanded, feedforward_inputs, expand_weight)
-        grad_x, grad_sublayer, grad_norm_weight, grad_norm_bias = torch.ops.stacklm_dropout.dropout_add_norm_backward(
-            grad_middle, grad_middle_normed.view(batch_size, length, width), middle, norm_weight, middle_mean, middle_rstd, middle_keep, p
-        )
-        grad_attended, grad_out_weight, grad_out_bias = _linear_backward(grad_sublayer.view(rows, width), attended_rows, out_weight)
-        grad_projected = torch.ops.stacklm_attention.backward(
-            grad_attended.view(batch_size, length, width), projected, probabilities, settings.num_heads, p
-        )
-        grad_inputs, grad_weight, grad_bias = _linear_backward(grad_projected.view(rows, 3 * width), inputs, weight)
-        return (
-            grad_x, grad_inputs.view(batch_size, length, width), *grad_weight.split(width), *grad_bias.split(width),
-            grad_out_weight, grad_out_bias, grad_norm_weight, grad_norm_bias, grad_expand_weight, grad_expand_bias,
-            grad_project_weight, grad_project_bias, grad_next_weight, grad_next_bias, None,
-        )  # fmt: skip
+        grads = torch.ops.stacklm_attention.layer_backward(grad_output, grad_output_normed, ctx.saved_tensors, ctx.num_heads, ctx.p)
+        return (*grads, None)
 
 
 def attention_layer(x: Tensor, normed: Tensor, parameters: list[Tensor], settings: LayerSettings) -> tuple[Tensor, Tensor]:

@@ -19,18 +19,32 @@
 // every product, the softmax and the masks run on full lanes whatever n and d/heads are (no
 // padding of positions to whole lanes, no tail columns, no transposed scores), and only the
 // triangle j ≤ i is computed and kept.
+//
+// layer_forward and layer_backward run a whole pre-norm transformer layer around this attention
+// (``stacklm.models.transformer_attention.attention_layer``): the packed q, k, v projection, the
+// output projection, the two residual adds with their dropout and layer norms (dropout.cpp's
+// dropout_add_norm) and the FFN (relu_dropout), the same ATen products and kernel calls in the
+// order the modules make them, one call from Python each way.
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -478,9 +492,128 @@ at::Tensor backward(const at::Tensor& grad_out, const at::Tensor& projected, con
   return grad_projected;
 }
 
+// dropout.cpp's kernels, through the dispatcher (they are defined in that file's own namespace).
+using NormOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using NormGradients = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+NormOutputs dropout_add_norm(
+    const at::Tensor& residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps, double p, int64_t seed) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("stacklm_dropout::dropout_add_norm", "")
+                             .typed<NormOutputs(const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, int64_t)>();
+  return op.call(residual, input, weight, bias, eps, p, seed);
+}
+
+NormGradients dropout_add_norm_backward(
+    const std::optional<at::Tensor>& grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight,
+    const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& keep, double p) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("stacklm_dropout::dropout_add_norm_backward", "")
+                             .typed<NormGradients(
+                                 const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(grad_total, grad_normed, total, weight, mean, rstd, keep, p);
+}
+
+at::Tensor relu_dropout(const at::Tensor& input, double p, int64_t seed) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("stacklm_dropout::relu_dropout", "").typed<at::Tensor(const at::Tensor&, double, int64_t)>();
+  return op.call(input, p, seed);
+}
+
+at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& output, double p) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("stacklm_dropout::relu_dropout_backward", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(grad, output, p);
+}
+
+// The gradients of addmm(bias, inputs, weightᵀ) from grad (rows, out), as autograd computes them
+// for F.linear: (grad · weight, gradᵀ · inputs, Σ_rows grad).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(const at::Tensor& grad, const at::Tensor& inputs, const at::Tensor& weight) {
+  return {grad.mm(weight), grad.t().mm(inputs), grad.sum(0)};
+}
+
+// The parameters of a layer, in the order layer_forward takes them.
+enum Parameter {
+  query_weight, key_weight, value_weight, query_bias, key_bias, value_bias, out_weight, out_bias,
+  norm_weight, norm_bias, expand_weight, expand_bias, project_weight, project_bias, next_weight, next_bias, parameter_count,
+};
+
+// What layer_forward keeps for layer_backward, in this order.
+enum Saved {
+  saved_inputs, saved_weight, saved_projected, saved_probabilities, saved_attended, saved_out_weight, saved_middle, saved_norm_weight,
+  saved_middle_mean, saved_middle_rstd, saved_middle_keep, saved_feedforward_inputs, saved_expand_weight, saved_hidden,
+  saved_project_weight, saved_output, saved_next_weight, saved_output_mean, saved_output_rstd, saved_output_keep, saved_count,
+};
+
+// x (B, n, d) and LN(x) (B, n, d), the 16 parameters (Parameter) and the Philox keys of the
+// attention, the first residual, the ReLU and the second residual → (x'', LN_next(x''), what
+// layer_backward reads (Saved)), x' = x + Dropout(W_o Attention(W_qkv LN(x) + b) + b_o),
+// x'' = x' + Dropout(W₂ Dropout(ReLU(W₁ LN(x') + b₁)) + b₂).
+std::vector<at::Tensor> layer_forward(
+    const at::Tensor& x, const at::Tensor& normed, at::TensorList parameters, int64_t heads, double p, double feedforward_eps, double next_eps,
+    at::IntArrayRef keys) {
+  TORCH_CHECK(static_cast<int64_t>(parameters.size()) == parameter_count && keys.size() == 4, "layer_forward: 16 parameters and 4 keys");
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous() && normed.is_contiguous() && normed.sizes() == x.sizes(), "layer_forward: contiguous x and LN(x) of one shape (B, n, d)");
+  const int64_t batch = x.size(0), length = x.size(1), width = x.size(2), rows = batch * length;
+  const at::Tensor weight = at::cat({parameters[query_weight], parameters[key_weight], parameters[value_weight]});  // (3d, d)
+  const at::Tensor bias = at::cat({parameters[query_bias], parameters[key_bias], parameters[value_bias]});  // (3d,)
+  const at::Tensor inputs = normed.view({rows, width});
+  const at::Tensor projected = at::addmm(bias, inputs, weight.t()).view({batch, length, 3 * width});  // q, k, v
+  const auto [attended, probabilities] = forward(projected, heads, p, keys[0]);
+  const at::Tensor attended_rows = attended.view({rows, width});
+  const at::Tensor sublayer = at::addmm(parameters[out_bias], attended_rows, parameters[out_weight].t()).view({batch, length, width});
+  const auto [middle, middle_normed, middle_mean, middle_rstd, middle_keep] =
+      dropout_add_norm(x, sublayer, parameters[norm_weight], parameters[norm_bias], feedforward_eps, p, keys[1]);
+  const at::Tensor feedforward_inputs = middle_normed.view({rows, width});
+  const at::Tensor hidden = relu_dropout(at::addmm(parameters[expand_bias], feedforward_inputs, parameters[expand_weight].t()), p, keys[2]);  // (rows, 2d)
+  const at::Tensor feedforward = at::addmm(parameters[project_bias], hidden, parameters[project_weight].t()).view({batch, length, width});
+  const auto [output, output_normed, output_mean, output_rstd, output_keep] =
+      dropout_add_norm(middle, feedforward, parameters[next_weight], parameters[next_bias], next_eps, p, keys[3]);
+  return {output, output_normed,
+          inputs, weight, projected, probabilities, attended_rows, parameters[out_weight], middle, parameters[norm_weight], middle_mean,
+          middle_rstd, middle_keep, feedforward_inputs, parameters[expand_weight], hidden, parameters[project_weight], output,
+          parameters[next_weight], output_mean, output_rstd, output_keep};
+}
+
+// The gradients of x, LN(x) and the 16 parameters (Parameter) from those of x'' (none where
+// nothing reads it) and LN_next(x''), and what layer_forward kept.
+std::vector<at::Tensor> layer_backward(
+    const std::optional<at::Tensor>& grad_output, const std::optional<at::Tensor>& grad_output_normed, at::TensorList saved, int64_t heads,
+    double p) {
+  TORCH_CHECK(static_cast<int64_t>(saved.size()) == saved_count, "layer_backward: what layer_forward kept");
+  const at::Tensor& middle = saved[saved_middle];
+  const int64_t batch = middle.size(0), length = middle.size(1), width = middle.size(2), rows = batch * length;
+  const std::optional<at::Tensor> grad_total = grad_output.has_value() ? std::optional<at::Tensor>(grad_output->contiguous()) : std::nullopt;
+  const at::Tensor grad_normed = grad_output_normed.has_value() ? grad_output_normed->contiguous() : at::zeros_like(saved[saved_output]);
+  const auto [grad_middle, grad_feedforward, grad_next_weight, grad_next_bias] = dropout_add_norm_backward(
+      grad_total, grad_normed, saved[saved_output], saved[saved_next_weight], saved[saved_output_mean], saved[saved_output_rstd],
+      saved[saved_output_keep], p);
+  const auto [grad_hidden, grad_project_weight, grad_project_bias] =
+      linear_backward(grad_feedforward.view({rows, width}), saved[saved_hidden], saved[saved_project_weight]);
+  const at::Tensor grad_expanded = relu_dropout_backward(grad_hidden, saved[saved_hidden], p);
+  const auto [grad_middle_normed, grad_expand_weight, grad_expand_bias] =
+      linear_backward(grad_expanded, saved[saved_feedforward_inputs], saved[saved_expand_weight]);
+  const auto [grad_x, grad_sublayer, grad_norm_weight, grad_norm_bias] = dropout_add_norm_backward(
+      grad_middle, grad_middle_normed.view({batch, length, width}), middle, saved[saved_norm_weight], saved[saved_middle_mean],
+      saved[saved_middle_rstd], saved[saved_middle_keep], p);
+  const auto [grad_attended, grad_out_weight, grad_out_bias] =
+      linear_backward(grad_sublayer.view({rows, width}), saved[saved_attended], saved[saved_out_weight]);
+  const at::Tensor grad_projected = backward(grad_attended.view({batch, length, width}), saved[saved_projected], saved[saved_probabilities], heads, p);
+  const auto [grad_inputs, grad_weight, grad_bias] = linear_backward(grad_projected.view({rows, 3 * width}), saved[saved_inputs], saved[saved_weight]);
+  const std::vector<at::Tensor> grad_weights = grad_weight.split(width), grad_biases = grad_bias.split(width);
+  return {grad_x, grad_inputs.view({batch, length, width}),
+          grad_weights[0], grad_weights[1], grad_weights[2], grad_biases[0], grad_biases[1], grad_biases[2],
+          grad_out_weight, grad_out_bias, grad_norm_weight, grad_norm_bias, grad_expand_weight, grad_expand_bias,
+          grad_project_weight, grad_project_bias, grad_next_weight, grad_next_bias};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(stacklm_attention, library) {
   library.def("forward", &forward);
   library.def("backward", &backward);
+  library.def("layer_forward", &layer_forward);
+  library.def("layer_backward", &layer_backward);
 }
