@@ -21,7 +21,10 @@ A step's products: the token's columns of W^(1) x'_t are batched over time; then
 per layer, W^(1) over [r_{t−1} ; h^(1)_{t−1}], W^(ℓ) over [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] for ℓ > 1, and
 one for all of the stack's action layers from h^(L)_t, their weights joined once per forward
 (``StepWeights``). Dropout is ``stacklm.models.dropout``'s; the whole-sequence forward draws the
-masks of h̸^(ℓ)_t for all steps at once.
+masks of h̸^(ℓ)_t for all steps at once. In the whole-sequence forward a step's products and cells
+are one compiled autograd node (``SequenceSteps``: ``stacks/kernels/recurrent.cpp``, its backward
+written out) and the weights' gradients one product per weight over all steps; where the library
+does not build, every operation goes through autograd (``_forward_stepwise``).
 
 Two variants share this module:
 
