@@ -213,20 +213,24 @@ class RecurrentLanguageModel(LanguageModel):
         steps = SequenceSteps(self, self._step_weights(), batch_size, length, updates, masks)
         hidden, cells, stack = initial.hidden, initial.cells, initial.stack
         assert stack is not None
-        outputs = [initial.pre_output()]
+        top_hidden = [hidden[-1]]  # h^(L)_0 … h^(L)_n
+        readings = [stack.reading()] if reading_to_output else []  # r_0 … r_n (+R)
         pending = None  # without +R: the action layers' outputs of h_{t−1}, applied at step t
         for t, projected_token in enumerate(projected.unbind(1)):  # unbind: one backward for all steps
             if pending is not None:
                 stack = stack.next(interface.actions_from_logits(pending))
             hidden, cells, action_logits = steps.step(t, projected_token, stack.reading(), hidden, cells)
+            top_hidden.append(hidden[-1])
             if reading_to_output:
                 assert action_logits is not None
                 stack = stack.next(interface.actions_from_logits(action_logits))
-                outputs.append(torch.cat([hidden[-1], stack.reading()], dim=-1))
+                readings.append(stack.reading())
             else:
                 pending = action_logits
-                outputs.append(hidden[-1])
-        return self._logits(torch.stack(outputs, dim=1))  # (B, n + 1, V)
+        output = torch.stack(top_hidden, dim=1)  # (B, n + 1, d)
+        if reading_to_output:
+            output = torch.cat([output, torch.stack(readings, dim=1)], dim=-1)  # (B, n + 1, d + |r|)
+        return self._logits(output)  # (B, n + 1, V)
 
     def _forward_stepwise(self, tokens: Tensor) -> Tensor:
         """``forward`` by ``RecurrentState.advance``, autograd through every operation: where the
@@ -345,6 +349,7 @@ class SequenceSteps:
         self.action_inputs = like.new_empty(updates, batch_size, model.config.hidden_units)  # h^(L)_t
         self.action_gradients = like.new_zeros(updates, batch_size, self.action_weight.size(0))
         self.order = _WeightGradients.apply(self, *weights.layers, *weights.biases, action_weight, action_bias)
+        self.order_gradient = like.new_zeros(0)  # every step's: the order tensor carries no gradient
 
     def step(
         self, t: int, projected: Tensor, reading: Tensor, hidden: tuple[Tensor, ...], cells: tuple[Tensor, ...]
@@ -401,7 +406,7 @@ class _Step(torch.autograd.Function):
             steps.layer_weights, steps.dropout_masks, steps.gate_gradients,
             steps.action_gradients if ctx.has_actions else None, steps.action_weight,
         )  # fmt: skip
-        return None, None, gradients[0], gradients[1], steps.order.new_zeros(0), *gradients[2:]
+        return None, None, gradients[0], gradients[1], steps.order_gradient, *gradients[2:]
 
 
 class _WeightGradients(torch.autograd.Function):
