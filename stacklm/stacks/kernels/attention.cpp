@@ -529,9 +529,18 @@ at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& outpu
 }
 
 // The gradients of addmm(bias, inputs, weightᵀ) from grad (rows, out), as autograd computes them
-// for F.linear: (grad · weight, gradᵀ · inputs, Σ_rows grad).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(const at::Tensor& grad, const at::Tensor& inputs, const at::Tensor& weight) {
-  return {grad.mm(weight), grad.t().mm(inputs), grad.sum(0)};
+// for F.linear: (grad · weight, gradᵀ · inputs, Σ_rows grad), grad · weight written into `into`
+// (rows, in), storage the caller no longer reads: memory the layer wrote moments ago, still in the
+// caches, where a fresh tensor is memory last used far back in the step.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(const at::Tensor& grad, const at::Tensor& inputs, const at::Tensor& weight, at::Tensor into) {
+  at::mm_out(into, grad, weight);
+  return {into, grad.t().mm(inputs), grad.sum(0)};
+}
+
+// The first `rows` × `columns` elements of a contiguous tensor's storage, as a (rows, columns) matrix.
+at::Tensor matrix_of(const at::Tensor& tensor, int64_t rows, int64_t columns) {
+  TORCH_CHECK(tensor.is_contiguous() && tensor.numel() >= rows * columns, "matrix_of: a contiguous tensor of at least rows × columns elements");
+  return tensor.view(-1).narrow(0, 0, rows * columns).view({rows, columns});
 }
 
 // The parameters of a layer, in the order layer_forward takes them.
@@ -568,7 +577,9 @@ std::vector<at::Tensor> layer_forward(
       dropout_add_norm(x, sublayer, parameters[norm_weight], parameters[norm_bias], feedforward_eps, p, keys[1]);
   const at::Tensor feedforward_inputs = middle_normed.view({rows, width});
   const at::Tensor hidden = relu_dropout(at::addmm(parameters[expand_bias], feedforward_inputs, parameters[expand_weight].t()), p, keys[2]);  // (rows, 2d)
-  const at::Tensor feedforward = at::addmm(parameters[project_bias], hidden, parameters[project_weight].t()).view({batch, length, width});
+  at::Tensor feedforward = sublayer.view({rows, width});  // read by nothing after the first norm: W₂ h + b₂ goes there
+  at::addmm_out(feedforward, parameters[project_bias], hidden, parameters[project_weight].t());
+  feedforward = feedforward.view({batch, length, width});
   const auto [output, output_normed, output_mean, output_rstd, output_keep] =
       dropout_add_norm(middle, feedforward, parameters[next_weight], parameters[next_bias], next_eps, p, keys[3]);
   return {output, output_normed,
@@ -590,18 +601,19 @@ std::vector<at::Tensor> layer_backward(
   const auto [grad_middle, grad_feedforward, grad_next_weight, grad_next_bias] = dropout_add_norm_backward(
       grad_total, grad_normed, saved[saved_output], saved[saved_next_weight], saved[saved_output_mean], saved[saved_output_rstd],
       saved[saved_output_keep], p);
-  const auto [grad_hidden, grad_project_weight, grad_project_bias] =
-      linear_backward(grad_feedforward.view({rows, width}), saved[saved_hidden], saved[saved_project_weight]);
+  const auto [grad_hidden, grad_project_weight, grad_project_bias] = linear_backward(
+      grad_feedforward.view({rows, width}), saved[saved_hidden], saved[saved_project_weight], at::empty({rows, 2 * width}, middle.options()));
   const at::Tensor grad_expanded = relu_dropout_backward(grad_hidden, saved[saved_hidden], p);
   const auto [grad_middle_normed, grad_expand_weight, grad_expand_bias] =
-      linear_backward(grad_expanded, saved[saved_feedforward_inputs], saved[saved_expand_weight]);
+      linear_backward(grad_expanded, saved[saved_feedforward_inputs], saved[saved_expand_weight], grad_feedforward.view({rows, width}));
   const auto [grad_x, grad_sublayer, grad_norm_weight, grad_norm_bias] = dropout_add_norm_backward(
       grad_middle, grad_middle_normed.view({batch, length, width}), middle, saved[saved_norm_weight], saved[saved_middle_mean],
       saved[saved_middle_rstd], saved[saved_middle_keep], p);
-  const auto [grad_attended, grad_out_weight, grad_out_bias] =
-      linear_backward(grad_sublayer.view({rows, width}), saved[saved_attended], saved[saved_out_weight]);
+  const auto [grad_attended, grad_out_weight, grad_out_bias] = linear_backward(
+      grad_sublayer.view({rows, width}), saved[saved_attended], saved[saved_out_weight], matrix_of(grad_expanded, rows, width));
   const at::Tensor grad_projected = backward(grad_attended.view({batch, length, width}), saved[saved_projected], saved[saved_probabilities], heads, p);
-  const auto [grad_inputs, grad_weight, grad_bias] = linear_backward(grad_projected.view({rows, 3 * width}), saved[saved_inputs], saved[saved_weight]);
+  const auto [grad_inputs, grad_weight, grad_bias] =
+      linear_backward(grad_projected.view({rows, 3 * width}), saved[saved_inputs], saved[saved_weight], grad_sublayer.view({rows, width}));
   const std::vector<at::Tensor> grad_weights = grad_weight.split(width), grad_biases = grad_bias.split(width);
   return {grad_x, grad_inputs.view({batch, length, width}),
           grad_weights[0], grad_weights[1], grad_weights[2], grad_biases[0], grad_biases[1], grad_biases[2],
