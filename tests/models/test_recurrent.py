@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from stacklm.models import recurrent
 from stacklm.models.recurrent import RecurrentLanguageModel
 from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
 
@@ -145,3 +146,22 @@ def test_sequence_steps_equal_the_incremental_step_with_dropout(name: str, lengt
         expected = logits_and_gradients_of(model, model._forward_stepwise(tokens), positions)
         for ours, theirs in zip(got, expected, strict=True):
             torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-11)
+
+
+def test_without_the_compiled_library_the_forward_runs_stepwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernels do not build, the whole-sequence forward is ``_forward_stepwise``'s (and
+    the dVPDA the PyTorch DP), with the same logits and gradients as the compiled step's."""
+    model = tiny_model("LSTM+Nd+R", seed=12).double()
+    assert isinstance(model, RecurrentLanguageModel)
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (2, 5), generator=torch.Generator().manual_seed(13))
+    expected = logits_and_gradients_of(model, model(tokens), 6)
+
+    def no_sequence_steps(*arguments: object) -> None:
+        raise AssertionError("SequenceSteps used without the compiled library")
+
+    monkeypatch.setattr(recurrent.compiled, "available", lambda: (False, "no compiler"))
+    monkeypatch.setattr(recurrent, "SequenceSteps", no_sequence_steps)
+    with pytest.warns(RuntimeWarning, match="using the PyTorch dVPDA"):  # the stack falls back too
+        logits = model(tokens)
+    for got, wanted in zip(logits_and_gradients_of(model, logits, 6), expected, strict=True):
+        torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
