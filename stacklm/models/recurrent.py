@@ -210,7 +210,9 @@ class RecurrentLanguageModel(LanguageModel):
         initial = self._initial(batch_size, updates or None, sequence=True)
         projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
         masks = self._dropout_masks(length, batch_size)  # (n, L − 1, B, d), drawn at once
-        steps = SequenceSteps(self, self._step_weights(), batch_size, length, updates, masks)
+        weights = self._step_weights()  # joined once, not at every step
+        steps = SequenceSteps(self, weights, batch_size, length, updates, masks)
+        order = steps.order(weights)
         hidden, cells, stack = initial.hidden, initial.cells, initial.stack
         assert stack is not None
         top_hidden = [hidden[-1]]  # h^(L)_0 … h^(L)_n
@@ -219,7 +221,7 @@ class RecurrentLanguageModel(LanguageModel):
         for t, projected_token in enumerate(projected.unbind(1)):  # unbind: one backward for all steps
             if pending is not None:
                 stack = stack.next(interface.actions_from_logits(pending))
-            hidden, cells, action_logits = steps.step(t, projected_token, stack.reading(), hidden, cells)
+            hidden, cells, action_logits = steps.step(t, order, projected_token, stack.reading(), hidden, cells)
             top_hidden.append(hidden[-1])
             if reading_to_output:
                 assert action_logits is not None
@@ -348,16 +350,27 @@ class SequenceSteps:
         self.gate_gradients = [like.new_zeros(length, batch_size, weight.size(1)) for weight in self.layer_weights]
         self.action_inputs = like.new_empty(updates, batch_size, model.config.hidden_units)  # h^(L)_t
         self.action_gradients = like.new_zeros(updates, batch_size, self.action_weight.size(0))
-        self.order = _WeightGradients.apply(self, *weights.layers, *weights.biases, action_weight, action_bias)
         self.order_gradient = like.new_zeros(0)  # every step's: the order tensor carries no gradient
 
+    def order(self, weights: StepWeights) -> Tensor:
+        """The empty tensor that every step takes (``step``), so that the weights' gradients run after
+        all steps' backward. Not kept here: the node's context holds these steps (no reference cycle)."""
+        assert weights.actions is not None
+        return _WeightGradients.apply(self, *weights.layers, *weights.biases, *weights.actions)
+
     def step(
-        self, t: int, projected: Tensor, reading: Tensor, hidden: tuple[Tensor, ...], cells: tuple[Tensor, ...]
+        self,
+        t: int,
+        order: Tensor,
+        projected: Tensor,
+        reading: Tensor,
+        hidden: tuple[Tensor, ...],
+        cells: tuple[Tensor, ...],
     ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor | None]:
         """h^(ℓ)_t, c^(ℓ)_t and, for steps that drive the stack, the action layers' outputs (B, actions)
-        from W^(1)'s token columns and biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|) and the
-        states of step t − 1."""
-        outputs = _Step.apply(self, t, projected, reading, self.order, *hidden, *cells)
+        from ``order``, W^(1)'s token columns and biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|)
+        and the states of step t − 1."""
+        outputs = _Step.apply(self, t, projected, reading, order, *hidden, *cells)
         num_layers = self.num_layers
         new_cells = outputs[num_layers : 2 * num_layers] if self.lstm else ()
         return outputs[:num_layers], new_cells, outputs[-1] if t < self.updates else None

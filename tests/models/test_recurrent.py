@@ -5,6 +5,9 @@ written with one product per weight block, step and action layer."""
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
+from typing import Any
 
 import pytest
 import torch
@@ -165,3 +168,26 @@ def test_without_the_compiled_library_the_forward_runs_stepwise(monkeypatch: pyt
         logits = model(tokens)
     for got, wanted in zip(logits_and_gradients_of(model, logits, 6), expected, strict=True):
         torch.testing.assert_close(got, wanted, rtol=1e-9, atol=1e-11)
+
+
+def test_a_forwards_steps_are_freed_without_the_cycle_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SequenceSteps' tables go when the graph does, by reference counting: no reference cycle
+    through an autograd node's context (the cyclic collector is off)."""
+    alive: list[weakref.ref[recurrent.SequenceSteps]] = []
+    original = recurrent.SequenceSteps.__init__
+
+    def tracked(self: recurrent.SequenceSteps, *arguments: Any) -> None:
+        original(self, *arguments)
+        alive.append(weakref.ref(self))
+
+    monkeypatch.setattr(recurrent.SequenceSteps, "__init__", tracked)
+    model = tiny_model("LSTM+Nd+R", seed=14, dropout=0.2).train()
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (2, 6), generator=torch.Generator().manual_seed(15))
+    gc.disable()
+    try:
+        model(tokens).sum().backward()
+        with torch.no_grad():
+            model(tokens)
+        assert len(alive) == 2 and all(reference() is None for reference in alive)
+    finally:
+        gc.enable()
