@@ -72,6 +72,7 @@ inline T log_add(T a, T b) {
   return high + std::log1p(std::exp(low - high));
 }
 
+
 // x = mantissa · 2^exponent with mantissa ∈ [0.5, 1) for x > 0 (subnormals too), by the bits of
 // x, so that a loop of them vectorizes: log x = log mantissa + exponent · ln 2 without a log.
 // The mantissa is undefined for x = 0.
@@ -81,6 +82,7 @@ struct Exponent;
 template <>
 struct Exponent<float> {
   using Bits = uint32_t;
+  using Signed = int32_t;
   static constexpr int mantissa_bits = 23, bias = 126, subnormal_shift = 24;
   static constexpr Bits mantissa_mask = 0x007FFFFFu, half = 0x3F000000u;
 };
@@ -88,6 +90,7 @@ struct Exponent<float> {
 template <>
 struct Exponent<double> {
   using Bits = uint64_t;
+  using Signed = int64_t;
   static constexpr int mantissa_bits = 52, bias = 1022, subnormal_shift = 54;
   static constexpr Bits mantissa_mask = 0x000FFFFFFFFFFFFFull, half = 0x3FE0000000000000ull;
 };
@@ -98,12 +101,46 @@ inline T split_exponent(T x, T& exponent) {
   const bool subnormal = x < std::numeric_limits<T>::min();
   const T scaled = subnormal ? x * T(typename E::Bits(1) << E::subnormal_shift) : x;
   const auto bits = std::bit_cast<typename E::Bits>(scaled);
-  exponent = T(static_cast<int64_t>(bits >> E::mantissa_bits) - E::bias - (subnormal ? E::subnormal_shift : 0));
+  // Integers of the float's own width: a float's exponent through int64 costs lane widening
+  // and a conversion that AVX2 lacks.
+  const auto biased = static_cast<typename E::Signed>(bits >> E::mantissa_bits);
+  exponent = T(biased - (E::bias + (subnormal ? E::subnormal_shift : 0)));
   return std::bit_cast<T>((bits & E::mantissa_mask) | E::half);
 }
 
 template <typename T>
 constexpr T LN2 = T(0.693147180559945309417232121458176568);
+
+// exp: glibc's for double; for float, Cephes' expf (S. L. Moshier, Cephes Mathematical
+// Library: range reduction by ln 2 in two parts, then a degree-5 polynomial; within 2 ulp),
+// written out so that GCC inlines and vectorizes it: a loop calling libmvec keeps nothing in
+// registers across the call (every vector register is the caller's to save). Takes
+// x ≥ −87.33 (exp_flushed's floor) and gives +∞ above float's range.
+template <typename T>
+inline T exp_of(T x) {
+  return std::exp(x);
+}
+
+template <>
+inline float exp_of(float x) {
+  x = x < 89.0f ? x : 89.0f;
+  constexpr float shifter = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer in the low bits
+  const float shifted = x * 1.44269504088896341f + shifter;
+  const float n = shifted - shifter;
+  int32_t power = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(shifter);
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const bool above = power > 127;  // 2^128 is no float: 2 · 2^127
+  power = above ? 127 : power;
+  p = above ? p + p : p;
+  return p * std::bit_cast<float>((power + 127) << 23);
+}
 
 // exp(x), or 0 where that is below the smallest normal number. glibc's vector exp (libmvec)
 // computes every lane below about −87.3 (float) or −708.4 (double), −∞ included, with the
@@ -113,10 +150,11 @@ constexpr T LN2 = T(0.693147180559945309417232121458176568);
 // constant, GCC folds exp(floor) and computes exp(x) on every lane again; the two tests on x
 // are written differently for the same reason (GCC merges x >= floor ? exp(max(x, floor)) : 0
 // into exp(x)). x − floor ≥ 0 exactly where x ≥ floor (gradual underflow).
+// In float, exp_of is inline (above), for which the floor also keeps 2^n a normal number.
 template <typename T>
 inline T exp_flushed(T x, T floor) {
   const T keep = x - floor >= 0 ? T(1) : T(0);
-  return std::exp(x >= floor ? x : floor) * keep;
+  return exp_of(x >= floor ? x : floor) * keep;
 }
 
 template <typename T>
@@ -246,7 +284,8 @@ struct PopTables {
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename T>
 struct Step {
-  std::vector<T> ghat, rho, rhat, right_offset, total, weights, shifts, mantissas, pop_offset, pushed_offset, dots;
+  std::vector<T> ghat, rho, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
+  std::vector<T> lane_values, symbol_values;          // scratch of pop_weights
   std::vector<T> column_high, column_sums;            // scratch of exp_columns
   std::vector<T> padding;                             // POP_BLOCK rows the pop's padded blocks write to
   std::vector<T> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
@@ -356,25 +395,30 @@ inline T product_log(const Step<T>& s, int64_t R, int64_t j, int64_t row) {
 }
 
 // ŵ[r][k·N + (u,y)] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
-// (k, u, y) runs over k·N + u·S + y, a contiguous range of rows of column t−1.
+// (k, u, y) runs over k·N + u·S + y, a contiguous range of rows of column t−1. The sums and
+// maxima over (k, u) per symbol y run over P = S·LANES lanes at once (P is a multiple of S,
+// so lane p of every block of P holds y = p mod S, and a block is whole vectors), then fold
+// the lanes of each y; KN is a multiple of S, so only a tail of whole (u, y) groups is left.
 template <typename T>
 void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), KN = (t - 1) * N;
+  const int64_t P = S * LANES, whole = KN - KN % P;
   s.weights.resize(Q * KN);
-  s.shifts.resize(KN);
   s.mantissas.resize(KN);
+  s.lane_values.resize(P);
+  s.symbol_values.resize(S);
   s.pop_offset.assign(S * Q, NEG<T>);
-  std::vector<T> high(S), sum(S);
+  T* lanes = s.lane_values.data();
+  T* per_symbol = s.symbol_values.data();
   const T floor = exp_floor<T>();
   for (int64_t r = 0; r < Q; ++r) {
-    T* weight = s.weights.data() + r * KN;
-    T* shift = s.shifts.data();
-    T* mantissa = s.mantissas.data();
+    T* __restrict weight = s.weights.data() + r * KN;
+    T* __restrict mantissa = s.mantissas.data();
     // log α[k][u,y] + γ'_t[k][(u,y), r] = log mantissa + weight, γ' from the real total of row
     // m + N + k·N + b of product column N + r as mantissa · 2^exponent (as in forward_step):
     // ŵ = mantissa · exp(weight − max weight), one exp and no log.
-    const T* total = s.total.data() + (N + r) * R + m + N;
-    const T* rho = s.rho.data() + m + N;
+    const T* __restrict total = s.total.data() + (N + r) * R + m + N;
+    const T* __restrict rho = s.rho.data() + m + N;
     const T offset = s.right_offset[N + r];
 #pragma omp simd
     for (int64_t index = 0; index < KN; ++index) {
@@ -383,26 +427,43 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
       const T scale = alpha[index] + (exponent * LN2<T> + rho[index] + offset);
       weight[index] = total[index] > 0 ? scale : NEG<T>;
     }
-    std::fill(high.begin(), high.end(), NEG<T>);
-    for (int64_t index = 0; index < KN; index += S)
-      for (int64_t y = 0; y < S; ++y) high[y] = std::max(high[y], weight[index + y]);
-    for (int64_t y = 0; y < S; ++y) high[y] = high[y] == NEG<T> ? T(0) : high[y];
-    for (int64_t index = 0; index < KN; index += S)
-      for (int64_t y = 0; y < S; ++y) shift[index + y] = high[y];
+    // per_symbol[y] = max over (k, u) of weight (0 if every one is −∞), spread to the P lanes.
+    std::fill(lanes, lanes + P, NEG<T>);
+    for (int64_t first = 0; first < whole; first += P)
 #pragma omp simd
-    for (int64_t index = 0; index < KN; ++index)
-      weight[index] = mantissa[index] * exp_flushed(weight[index] - shift[index], floor);
-    std::fill(sum.begin(), sum.end(), T(0));
-    for (int64_t index = 0; index < KN; index += S)
-      for (int64_t y = 0; y < S; ++y) sum[y] += weight[index + y];
+      for (int64_t p = 0; p < P; ++p) lanes[p] = weight[first + p] > lanes[p] ? weight[first + p] : lanes[p];
+    std::fill(per_symbol, per_symbol + S, NEG<T>);
+    for (int64_t first = 0; first < P; first += S)
+      for (int64_t y = 0; y < S; ++y) per_symbol[y] = std::max(per_symbol[y], lanes[first + y]);
+    for (int64_t first = whole; first < KN; first += S)
+      for (int64_t y = 0; y < S; ++y) per_symbol[y] = std::max(per_symbol[y], weight[first + y]);
+    for (int64_t y = 0; y < S; ++y) per_symbol[y] = per_symbol[y] == NEG<T> ? T(0) : per_symbol[y];
+    for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
+    for (int64_t first = 0; first < whole; first += P)
+#pragma omp simd
+      for (int64_t p = 0; p < P; ++p)
+        weight[first + p] = mantissa[first + p] * exp_flushed(weight[first + p] - lanes[p], floor);
+#pragma omp simd
+    for (int64_t index = whole; index < KN; ++index)
+      weight[index] = mantissa[index] * exp_flushed(weight[index] - lanes[index - whole], floor);
+    // L[y][r] = log Σ_{k,u} ŵ + max, and ŵ scaled to sum to 1 per y.
+    std::fill(lanes, lanes + P, T(0));
+    for (int64_t first = 0; first < whole; first += P)
+#pragma omp simd
+      for (int64_t p = 0; p < P; ++p) lanes[p] += weight[first + p];
+    for (int64_t index = whole; index < KN; ++index) lanes[index - whole] += weight[index];
     for (int64_t y = 0; y < S; ++y) {
-      s.pop_offset[y * Q + r] = sum[y] > 0 ? std::log(sum[y]) + high[y] : high[y];
-      sum[y] = sum[y] > 0 ? T(1) / sum[y] : T(0);
+      T sum = 0;
+      for (int64_t p = y; p < P; p += S) sum += lanes[p];
+      s.pop_offset[y * Q + r] = sum > 0 ? std::log(sum) + per_symbol[y] : per_symbol[y];
+      per_symbol[y] = sum > 0 ? T(1) / sum : T(0);
     }
-    for (int64_t index = 0; index < KN; index += S)
-      for (int64_t y = 0; y < S; ++y) shift[index + y] = sum[y];
+    for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
+    for (int64_t first = 0; first < whole; first += P)
 #pragma omp simd
-    for (int64_t index = 0; index < KN; ++index) weight[index] *= shift[index];
+      for (int64_t p = 0; p < P; ++p) weight[first + p] *= lanes[p];
+#pragma omp simd
+    for (int64_t index = whole; index < KN; ++index) weight[index] *= lanes[index - whole];
   }
 }
 
@@ -421,7 +482,7 @@ struct PopBlock {
 };
 
 template <typename T>
-PopBlock<T> pop_block(const Sizes& z, int64_t t, const Step<T>& s, int64_t k, int64_t y, int64_t first_r,
+__attribute__((always_inline)) inline PopBlock<T> pop_block(const Sizes& z, int64_t t, const Step<T>& s, int64_t k, int64_t y, int64_t first_r,
                       int64_t first_u) {
   const int64_t Q = z.states, S = z.symbols, KN = (t - 1) * z.configs;
   PopBlock<T> block;
@@ -619,28 +680,35 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     // Offsets, ρ and L are finite; a total of 0 marks an empty sum (−∞). Each term is its
     // total's mantissa times exp of its log scale (offsets and the total's exponent), taken
     // relative to the larger scale: one exp and one log per row, where a log of each total and
-    // of their sum took three logs and two exps. The terms' weights are taken relative to the
-    // largest term (not to the rounded log-sum) for the backward.
+    // of their sum took three logs and two exps. An absent term gets mantissa 0 and the other
+    // term's scale, so that every value stays finite and the larger scale is a present term's
+    // (fewer selects than carrying −∞). The terms' weights are taken relative to the largest
+    // term (not to the rounded log-sum) for the backward.
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
+      const T replaced_value = replaced_total[row], popped_value = popped_total[row], row_weight = weight[row];
       T replaced_exponent, popped_exponent;
-      const T replaced_mantissa = split_exponent(replaced_total[row], replaced_exponent);
-      const T popped_mantissa = split_exponent(popped_total[row], popped_exponent);
-      const T replaced_scale = rho[row] + replaced_offset + replaced_exponent * LN2<T>;
-      const T popped_scale = popped_offset - weight[row] + popped_exponent * LN2<T>;
-      const T replaced = replaced_total[row] > 0 ? replaced_scale : NEG<T>;
-      const T popped = popped_total[row] > 0 && weight[row] != NEG<T> ? popped_scale : NEG<T>;
-      const bool replaced_high = replaced >= popped;
-      const T high = replaced_high ? replaced : popped, low = replaced_high ? popped : replaced;
-      const T base = high == NEG<T> ? T(0) : high;
-      const T smaller = exp_flushed(low - base, floor);  // 0 where a term, or both, are −∞
-      const T replaced_term = replaced == NEG<T> ? T(0) : replaced_high ? replaced_mantissa : replaced_mantissa * smaller;
-      const T popped_term = popped == NEG<T> ? T(0) : replaced_high ? popped_mantissa * smaller : popped_mantissa;
+      const T replaced_mantissa = split_exponent(replaced_value, replaced_exponent);
+      const T popped_mantissa = split_exponent(popped_value, popped_exponent);
+      const bool has_replaced = replaced_value > 0;
+      const bool has_popped = popped_value > 0 && row_weight != NEG<T>;
+      T replaced_scale = rho[row] + replaced_offset + replaced_exponent * LN2<T>;
+      T popped_scale = popped_offset - row_weight + popped_exponent * LN2<T>;  // +∞ where weight is −∞
+      popped_scale = has_popped ? popped_scale : replaced_scale;
+      replaced_scale = has_replaced ? replaced_scale : popped_scale;
+      const T difference = replaced_scale - popped_scale;
+      const T smaller = exp_flushed(-std::abs(difference), floor);
+      const bool replaced_high = difference >= 0;
+      const T replaced_present = has_replaced ? replaced_mantissa : T(0);
+      const T popped_present = has_popped ? popped_mantissa : T(0);
+      const T replaced_term = replaced_high ? replaced_present : replaced_present * smaller;
+      const T popped_term = replaced_high ? popped_present * smaller : popped_present;
+      const T base = replaced_high ? replaced_scale : popped_scale;
       const T sum = replaced_term + popped_term;  // 0, or at least the larger mantissa, 0.5
-      const T log_sum = std::log(sum >= T(0.5) ? sum : T(1));  // no log 0: the vector log's scalar path
-      out[row] = sum > 0 ? base + log_sum : NEG<T>;
-      const T inverse_or_inf = T(1) / sum;
-      const T inverse = sum > 0 ? inverse_or_inf : T(0);
+      const bool present = sum > 0;
+      const T log_sum = std::log(present ? sum : T(1));
+      out[row] = present ? base + log_sum : NEG<T>;
+      const T inverse = T(1) / (present ? sum : T(1));
       replaced_share[row] = replaced_term * inverse;
       popped_share[row] = popped_term * inverse;
     }
@@ -815,8 +883,9 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
       if (row < m) term = step_pushed[row] + s.pushed_offset[target];
       T high = std::max(replaced, std::max(popped, term));
       if (high == NEG<T>) continue;
-      T replaced_share = std::exp(replaced - high), popped_share = std::exp(popped - high);
-      T term_share = std::exp(term - high);
+      const T floor = exp_floor<T>();
+      T replaced_share = exp_flushed(replaced - high, floor), popped_share = exp_flushed(popped - high, floor);
+      T term_share = exp_flushed(term - high, floor);
       T scale = g / (replaced_share + popped_share + term_share);
       grad_products[target * R + row] = scale * replaced_share;
       if (popped != NEG<T>) scaled_pop[target * R2 + row] = scale * popped_share / total;
