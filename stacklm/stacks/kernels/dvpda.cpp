@@ -64,14 +64,6 @@ struct Sizes {
 template <typename T>
 constexpr T NEG = -std::numeric_limits<T>::infinity();
 
-template <typename T>
-inline T log_add(T a, T b) {
-  T high = std::max(a, b);
-  if (high == NEG<T>) return NEG<T>;
-  T low = std::min(a, b);
-  return high + std::log1p(std::exp(low - high));
-}
-
 
 // x = mantissa · 2^exponent with mantissa ∈ [0.5, 1) for x > 0 (subnormals too), by the bits of
 // x, so that a loop of them vectorizes: log x = log mantissa + exponent · ln 2 without a log.
@@ -386,12 +378,6 @@ void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T
   for (int64_t target = 0; target < N; ++target)
     s.pushed_offset[target] =
         s.push_sums[target] > 0 ? std::log(s.push_sums[target]) + s.column_high[target] : NEG<T>;
-}
-
-template <typename T>
-inline T product_log(const Step<T>& s, int64_t R, int64_t j, int64_t row) {
-  T total = s.total[j * R + row];
-  return total > 0 ? std::log(total) + s.rho[row] + s.right_offset[j] : NEG<T>;
 }
 
 // ŵ[r][k·N + (u,y)] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
@@ -719,7 +705,15 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       const T replaced = std::log(mantissa) + (exponent * LN2<T> + rho[row] + replaced_offset);
       out[row] = replaced_total[row] > 0 ? replaced : NEG<T>;
     }
-    for (int64_t row = 0; row < m; ++row) out[row] = log_add(out[row], step_pushed[row] + s.pushed_offset[target]);
+    // η rows: ⊕ log v_t + log(α[t−1] Δ⁺_t), the m rows in vector lanes.
+    const T pushed_offset = s.pushed_offset[target];
+#pragma omp simd
+    for (int64_t row = 0; row < m; ++row) {
+      const T kept = out[row], pushed = step_pushed[row] + pushed_offset;
+      const T high = std::max(kept, pushed), low = std::min(kept, pushed);
+      const T sum = T(1) + exp_flushed(low - high, floor);  // −∞ − −∞ is NaN, flushed to 0
+      out[row] = high == NEG<T> ? NEG<T> : high + std::log(sum);
+    }
     for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
   }
   // log α[t], and the shares Ŝ of column t: the terms of log α[t] over their sum.
@@ -779,6 +773,7 @@ template <typename T>
 struct BackwardScratch {
   Step<T> step;
   std::vector<T> weights, grad_products, scaled_pop, grad_pushed_offset;
+  std::vector<T> eta_popped, eta_popped_kept, eta_pushed, eta_zeros;  // per η row: its ∂/∂(pop total), 1 where kept, its push term's gradient
 };
 
 // Step t ≥ 1 of one element in reverse: given ∂r_t and the adjoints of column t and α[t]
@@ -797,6 +792,10 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   std::vector<T>& grad_pushed_offset = scratch.grad_pushed_offset;
   row_weights(z, alpha, t, weights);
   grad_pushed_offset.resize(N);
+  scratch.eta_popped.resize(m);
+  scratch.eta_zeros.assign(m, T(0));
+  scratch.eta_popped_kept.resize(m);
+  scratch.eta_pushed.resize(m);
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
   const T* column = gamma + z.offset(t);
   T* grad_column = grad_gamma + z.offset(t);
@@ -870,30 +869,42 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     }
 #pragma omp simd
     for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
-    // η rows also hold the push of v_t: the same with a third term.
+    // η rows also hold the push of v_t: the same with a third term, the m rows at once
+    // (vector lanes, where each row took two scalar logs and three exps). A row whose
+    // gradient is 0, whose value is −∞ or whose terms are all −∞ keeps what the loop
+    // above gave it. R2 > 0 (t ≥ 2) puts every η row among the pop's rows.
+    const T floor = exp_floor<T>();
+    const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+    T* popped_grads = scratch.eta_popped.data();
+    T* popped_kept = scratch.eta_popped_kept.data();
+    const T* popped_or_zero = R2 > 0 ? popped_total : scratch.eta_zeros.data();  // t = 1: no pop
+    const T *row_weights = weights.data(), *rho = s.rho.data();
+    const T replaced_offset = s.right_offset[target], pushed_offset = s.pushed_offset[target];
+    T* pushed_grads = scratch.eta_pushed.data();
+#pragma omp simd
     for (int64_t row = 0; row < m; ++row) {
-      T g = grads[row];
-      if (g == 0 || values[row] == NEG<T>) continue;
-      T replaced = product_log(s, R, target, row), popped = NEG<T>, term = NEG<T>, total = 0;
-      if (row < R2) {
-        total = pop_total[target * R2 + row];
-        if (total > 0 && weights[row] != NEG<T>)
-          popped = std::log(total) + s.pop_offset[y * Q + r] - weights[row];
-      }
-      if (row < m) term = step_pushed[row] + s.pushed_offset[target];
-      T high = std::max(replaced, std::max(popped, term));
-      if (high == NEG<T>) continue;
-      const T floor = exp_floor<T>();
-      T replaced_share = exp_flushed(replaced - high, floor), popped_share = exp_flushed(popped - high, floor);
-      T term_share = exp_flushed(term - high, floor);
-      T scale = g / (replaced_share + popped_share + term_share);
-      grad_products[target * R + row] = scale * replaced_share;
-      if (popped != NEG<T>) scaled_pop[target * R2 + row] = scale * popped_share / total;
-      if (term != NEG<T>) {
-        T grad_term = scale * term_share;
-        step_grad_pushed[row] += grad_term;
-        grad_pushed_offset[target] += grad_term;
-      }
+      const T g = grads[row], value = values[row], replaced_value = replaced_total[row], row_weight = row_weights[row];
+      const T popped_value = popped_or_zero[row];
+      const bool has_replaced = replaced_value > 0, has_popped = (popped_value > 0) & (row_weight != NEG<T>);
+      const T replaced_log = std::log(has_replaced ? replaced_value : T(1)) + rho[row] + replaced_offset;
+      const T popped_log = std::log(has_popped ? popped_value : T(1)) + popped_offset - row_weight;
+      const T replaced = has_replaced ? replaced_log : NEG<T>, popped = has_popped ? popped_log : NEG<T>;
+      const T term = step_pushed[row] + pushed_offset;
+      const T high = std::max(replaced, std::max(popped, term));
+      const bool used = (g != 0) & (value != NEG<T>) & (high != NEG<T>);  // & : every operand is loaded
+      const T base = used ? high : T(0);
+      const T replaced_share = exp_flushed(replaced - base, floor), popped_share = exp_flushed(popped - base, floor);
+      const T term_share = exp_flushed(term - base, floor);
+      const T scale = g / (used ? replaced_share + popped_share + term_share : T(1));
+      grad_replaced[row] = used ? scale * replaced_share : grad_replaced[row];
+      popped_kept[row] = used & has_popped ? T(1) : T(0);
+      popped_grads[row] = scale * popped_share / popped_value;
+      pushed_grads[row] = used & (term != NEG<T>) ? scale * term_share : T(0);
+    }
+    for (int64_t row = 0; row < m; ++row) {
+      if (popped_kept[row] > 0) scaled_pop[target * R2 + row] = popped_grads[row];
+      step_grad_pushed[row] += pushed_grads[row];
+      grad_pushed_offset[target] += pushed_grads[row];
     }
   }
   // log(α[t−1] Δ⁺_t): each term's share of its sum, from the products' terms.
