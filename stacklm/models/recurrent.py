@@ -220,15 +220,15 @@ class RecurrentLanguageModel(LanguageModel):
         pending = None  # without +R: the action layers' outputs of h_{t−1}, applied at step t
         for t, projected_token in enumerate(projected.unbind(1)):  # unbind: one backward for all steps
             if pending is not None:
-                stack = stack.next(interface.actions_from_logits(pending))
-            hidden, cells, action_logits = steps.step(t, order, projected_token, stack.reading(), hidden, cells)
+                stack = interface.sequence_next(stack, pending)
+            hidden, cells, action_parts = steps.step(t, order, projected_token, stack.reading(), hidden, cells)
             top_hidden.append(hidden[-1])
             if reading_to_output:
-                assert action_logits is not None
-                stack = stack.next(interface.actions_from_logits(action_logits))
+                assert action_parts is not None
+                stack = interface.sequence_next(stack, action_parts)
                 readings.append(stack.reading())
             else:
-                pending = action_logits
+                pending = action_parts
         output = torch.stack(top_hidden, dim=1)  # (B, n + 1, d)
         if reading_to_output:
             output = torch.cat([output, torch.stack(readings, dim=1)], dim=-1)  # (B, n + 1, d + |r|)
@@ -322,7 +322,9 @@ class SequenceSteps:
         ∂L/∂W^(ℓ)ᵀ = Σ_t X^(ℓ)_tᵀ G^(ℓ)_t,   ∂L/∂b^(ℓ) = Σ_t Σ_rows G^(ℓ)_t,
 
     one product over all n·B rows instead of one over B rows per step (the action layers' likewise).
-    The inputs and gradients are kept time-major, (n, B, ·), in tables made once per forward.
+    The inputs and gradients are kept time-major, (n, B, ·), in tables made once per forward. The
+    action layers' output leaves the step in the parts the interface's ``step_parts`` asks for (the
+    dVPDA's: its logits, and log σ of its pushed vector's), which the stack's step reads as they are.
     """
 
     def __init__(
@@ -344,6 +346,8 @@ class SequenceSteps:
         action_weight, action_bias = weights.actions
         self.action_weight = action_weight.detach()  # (actions, d)
         self.action_bias = None if action_bias is None else action_bias.detach()
+        assert model.interface is not None
+        self.action_sizes, self.log_sigmoid_last = model.interface.step_parts()  # how the step splits a_t
         like = self.action_weight
         self.inputs = [like.new_empty(length, batch_size, weight.size(0)) for weight in self.layer_weights]  # X^(ℓ)
         # G^(ℓ) and the action layers' G, zeros: a step whose backward does not run adds nothing
@@ -366,14 +370,15 @@ class SequenceSteps:
         reading: Tensor,
         hidden: tuple[Tensor, ...],
         cells: tuple[Tensor, ...],
-    ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor | None]:
-        """h^(ℓ)_t, c^(ℓ)_t and, for steps that drive the stack, the action layers' outputs (B, actions)
-        from ``order``, W^(1)'s token columns and biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|)
-        and the states of step t − 1."""
+    ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...] | None]:
+        """h^(ℓ)_t, c^(ℓ)_t and, for steps that drive the stack, the parts of the action layers' outputs
+        (the interface's ``step_parts``: (B, width) each) from ``order``, W^(1)'s token columns and
+        biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|) and the states of step t − 1."""
         outputs = _Step.apply(self, t, projected, reading, order, *hidden, *cells)
         num_layers = self.num_layers
-        new_cells = outputs[num_layers : 2 * num_layers] if self.lstm else ()
-        return outputs[:num_layers], new_cells, outputs[-1] if t < self.updates else None
+        states = num_layers * (2 if self.lstm else 1)
+        new_cells = outputs[num_layers:states] if self.lstm else ()
+        return outputs[:num_layers], new_cells, outputs[states:] if t < self.updates else None
 
     def weight_gradients(self) -> list[Tensor]:
         """∂L/∂W^(ℓ)ᵀ, ∂L/∂b^(ℓ) (ℓ > 1), the action layers' weight and bias gradients: one product
@@ -399,9 +404,10 @@ class _Step(torch.autograd.Function):
         outputs = torch.ops.stacklm_recurrent.step(
             t, projected, reading, states[:num_layers], states[num_layers:], steps.layer_weights, steps.biases,
             steps.dropout_masks, steps.inputs, steps.action_inputs if has_actions else None,
-            steps.action_weight, steps.action_bias,
+            steps.action_weight, steps.action_bias, steps.action_sizes, steps.log_sigmoid_last,
         )  # fmt: skip
-        count = num_layers * (2 if steps.lstm else 1) + has_actions  # h^(ℓ)_t, c^(ℓ)_t, the action layers' outputs
+        # h^(ℓ)_t, c^(ℓ)_t, the parts of the action layers' outputs
+        count = num_layers * (2 if steps.lstm else 1) + (len(steps.action_sizes) if has_actions else 0)
         ctx.steps, ctx.t, ctx.has_actions = steps, t, has_actions
         ctx.saved = outputs[count:]  # intermediates, not outputs: no reference cycle
         ctx.save_for_backward(*outputs[:num_layers], *states[num_layers:])
@@ -412,10 +418,11 @@ class _Step(torch.autograd.Function):
     def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
         steps: SequenceSteps = ctx.steps
         num_layers = steps.num_layers
+        states = num_layers * (2 if steps.lstm else 1)
         saved = ctx.saved_tensors
         gradients = torch.ops.stacklm_recurrent.step_backward(
-            ctx.t, grads[:num_layers], grads[num_layers : 2 * num_layers] if steps.lstm else [],
-            grads[-1] if ctx.has_actions else None, saved[:num_layers], saved[num_layers:], ctx.saved,
+            ctx.t, grads[:num_layers], grads[num_layers:states], grads[states:], saved[:num_layers],
+            saved[num_layers:], ctx.saved,
             steps.layer_weights, steps.dropout_masks, steps.gate_gradients,
             steps.action_gradients if ctx.has_actions else None, steps.action_weight,
         )  # fmt: skip

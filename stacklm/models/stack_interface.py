@@ -7,7 +7,8 @@ stack of ``stacklm.stacks``. ``actions`` accepts h with or without a time dimens
 (B, n, d), so one interface serves step-by-step and whole-sequence use. Every layer reading h is
 linear, so the actions are ``actions_from_logits`` of their outputs side by side; a stack RNN
 computes those in one product with the weights stacked (``input_weight``), its weight gradient
-deferred over the steps.
+deferred over the steps, and its compiled step hands them to the stack in parts (``step_parts``,
+``sequence_next``: the dVPDA's action logits and log v_t apart, no operation between the steps).
 
 Each kind of stack has a frozen spec (the sizes of the stack; the first field ``kind`` tags
 it in configs) and an interface module:
@@ -39,7 +40,11 @@ from stacklm.stacks.base import Stack, StackState
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 from stacklm.stacks.stratification import StratificationActions, StratificationStack
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
-from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
+from stacklm.stacks.vector_nondeterministic import (
+    CompiledState,
+    VectorNondeterministicActions,
+    VectorNondeterministicStack,
+)
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,16 @@ class StackInterface(nn.Module, ABC):
         if layers[0].bias is None:
             return weight, None
         return weight, torch.cat([layer.bias for layer in layers])
+
+    def step_parts(self) -> tuple[list[int], bool]:
+        """How a stack RNN's compiled step hands over the outputs of ``input_layers``: the widths of
+        the parts it splits them into, and whether it takes the last part as log σ (``sequence_next``)."""
+        return [sum(layer.out_features for layer in self.input_layers())], False
+
+    def sequence_next(self, state: StackState[Any], parts: tuple[Tensor, ...]) -> StackState[Any]:
+        """The state after the actions of the outputs of ``input_layers``, as ``step_parts`` hands them over."""
+        (logits,) = parts
+        return state.next(self.actions_from_logits(logits))
 
     def actions(self, hidden: Tensor) -> Any:
         """The stack's actions for h of shape (B, d) or (B, n, d)."""
@@ -239,6 +254,20 @@ class VectorNondeterministicInterface(StackInterface):
         action_logits, pushed = logits.split([logits.size(-1) - vector_size, vector_size], dim=-1)  # (…, QS(2QS + Q)), (…, m)
         log_pushed = nn.functional.logsigmoid(pushed) if self.pushed_vector == "sigmoid" else pushed
         return VectorNondeterministicActions.from_logits(action_logits, log_pushed, spec.num_states, spec.num_symbols)
+
+    def step_parts(self) -> tuple[list[int], bool]:
+        """The action logits and the pushed vector apart, the latter as log v_t = log σ(W_v h + b_v)
+        unless ``pushed_vector="raw"``."""
+        return [self.action_layer.out_features, self.push_layer.out_features], self.pushed_vector == "sigmoid"
+
+    def sequence_next(self, state: StackState[Any], parts: tuple[Tensor, ...]) -> StackState[Any]:
+        """On the compiled kernel, the step reads the parts as they are (no views for the actions)."""
+        action_logits, log_pushed = parts
+        if isinstance(state, CompiledState):
+            return state.next_from_logits(action_logits, log_pushed)
+        spec = self.spec
+        actions = VectorNondeterministicActions.from_logits(action_logits, log_pushed, spec.num_states, spec.num_symbols)
+        return state.next(actions)
 
     def initialize(self, generator: torch.Generator) -> None:
         _linear_(self.action_layer, self.xavier, generator)

@@ -142,13 +142,18 @@ class CompiledState(StackState[VectorNondeterministicActions]):
     current: Tensor  # r_t (B, Q·S·m)
 
     def next(self, actions: VectorNondeterministicActions) -> Self:
+        return self.next_from_logits(actions.packed_logits(), actions.pushed)
+
+    def next_from_logits(self, logits: Tensor, pushed: Tensor) -> Self:
+        """``next`` of the actions ``VectorNondeterministicActions.from_logits(logits, pushed, …)``,
+        without making them: logits (B, Q·S·(2QS + Q)), log v_t (B, m)."""
         tables = self.tables
         if tables.steps != self.step or self.step == tables.capacity:
             if torch.is_grad_enabled():
                 raise ValueError("with gradients, a compiled state is advanced once, within its tables' steps")
             capacity = tables.capacity if self.step < tables.capacity else 2 * tables.capacity
             tables = tables.prefix(self.step, capacity)
-        reading, order = compiled.compiled_step(tables, actions.packed_logits(), actions.pushed, self.order)
+        reading, order = compiled.compiled_step(tables, logits, pushed, self.order)
         return replace(self, tables=tables, step=self.step + 1, order=order, current=reading)
 
     def reading(self) -> Tensor:

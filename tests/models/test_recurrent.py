@@ -151,6 +151,23 @@ def test_sequence_steps_equal_the_incremental_step_with_dropout(name: str, lengt
             torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("name", ["RNN+Nd", "LSTM+Nd+R"])
+def test_sequence_steps_hand_a_raw_pushed_vector_over_unchanged(name: str) -> None:
+    """With ``pushed_vector="raw"`` (log v_t = W_v h + b_v, no log σ) the compiled step hands the
+    dVPDA its parts as they are: logits and gradients equal autograd through ``advance``."""
+    model = tiny_model(name, seed=16, dropout=0.3).double().train()
+    assert isinstance(model, RecurrentLanguageModel) and model.interface is not None
+    model.interface.pushed_vector = "raw"  # type: ignore[assignment]
+    assert model.interface.step_parts()[1] is False
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, 6), generator=torch.Generator().manual_seed(17))
+    torch.manual_seed(18)
+    got = logits_and_gradients_of(model, model(tokens), 7)
+    torch.manual_seed(18)
+    expected = logits_and_gradients_of(model, model._forward_stepwise(tokens), 7)
+    for ours, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-11)
+
+
 def test_without_the_compiled_library_the_forward_runs_stepwise(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the kernels do not build, the whole-sequence forward is ``_forward_stepwise``'s (and
     the dVPDA the PyTorch DP), with the same logits and gradients as the compiled step's."""

@@ -9,6 +9,11 @@
 // the action layers' output gradient into ``action_gradients``, from which the weights' gradients
 // are one product over all steps (SequenceSteps.weight_gradients).
 //
+// The action layers' output a_t = W_a h^(L)_t + b_a comes out in parts of ``action_sizes`` columns, each
+// contiguous (one part: a_t itself), and with ``log_sigmoid_last`` the last part as log σ of its columns
+// (the dVPDA's pushed vector, log v_t = log σ(W_v h + b_v)): the stack's step reads them as they are,
+// with no operation from Python between the two steps.
+//
 // Cells, for gates z = W [x ; h_{t−1}] + b:
 //   RNN:  h = tanh(z);
 //   LSTM: i, f, g, o = σ, σ, tanh, σ of z;  c = f ⊙ c_{t−1} + i ⊙ g;  h = o ⊙ tanh(c).
@@ -23,12 +28,14 @@ namespace {
 
 using at::Tensor;
 
-// h^(1..L)_t, then c^(1..L)_t (LSTM), then the action layers' outputs (B, actions) where
-// ``action_inputs`` is given, then what the backward reads: per LSTM layer (i, f, g, o) and tanh(c).
+// h^(1..L)_t, then c^(1..L)_t (LSTM), then the parts of the action layers' output (B, action_sizes[k])
+// where ``action_inputs`` is given, then what the backward reads: per LSTM layer (i, f, g, o) and
+// tanh(c), then (``log_sigmoid_last``, with actions) the last part before log σ and log σ's buffer.
 std::vector<Tensor> step(
     int64_t t, const Tensor& projected, const Tensor& reading, at::TensorList hidden, at::TensorList cells,
     at::TensorList weights, at::TensorList biases, const std::optional<Tensor>& masks, at::TensorList inputs,
-    const std::optional<Tensor>& action_inputs, const Tensor& action_weight, const std::optional<Tensor>& action_bias) {
+    const std::optional<Tensor>& action_inputs, const Tensor& action_weight, const std::optional<Tensor>& action_bias,
+    at::IntArrayRef action_sizes, bool log_sigmoid_last) {
   const int64_t layers = static_cast<int64_t>(weights.size());
   const int64_t d = hidden[0].size(1);
   const bool lstm = !cells.empty();
@@ -69,17 +76,27 @@ std::vector<Tensor> step(
   outputs.insert(outputs.end(), new_cells.begin(), new_cells.end());
   if (action_inputs.has_value()) {
     action_inputs->select(0, t).copy_(new_hidden.back());
-    outputs.push_back(at::linear(new_hidden.back(), action_weight, action_bias));
+    Tensor action_logits = at::linear(new_hidden.back(), action_weight, action_bias);  // (B, actions)
+    std::vector<Tensor> parts = action_logits.split_with_sizes(action_sizes, 1);
+    for (Tensor& part : parts) part = part.contiguous();
+    if (log_sigmoid_last) {
+      auto [log_sigmoid, buffer] = at::log_sigmoid_forward(parts.back());
+      saved.push_back(parts.back());
+      saved.push_back(buffer);
+      parts.back() = log_sigmoid;
+    }
+    outputs.insert(outputs.end(), parts.begin(), parts.end());
   }
   outputs.insert(outputs.end(), saved.begin(), saved.end());
   return outputs;
 }
 
 // The gradients of ``step``'s inputs: its projection (row t of ``gate_gradients[0]``), r_{t−1},
-// h^(1..L)_{t−1}, then c^(1..L)_{t−1} (LSTM), from those of its outputs; ``hidden`` is h^(1..L)_t,
-// ``saved`` what ``step`` returned after its outputs.
+// h^(1..L)_{t−1}, then c^(1..L)_{t−1} (LSTM), from those of its outputs (``grad_action_parts``: of
+// the action layers' parts, none for a step without actions); ``hidden`` is h^(1..L)_t, ``saved``
+// what ``step`` returned after its outputs.
 std::vector<Tensor> step_backward(
-    int64_t t, at::TensorList grad_hidden, at::TensorList grad_cells, const std::optional<Tensor>& grad_action_logits,
+    int64_t t, at::TensorList grad_hidden, at::TensorList grad_cells, at::TensorList grad_action_parts,
     at::TensorList hidden, at::TensorList previous_cells, at::TensorList saved, at::TensorList weights,
     const std::optional<Tensor>& masks, at::TensorList gate_gradients, const std::optional<Tensor>& action_gradients,
     const Tensor& action_weight) {
@@ -87,9 +104,21 @@ std::vector<Tensor> step_backward(
   const int64_t d = hidden[0].size(1);
   const bool lstm = !previous_cells.empty();
   std::vector<Tensor> grad_h(grad_hidden.begin(), grad_hidden.end());
-  if (grad_action_logits.has_value()) {
-    action_gradients->select(0, t).copy_(*grad_action_logits);
-    grad_h.back() = at::addmm(grad_h.back(), *grad_action_logits, action_weight);
+  if (!grad_action_parts.empty()) {
+    Tensor grad_action_logits = action_gradients->select(0, t);  // (B, actions), the parts side by side
+    const size_t log_sigmoid_saved = lstm ? 2 * layers : 0;  // where log σ's input and buffer are, if saved
+    int64_t offset = 0;
+    for (size_t k = 0; k < grad_action_parts.size(); ++k) {
+      const Tensor& grad_part = grad_action_parts[k];
+      Tensor target = grad_action_logits.narrow(1, offset, grad_part.size(1));
+      if (k + 1 == grad_action_parts.size() && saved.size() > log_sigmoid_saved) {
+        target.copy_(at::log_sigmoid_backward(grad_part, saved[log_sigmoid_saved], saved[log_sigmoid_saved + 1]));
+      } else {
+        target.copy_(grad_part);
+      }
+      offset += grad_part.size(1);
+    }
+    grad_h.back() = at::addmm(grad_h.back(), grad_action_logits, action_weight);
   }
   std::vector<Tensor> grad_previous_hidden(layers), grad_previous_cells(lstm ? layers : 0);
   Tensor grad_reading;
