@@ -2,7 +2,7 @@
 both (``--configfile`` files, then ``--config``), validated as a whole before any job runs, and
 written per kind of job as ``results/settings/<reader>.json``.
 
-``resolve`` checks the resolved settings against ``workflow/schemas/config.schema.yaml`` (types,
+``resolve`` checks the resolved settings against ``config.schema.yaml`` beside this module (types,
 bounds, descriptions), builds ``ResolvedSettings`` from them (``stacklm.settings_file.build``:
 each section's frozen dataclass, which owns its defaults and refuses what the schema cannot
 express, such as bounds in order or the CFL grid), then asks each experiment what needs its
@@ -90,7 +90,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).with_name("config.schema.yaml")  # package data; workflow/schemas/ links to it
 PRESET_KEYS = ("preset", "presets")  # choose the preset; not settings any job reads
 STRING_HINT = (
     "(a nested value given with --config arrives as a string: put nested keys in a YAML file"
@@ -171,11 +171,8 @@ def _settings_validator() -> Any:
     import jsonschema
     import yaml
 
-    if not SCHEMA.is_file():  # the package runs from outside its repository (a non-editable install)
-        raise StacklmError(
-            f"the settings schema {SCHEMA} is missing: stacklm reads it from the repository it is installed from;"
-            " install it with `pip install -e .` in that repository (README \"Two commands\")"
-        )
+    if not SCHEMA.is_file():  # an install that left out the package data
+        raise StacklmError(f"the settings schema {SCHEMA} is missing from the installed package: reinstall stacklm (README \"Two commands\")")
     base = jsonschema.Draft202012Validator
     strict = base.TYPE_CHECKER.redefine("integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
     return jsonschema.validators.extend(base, type_checker=strict)(yaml.safe_load(SCHEMA.read_text()))

@@ -194,12 +194,12 @@ def test_the_schema_holds_no_defaults() -> None:
     assert defaults(yaml.safe_load(resolution.SCHEMA.read_text()), "") == []
 
 
-def test_a_missing_schema_names_the_file_and_the_install(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], tmp_path: Path) -> None:
-    missing = tmp_path / "site-packages" / "workflow" / "schemas" / "config.schema.yaml"  # where a non-editable install looks
+def test_a_missing_schema_names_the_file_and_the_fix(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any], tmp_path: Path) -> None:
+    missing = tmp_path / "site-packages" / "stacklm" / "workflow" / "config.schema.yaml"  # an install without the package data
     monkeypatch.setattr(resolution, "SCHEMA", missing)
     resolution._settings_validator.cache_clear()
     try:
-        with pytest.raises(StacklmError, match=r"config\.schema\.yaml is missing.*pip install -e \."):
+        with pytest.raises(StacklmError, match=r"config\.schema\.yaml is missing from the installed package: reinstall stacklm"):
             resolution.resolve(copy.deepcopy(config))
     finally:
         resolution._settings_validator.cache_clear()
@@ -210,3 +210,14 @@ def test_final_seeds_stay_below_the_search_trials_seeds(config: dict[str, Any]) 
     settings["final"]["seeds"] = [1, 2**31]
     with pytest.raises(StacklmError, match=r"config key 'final\.seeds\[1\]': 2147483648 is greater than the maximum"):
         resolution.resolve(settings)
+
+
+def test_the_schema_is_the_packages_and_the_workflow_links_to_it() -> None:
+    """An install without -e copies the package, not workflow/: the schema the settings check
+    against lives in the package, and workflow/schemas/ holds a link to that one file."""
+    package = Path(resolution.__file__).parent
+    assert resolution.SCHEMA == package / "config.schema.yaml" and resolution.SCHEMA.is_file()
+    link = package.parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+    if not link.exists():
+        pytest.skip("not a checkout of the repository: no workflow/ beside the package")
+    assert link.is_symlink() and link.resolve() == resolution.SCHEMA.resolve()
