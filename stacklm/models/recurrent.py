@@ -206,11 +206,7 @@ class RecurrentLanguageModel(LanguageModel):
         if not compiled.available()[0]:
             return self._forward_stepwise(tokens)
         reading_to_output = self.config.reading_to_output
-        updates = length if reading_to_output else max(length - 1, 0)
-        initial = self._initial(batch_size, updates or None, sequence=True)
-        projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
-        masks = self._dropout_masks(length, batch_size)  # (n, L − 1, B, d), drawn at once
-        weights = self._step_weights()  # joined once, not at every step
+        updates, initial, projected, weights, masks = self._sequence_start(tokens)
         steps = SequenceSteps(self, weights, batch_size, length, updates, masks)
         order = steps.order(weights)
         hidden, cells, stack = initial.hidden, initial.cells, initial.stack
@@ -237,18 +233,24 @@ class RecurrentLanguageModel(LanguageModel):
     def _forward_stepwise(self, tokens: Tensor) -> Tensor:
         """``forward`` by ``RecurrentState.advance``, autograd through every operation: where the
         compiled step (``SequenceSteps``) is not built."""
-        batch_size, length = tokens.shape
-        updates = length if self.config.reading_to_output else max(length - 1, 0)
-        state = self._initial(batch_size, updates or None, sequence=True)
-        projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))  # (B, n, gates · d)
-        weights = self._step_weights()  # joined once, not at every step
-        masks = self._dropout_masks(length, batch_size)  # (n, L − 1, B, d), drawn at once
-        step_masks = [None] * length if masks is None else masks.unbind(0)
+        _, state, projected, weights, masks = self._sequence_start(tokens)
+        step_masks = [None] * tokens.size(1) if masks is None else masks.unbind(0)
         outputs = [state.pre_output()]
         for projected_token, step_mask in zip(projected.unbind(1), step_masks):  # unbind: one backward for all steps
             state = state.advance(projected_token, weights, step_mask)
             outputs.append(state.pre_output())
         return self._logits(torch.stack(outputs, dim=1))  # (B, n + 1, V)
+
+    def _sequence_start(self, tokens: Tensor) -> tuple[int, RecurrentState, Tensor, StepWeights, Tensor | None]:
+        """What both whole-sequence forwards of a stack RNN start from: the number of steps whose
+        h^(L)_t drives the stack (n with +R, else n − 1), the initial state, W^(1)'s token columns
+        and biases applied to every x'_t (B, n, gates · d), the steps' weights joined once, and the
+        dropout masks of all steps drawn at once (n, L − 1, B, d)."""
+        batch_size, length = tokens.shape
+        updates = length if self.config.reading_to_output else max(length - 1, 0)
+        initial = self._initial(batch_size, updates or None, sequence=True)
+        projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))
+        return updates, initial, projected, self._step_weights(), self._dropout_masks(length, batch_size)
 
     def _forward_layerwise(self, tokens: Tensor) -> Tensor:
         """Without a stack, each layer runs over the whole sequence before the next starts."""
