@@ -12,6 +12,7 @@ import json
 import math
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, TextIO, TypeVar
 
@@ -134,6 +135,29 @@ def run_each(runs: Sequence[Run], work: Callable[[Run, TextIO | None], None], *,
                 failed.append(f"{run.label}: {error}")
     if failed:
         raise StacklmError(f"{len(failed)} of {len(runs)} runs failed; the others are written. " + "; ".join(failed))
+
+
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """One ``--run`` (a trained run's directory) of an ``evaluate`` command, with its ``--out``
+    and ``--log``."""
+
+    run: Path
+    out: Path
+    log: Path | None
+
+    @property
+    def label(self) -> str:
+        return str(self.run)
+
+
+def evaluated_runs(args: argparse.Namespace) -> list[EvaluatedRun]:
+    """The runs of an ``evaluate`` command: its ``--run`` directories with their ``--out`` files
+    and ``--log`` files (one each, in the same order; no ``--log``: stderr)."""
+    count = len(args.run)
+    outs = per_run("--out", args.out, count, "--run")
+    logs = per_run("--log", args.log, count, "--run", [None] * count)
+    return [EvaluatedRun(run, out, log) for run, out, log in zip(args.run, outs, logs)]
 
 
 def train_each(runs: Sequence[Run], work: Callable[[Run, StopRequest, TextIO | None], None]) -> None:

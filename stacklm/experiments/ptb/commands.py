@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from stacklm.errors import StacklmError, UsageError, located
-from stacklm.experiments.common import add_resource_arguments, per_run, run_each, select_lowest, train_each, write_json
+from stacklm.experiments.common import add_resource_arguments, evaluated_runs, per_run, run_each, select_lowest, train_each, write_json
 from stacklm.settings_file import read_json
 
 SELECTION_KEYS = ("model", "restart", "validation_perplexity", "restarts")
@@ -69,19 +69,6 @@ class PlannedRestart:
         return f"{self.model} restart {self.restart}"
 
 
-@dataclass(frozen=True)
-class PlannedEvaluation:
-    """One trained restart of ``stacklm ptb evaluate``, with the files given for it."""
-
-    run: Path
-    out: Path
-    log: Path | None
-
-    @property
-    def label(self) -> str:
-        return str(self.run)
-
-
 def planned_restarts(args: argparse.Namespace) -> list[PlannedRestart]:
     """A restart per ``--restart``, with the per-restart options in the same order (each checked for its count)."""
     count = len(args.restart)
@@ -111,10 +98,7 @@ def train_command(args: argparse.Namespace) -> int:
 def evaluate_command(args: argparse.Namespace) -> int:
     from stacklm.experiments.ptb.runs import evaluate_restart
 
-    count = len(args.run)
-    outs = per_run("--out", args.out, count, "--run")
-    logs = per_run("--log", args.log, count, "--run", [None] * count)
-    planned = [PlannedEvaluation(run, out, log) for run, out, log in zip(args.run, outs, logs)]
+    planned = evaluated_runs(args)
     device = _device_and_threads(args)
     suites = tuple(args.suites) if args.suites else None
     run_each(planned, lambda run, stream: evaluate_restart(run.run, args.data, args.syntaxgym, run.out, lines=args.lines, suites=suites, device=device, stream=stream))

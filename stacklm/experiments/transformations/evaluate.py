@@ -31,7 +31,7 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments, per_run, run_each
+from stacklm.experiments.common import EvaluatedRun, add_resource_arguments, evaluated_runs, run_each
 from stacklm.settings_file import read_settings
 from stacklm.tasks import Task, get_task
 from stacklm.tasks.example import Example
@@ -51,24 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-@dataclass(frozen=True)
-class EvaluatedRun:
-    """One ``--run`` with its ``--out`` and ``--log``."""
-
-    run_dir: Path
-    out: Path
-    log: Path | None
-
-    @property
-    def label(self) -> str:
-        return str(self.run_dir)
-
-
 def run(args: argparse.Namespace) -> int:
-    count = len(args.run)
-    outs = per_run("--out", args.out, count, "--run")
-    logs = per_run("--log", args.log, count, "--run", [None] * count)
-    runs = [EvaluatedRun(*fields) for fields in zip(args.run, outs, logs)]
+    runs = evaluated_runs(args)
     settings = read_settings(args.settings)
     evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
@@ -76,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     data = TaskData(get_task(args.task), args.data_dir)
 
     def evaluate(run: EvaluatedRun, stream: TextIO | None) -> None:
-        evaluate_run(run.run_dir, run.out, data, evaluation, device)
+        evaluate_run(run.run, run.out, data, evaluation, device)
 
     run_each(runs, evaluate)
     return 0
