@@ -217,7 +217,7 @@ def with_run_columns(table: pa.Table, run: CflRun) -> pa.Table:
 
 
 @dataclass(frozen=True)
-class EvaluatedRun:
+class EvaluatedSelection:
     """One ``--selection`` with its ``--runs``, ``--out`` and ``--log``."""
 
     selection: Path
@@ -235,7 +235,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     runs = per_run("--runs", args.runs, count, "--selection")
     outs = per_run("--out", args.out, count, "--selection")
     logs = per_run("--log", args.log, count, "--selection", [None] * count)
-    evaluated = [EvaluatedRun(*fields) for fields in zip(args.selection, runs, outs, logs)]
+    evaluated = [EvaluatedSelection(*fields) for fields in zip(args.selection, runs, outs, logs)]
     settings = read_settings(args.settings)
     cfl = settings.section("cfl", CflSettings)
     evaluation = settings.section("evaluation", EvaluationSettings)
@@ -247,7 +247,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_run(
-    evaluated: EvaluatedRun, test: CflDataset, cfl: CflSettings, evaluation: EvaluationSettings, device: torch.device, stream: TextIO | None
+    evaluated: EvaluatedSelection, test: CflDataset, cfl: CflSettings, evaluation: EvaluationSettings, device: torch.device, stream: TextIO | None
 ) -> None:
     """Score one model's selected run on the test set and write its metrics Parquet."""
     selection = pd.read_parquet(evaluated.selection)
