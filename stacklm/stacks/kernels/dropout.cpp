@@ -47,7 +47,47 @@ constexpr uint32_t SIGN = 0x80000000u;
 
 // Stream words 4·first … 4·first + BLOCK − 1 (counters first … first + LANES − 1), in stream
 // order: words[4·l + j] is word j of counter first + l.
-#ifdef __AVX2__
+#ifdef __AVX512F__
+// Eight counters per register, one per 64-bit lane holding a 32-bit word in its low half, as in
+// the AVX2 version below: half the instructions.
+void philox_block(uint64_t first, uint64_t seed, uint32_t* __restrict words) {
+  constexpr int64_t REGISTERS = LANES / 8;
+  __m512i c0[REGISTERS], c1[REGISTERS], c2[REGISTERS], c3[REGISTERS];
+  for (int64_t r = 0; r < REGISTERS; ++r) {
+    const __m512i counters = _mm512_add_epi64(_mm512_set1_epi64(first + 8 * r), _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    c0[r] = counters;
+    c1[r] = _mm512_srli_epi64(counters, 32);
+    c2[r] = _mm512_setzero_si512();
+    c3[r] = _mm512_setzero_si512();
+  }
+  const __m512i multiplier0 = _mm512_set1_epi64(M0), multiplier1 = _mm512_set1_epi64(M1);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const __m512i key0 = _mm512_set1_epi64(k0), key1 = _mm512_set1_epi64(k1);
+    for (int64_t r = 0; r < REGISTERS; ++r) {
+      const __m512i product0 = _mm512_mul_epu32(c0[r], multiplier0);
+      const __m512i product1 = _mm512_mul_epu32(c2[r], multiplier1);
+      c0[r] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(product1, 32), c1[r], key0, 0x96);  // a ⊕ b ⊕ c
+      c1[r] = product1;
+      c2[r] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(product0, 32), c3[r], key1, 0x96);
+      c3[r] = product0;
+    }
+    k0 += W0;
+    k1 += W1;
+  }
+  // Within each 128-bit lane, words (w0, w1, w2, w3) of its two counters; then the lanes in counter order.
+  const __m512i first_half = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), second_half = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+  for (int64_t r = 0; r < REGISTERS; ++r) {
+    const __m512i low = _mm512_mask_blend_epi32(0xAAAA, c0[r], _mm512_slli_epi64(c1[r], 32));   // (w0, w1) of each counter
+    const __m512i high = _mm512_mask_blend_epi32(0xAAAA, c2[r], _mm512_slli_epi64(c3[r], 32));  // (w2, w3)
+    const __m512i even = _mm512_unpacklo_epi64(low, high);  // counters 0, 2, 4, 6
+    const __m512i odd = _mm512_unpackhi_epi64(low, high);   // counters 1, 3, 5, 7
+    uint32_t* out = words + 32 * r;
+    _mm512_storeu_si512(out, _mm512_permutex2var_epi64(even, first_half, odd));
+    _mm512_storeu_si512(out + 16, _mm512_permutex2var_epi64(even, second_half, odd));
+  }
+}
+#elif defined(__AVX2__)
 // Four counters per register, one per 64-bit lane holding a 32-bit word in its low half; M·c
 // is then one widening multiply (vpmuludq), which reads only the low halves, so the high halves
 // may hold anything until the words are stored.
