@@ -9,7 +9,8 @@ to ``checkpoint_path``: model, optimizer, schedule, counters, position in the ep
 states and the learning curve so far. A ``checkpoint_scores`` callback, when given, also scores
 the model at each checkpoint (the generalization curves: accuracies on fixed subsets of the
 test and generalization sets); its values join the curve and never steer training. An ``after_step``
-callback, when given, is called after every optimizer step with the model in eval mode and
+callback, when given, is called before the first optimizer step of a fresh run and after every
+optimizer step, with the model in eval mode and
 without gradients (a look at the model in training: DuSell & Chiang (2022)'s Figure 2 logs the stack actions
 every 100 updates); the rows it returns are kept in the training state, so a resumed run keeps
 those of its earlier sessions, and they never steer training either. The same call after a kill continues from there and
@@ -160,7 +161,8 @@ def train(
     fingerprint is refused rather than resumed. When ``stop_request`` is set, the state is saved
     after the current step and ``TrainingInterrupted`` is raised. ``checkpoint_scores()``, called
     with the model in eval mode and without gradients, adds its values to each checkpoint's record;
-    ``after_step(step, epoch)``, called likewise after each optimizer step, returns rows that the
+    ``after_step(step, epoch)``, called likewise after each optimizer step and once before the
+    first (step 0, the initial parameters, when the run starts afresh), returns rows that the
     result's ``step_rows`` keeps (saved with the training state, so a resumed run keeps them).
     """
     if not training or not validation:
@@ -187,6 +189,14 @@ def train(
             _save(checkpoint_path, fingerprint, model, optimizer, state)
         progress.line(summary)
 
+    def log_step() -> None:
+        if after_step is not None:
+            model.eval()
+            with torch.no_grad():
+                state.step_rows.extend(dict(row) for row in after_step(state.step, state.epoch + 1))
+
+    if state.step == 0:  # a fresh run: the initial parameters are step 0
+        log_step()
     while not state.stopped_early and state.epoch < config.max_epochs:
         groups = epoch_groups(lengths, config, seed, state.epoch)
         progress.start_epoch(state.epoch + 1, state.batch_index, len(groups))
@@ -205,10 +215,7 @@ def train(
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip_norm)
             optimizer.step()
-            if after_step is not None:
-                model.eval()
-                with torch.no_grad():
-                    state.step_rows.extend(dict(row) for row in after_step(state.step, state.epoch + 1))
+            log_step()
             state.batch_index = index + 1
             state.examples_seen += batch.size
             state.examples_since_checkpoint += batch.size

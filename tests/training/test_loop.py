@@ -147,7 +147,7 @@ class LoggedRun:
     """An ``after_step`` that logs, at every third step, the model's log-probability of one
     string; ``stop`` at a step requests a stop (SIGTERM) there, ``crash`` raises (a kill)."""
 
-    def __init__(self, model: ToyLanguageModel, stop: StopRequest | None = None, stop_at: int = 0, crash_at: int = 0) -> None:
+    def __init__(self, model: ToyLanguageModel, stop: StopRequest | None = None, stop_at: int = 0, crash_at: int | None = None) -> None:
         self.model, self.stop, self.stop_at, self.crash_at = model, stop, stop_at, crash_at
         self.modes: list[tuple[bool, bool]] = []
 
@@ -163,7 +163,7 @@ class LoggedRun:
         return [{"step": step, "epoch": epoch, "log_probability": float(string_log_probabilities(self.model, batch).sum())}]
 
 
-def logged_run(checkpoint: Path | None = None, stop: StopRequest | None = None, stop_at: int = 0, crash_at: int = 0) -> tuple[ToyLanguageModel, TrainResult, LoggedRun]:
+def logged_run(checkpoint: Path | None = None, stop: StopRequest | None = None, stop_at: int = 0, crash_at: int | None = None) -> tuple[ToyLanguageModel, TrainResult, LoggedRun]:
     model = ToyLanguageModel(3, dropout=0.1)
     model.initialize(torch.Generator().manual_seed(1))
     torch.manual_seed(1)
@@ -176,9 +176,15 @@ def logged_run(checkpoint: Path | None = None, stop: StopRequest | None = None, 
 def test_after_step_sees_every_step_and_changes_nothing() -> None:
     plain_model, plain = toy_run(seed=1)  # with dropout: a step of the log that drew random numbers would show
     model, result, log = logged_run()
-    assert log.modes == [(False, False)] * result.steps
-    assert [row["step"] for row in result.step_rows] == list(range(3, result.steps + 1, 3))
+    assert log.modes == [(False, False)] * (result.steps + 1)  # step 0 (the initial parameters), then every step
+    assert [row["step"] for row in result.step_rows] == list(range(0, result.steps + 1, 3))
     assert {row["epoch"] for row in result.step_rows} == {1, 2, 3}
+    initial = ToyLanguageModel(3, dropout=0.1)
+    initial.initialize(torch.Generator().manual_seed(1))
+    initial.eval()
+    with torch.no_grad():
+        expected = float(string_log_probabilities(initial, make_batch([[0, 0, 1, 1]], [0], eos_index=2)).sum())
+    assert result.step_rows[0] == {"step": 0, "epoch": 1, "log_probability": expected}
     assert result.curve == plain.curve and plain.step_rows == ()
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, plain_model.state_dict()[name])

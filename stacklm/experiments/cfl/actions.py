@@ -1,7 +1,7 @@
 """Figure 2 of DuSell & Chiang (2022): how NS+S and NS+S+U learn their stack actions on marked reversal.
 
-During training, every ``cfl.action_log_every`` updates (the paper: 100, 10 rows per epoch of
-1,000 batches), the model reads one fixed string w = v # v^R and, at each update t = 1 … n − 1
+Before training (update 0) and every ``cfl.action_log_every`` updates (the paper: 100, 10 rows
+per epoch of 1,000 batches), the model reads one fixed string w = v # v^R and, at each update t = 1 … n − 1
 (from h_t, after reading w_t), the probability of each action type is logged
 (:func:`stacklm.models.stack_actions.string_action_types`: a softmax over the log-summed
 weights of all push, all replace and all pop transitions). The correct type is push before

@@ -101,7 +101,7 @@ def read_actions(path: str | Path) -> pd.DataFrame:
     if missing:
         raise StacklmError(f"{path}: not a stack-action log: no column {', '.join(missing)}")
     if frame.empty:
-        raise StacklmError(f"{path}: no stack actions logged (the run trained fewer updates than cfl.action_log_every)")
+        raise StacklmError(f"{path}: no stack actions logged")
     return frame
 
 

@@ -74,7 +74,8 @@ def test_train_logs_the_actions_of_the_fixed_string_and_trains_the_same(folder: 
     assert list(actions.columns) == ACTIONS_SCHEMA.names
     tokens = logged_string(LANGUAGE.name)
     positions = len(tokens) - 1
-    assert actions["update"].tolist() == [3] * positions + [6] * positions and actions["epoch"].tolist() == [1] * positions + [2] * positions
+    assert actions["update"].tolist() == [0] * positions + [3] * positions + [6] * positions  # 0: the initial parameters
+    assert actions["epoch"].tolist() == [1] * 2 * positions + [2] * positions
     assert set(actions["architecture"]) == {architecture} and set(actions["setting"]) == {"lr0.01-r1"}
     first = actions[actions["update"] == 3]
     assert first["position"].tolist() == list(range(1, positions + 1))
