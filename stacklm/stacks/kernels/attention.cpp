@@ -61,6 +61,17 @@ namespace stacklm_dropout {
 // dropout.cpp: round(p · 2³²), and words first_word … first_word + count − 1 of the Philox stream keyed by seed.
 uint32_t threshold(double p);
 void stream_words(int64_t first_word, int64_t count, uint64_t seed, uint32_t* words);
+// dropout.cpp's kernels of the ops dropout_add_norm, its backward, relu_dropout and its backward,
+// writing where they are told (the sum s into total, the gradients into grad_sum and grad_input;
+// the last two over their input).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm_into(
+    const at::Tensor* residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps, double p, int64_t seed,
+    const at::Tensor& total);
+std::tuple<at::Tensor, at::Tensor> dropout_add_norm_backward_into(
+    const at::Tensor* grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight, const at::Tensor& mean,
+    const at::Tensor& rstd, const at::Tensor& keep, double p, const at::Tensor& grad_sum, const at::Tensor& grad_input);
+void relu_dropout_(const at::Tensor& input, double p, int64_t seed);
+void relu_dropout_backward_(const at::Tensor& grad, const at::Tensor& output, double p);
 }  // namespace stacklm_dropout
 
 namespace {
@@ -533,42 +544,6 @@ at::Tensor backward(const at::Tensor& grad_out, const at::Tensor& projected, con
   return grad_projected;
 }
 
-// dropout.cpp's kernels, through the dispatcher (they are defined in that file's own namespace).
-using NormOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-using NormGradients = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-NormOutputs dropout_add_norm(
-    const at::Tensor& residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps, double p, int64_t seed) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("stacklm_dropout::dropout_add_norm", "")
-                             .typed<NormOutputs(const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double, double, int64_t)>();
-  return op.call(residual, input, weight, bias, eps, p, seed);
-}
-
-NormGradients dropout_add_norm_backward(
-    const std::optional<at::Tensor>& grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight,
-    const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& keep, double p) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("stacklm_dropout::dropout_add_norm_backward", "")
-                             .typed<NormGradients(
-                                 const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, const at::Tensor&, double)>();
-  return op.call(grad_total, grad_normed, total, weight, mean, rstd, keep, p);
-}
-
-at::Tensor relu_dropout(const at::Tensor& input, double p, int64_t seed) {
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("stacklm_dropout::relu_dropout", "").typed<at::Tensor(const at::Tensor&, double, int64_t)>();
-  return op.call(input, p, seed);
-}
-
-at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& output, double p) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("stacklm_dropout::relu_dropout_backward", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
-  return op.call(grad, output, p);
-}
-
 // The gradients of addmm(bias, inputs, weightᵀ) from grad (rows, out), as autograd computes them
 // for F.linear: (grad · weight, gradᵀ · inputs, Σ_rows grad), grad · weight written into `into`
 // (rows, in), storage the caller no longer reads: memory the layer wrote moments ago, still in the
@@ -614,15 +589,17 @@ std::vector<at::Tensor> layer_forward(
   const auto [attended, probabilities] = forward(projected, heads, p, keys[0]);
   const at::Tensor attended_rows = attended.view({rows, width});
   const at::Tensor sublayer = at::addmm(parameters[out_bias], attended_rows, parameters[out_weight].t()).view({batch, length, width});
-  const auto [middle, middle_normed, middle_mean, middle_rstd, middle_keep] =
-      dropout_add_norm(x, sublayer, parameters[norm_weight], parameters[norm_bias], feedforward_eps, p, keys[1]);
+  const at::Tensor middle = at::empty_like(x);
+  const auto [middle_normed, middle_mean, middle_rstd, middle_keep] = stacklm_dropout::dropout_add_norm_into(
+      &x, sublayer, parameters[norm_weight], parameters[norm_bias], feedforward_eps, p, keys[1], middle);
   const at::Tensor feedforward_inputs = middle_normed.view({rows, width});
-  const at::Tensor hidden = relu_dropout(at::addmm(parameters[expand_bias], feedforward_inputs, parameters[expand_weight].t()), p, keys[2]);  // (rows, 2d)
+  const at::Tensor hidden = at::addmm(parameters[expand_bias], feedforward_inputs, parameters[expand_weight].t());  // (rows, 2d)
+  stacklm_dropout::relu_dropout_(hidden, p, keys[2]);  // over W₁ x + b₁, which nothing else reads
   at::Tensor feedforward = sublayer.view({rows, width});  // read by nothing after the first norm: W₂ h + b₂ goes there
   at::addmm_out(feedforward, parameters[project_bias], hidden, parameters[project_weight].t());
-  feedforward = feedforward.view({batch, length, width});
-  const auto [output, output_normed, output_mean, output_rstd, output_keep] =
-      dropout_add_norm(middle, feedforward, parameters[next_weight], parameters[next_bias], next_eps, p, keys[3]);
+  const at::Tensor output = feedforward.view({batch, length, width});  // x'' over W₂ h + b₂, which nothing else reads
+  const auto [output_normed, output_mean, output_rstd, output_keep] = stacklm_dropout::dropout_add_norm_into(
+      &middle, output, parameters[next_weight], parameters[next_bias], next_eps, p, keys[3], output);
   return {output, output_normed,
           inputs, weight, projected, probabilities, attended_rows, parameters[out_weight], middle, parameters[norm_weight], middle_mean,
           middle_rstd, middle_keep, feedforward_inputs, parameters[expand_weight], hidden, parameters[project_weight], output,
@@ -639,17 +616,20 @@ std::vector<at::Tensor> layer_backward(
   const int64_t batch = middle.size(0), length = middle.size(1), width = middle.size(2), rows = batch * length;
   const std::optional<at::Tensor> grad_total = grad_output.has_value() ? std::optional<at::Tensor>(grad_output->contiguous()) : std::nullopt;
   const at::Tensor grad_normed = grad_output_normed.has_value() ? grad_output_normed->contiguous() : at::zeros_like(saved[saved_output]);
-  const auto [grad_middle, grad_feedforward, grad_next_weight, grad_next_bias] = dropout_add_norm_backward(
-      grad_total, grad_normed, saved[saved_output], saved[saved_next_weight], saved[saved_output_mean], saved[saved_output_rstd],
-      saved[saved_output_keep], p);
-  const auto [grad_hidden, grad_project_weight, grad_project_bias] = linear_backward(
+  const at::Tensor grad_middle = at::empty_like(middle), grad_feedforward = at::empty_like(middle);
+  const auto [grad_next_weight, grad_next_bias] = stacklm_dropout::dropout_add_norm_backward_into(
+      grad_total.has_value() ? &*grad_total : nullptr, grad_normed, saved[saved_output], saved[saved_next_weight], saved[saved_output_mean],
+      saved[saved_output_rstd], saved[saved_output_keep], p, grad_middle, grad_feedforward);
+  const auto [grad_expanded, grad_project_weight, grad_project_bias] = linear_backward(
       grad_feedforward.view({rows, width}), saved[saved_hidden], saved[saved_project_weight], at::empty({rows, 2 * width}, middle.options()));
-  const at::Tensor grad_expanded = relu_dropout_backward(grad_hidden, saved[saved_hidden], p);
+  stacklm_dropout::relu_dropout_backward_(grad_expanded, saved[saved_hidden], p);  // over the gradient of h
   const auto [grad_middle_normed, grad_expand_weight, grad_expand_bias] =
       linear_backward(grad_expanded, saved[saved_feedforward_inputs], saved[saved_expand_weight], grad_feedforward.view({rows, width}));
-  const auto [grad_x, grad_sublayer, grad_norm_weight, grad_norm_bias] = dropout_add_norm_backward(
-      grad_middle, grad_middle_normed.view({batch, length, width}), middle, saved[saved_norm_weight], saved[saved_middle_mean],
-      saved[saved_middle_rstd], saved[saved_middle_keep], p);
+  // The gradients of x and of the sublayer over those of x' and LN(x'), which nothing reads after.
+  const at::Tensor grad_x = grad_middle, grad_sublayer = grad_middle_normed.view({batch, length, width});
+  const auto [grad_norm_weight, grad_norm_bias] = stacklm_dropout::dropout_add_norm_backward_into(
+      &grad_middle, grad_sublayer, middle, saved[saved_norm_weight], saved[saved_middle_mean], saved[saved_middle_rstd], saved[saved_middle_keep],
+      p, grad_x, grad_sublayer);
   const auto [grad_attended, grad_out_weight, grad_out_bias] = linear_backward(
       grad_sublayer.view({rows, width}), saved[saved_attended], saved[saved_out_weight], matrix_of(grad_expanded, rows, width));
   const at::Tensor grad_projected = backward(grad_attended.view({batch, length, width}), saved[saved_projected], saved[saved_probabilities], heads, p);

@@ -184,21 +184,24 @@ enum class Mode { plain, add, relu };
 
 // out[i] = input[i] · mask_i / (1 − p), plus residual[i] (add), or with max(input[i], 0) (relu),
 // for the elements of one block; residual is read only by add, keep (mask_i as 0 or 1) written
-// where it is given.
+// where it is given. out may be input (each element is read before it is written).
 template <Mode mode, typename scalar_t>
 void apply_block(
-    int64_t block, uint64_t seed, int32_t signed_cut, scalar_t scale, const scalar_t* __restrict input,
-    const scalar_t* __restrict residual, scalar_t* __restrict out, uint8_t* __restrict keep, int64_t count) {
+    int64_t block, uint64_t seed, int32_t signed_cut, scalar_t scale, const scalar_t* input, const scalar_t* __restrict residual,
+    scalar_t* out, uint8_t* __restrict keep, int64_t count) {
   uint32_t words[BLOCK];
   scalar_t factors[BLOCK];
   philox_block(static_cast<uint64_t>(block) * LANES, seed, words);
   // word ≥ T as a signed comparison (AVX2 compares signed 32-bit integers only).
   for (int64_t j = 0; j < BLOCK; ++j) factors[j] = static_cast<int32_t>(words[j] ^ SIGN) >= signed_cut ? scale : scalar_t(0);
   if constexpr (mode == Mode::add) {
+#pragma omp simd
     for (int64_t j = 0; j < count; ++j) out[j] = residual[j] + input[j] * factors[j];
   } else if constexpr (mode == Mode::relu) {
+#pragma omp simd
     for (int64_t j = 0; j < count; ++j) out[j] = std::max(input[j], scalar_t(0)) * factors[j];
   } else {
+#pragma omp simd
     for (int64_t j = 0; j < count; ++j) out[j] = input[j] * factors[j];
   }
   if (keep != nullptr) {
@@ -207,7 +210,7 @@ void apply_block(
 }
 
 template <Mode mode, typename scalar_t>
-void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64_t size, double p, uint64_t seed, uint8_t* keep = nullptr) {
+void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64_t size, double p, uint64_t seed, uint8_t* keep) {
   const int32_t signed_cut = static_cast<int32_t>(threshold(p) ^ SIGN);
   const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
   at::parallel_for(0, (size + BLOCK - 1) / BLOCK, 256, [&](int64_t begin, int64_t end) {
@@ -220,63 +223,63 @@ void apply(const scalar_t* input, const scalar_t* residual, scalar_t* out, int64
   });
 }
 
-at::Tensor dropout(const at::Tensor& input, double p, int64_t seed) {
-  TORCH_CHECK(input.is_cpu() && input.is_contiguous(), "dropout: a contiguous CPU tensor");
-  TORCH_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1)");
-  at::Tensor out = at::empty_like(input);
+// The mode's dropout of input (plain, residual + Dropout(input), Dropout(ReLU(input))) into out,
+// a contiguous tensor of input's shape and dtype (input itself to write over it), the mask as 0/1
+// bytes into keep where it is given: the checks and the kernel of every op below that draws a mask.
+template <Mode mode>
+void drop(const char* name, const at::Tensor& input, const at::Tensor* residual, double p, int64_t seed, const at::Tensor& out, uint8_t* keep) {
+  TORCH_CHECK(input.is_cpu() && input.is_contiguous(), name, ": a contiguous CPU tensor");
+  TORCH_CHECK(residual == nullptr || (residual->is_contiguous() && residual->sizes() == input.sizes() && residual->scalar_type() == input.scalar_type()),
+              name, ": the residual must be contiguous, of the input's shape and dtype");
+  TORCH_CHECK(p >= 0 && p < 1, name, ": p must lie in [0, 1)");
   AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout", [&] {
-    apply<Mode::plain, scalar_t>(input.data_ptr<scalar_t>(), nullptr, out.data_ptr<scalar_t>(), input.numel(), p, static_cast<uint64_t>(seed));
+    apply<mode, scalar_t>(
+        input.data_ptr<scalar_t>(), residual == nullptr ? nullptr : residual->data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), input.numel(), p,
+        static_cast<uint64_t>(seed), keep);
   });
+}
+
+at::Tensor dropout(const at::Tensor& input, double p, int64_t seed) {
+  at::Tensor out = at::empty_like(input);
+  drop<Mode::plain>("dropout", input, nullptr, p, seed, out, nullptr);
   return out;
 }
 
 at::Tensor dropout_add(const at::Tensor& residual, const at::Tensor& input, double p, int64_t seed) {
-  TORCH_CHECK(input.is_cpu() && input.is_contiguous() && residual.is_contiguous(), "dropout_add: contiguous CPU tensors");
-  TORCH_CHECK(residual.sizes() == input.sizes() && residual.scalar_type() == input.scalar_type(), "dropout_add: one shape and dtype");
-  TORCH_CHECK(p >= 0 && p < 1, "dropout_add: p must lie in [0, 1)");
   at::Tensor out = at::empty_like(input);
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout_add", [&] {
-    apply<Mode::add, scalar_t>(
-        input.data_ptr<scalar_t>(), residual.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), input.numel(), p,
-        static_cast<uint64_t>(seed));
-  });
+  drop<Mode::add>("dropout_add", input, &residual, p, seed, out, nullptr);
   return out;
 }
 
-// grad_input[i] = grad[i] · scale where output[i] > 0, else 0.
+// Dropout(ReLU(input)), the mask of dropout(input, p, seed).
+at::Tensor relu_dropout(const at::Tensor& input, double p, int64_t seed) {
+  at::Tensor out = at::empty_like(input);
+  drop<Mode::relu>("relu_dropout", input, nullptr, p, seed, out, nullptr);
+  return out;
+}
+
+// gi[i] = g[i] · scale where o[i] > 0, else 0, for i < size (gi may be g).
 template <typename scalar_t>
-void pass_positive(const scalar_t* grad, const scalar_t* output, scalar_t* grad_input, int64_t size, scalar_t scale) {
+void pass_positive(const scalar_t* g, const scalar_t* o, scalar_t* gi, int64_t size, scalar_t scale) {
   at::parallel_for(0, size, 16384, [=](int64_t begin, int64_t end) {
-    // restrict on the lambda's own pointers: a captured copy loses it, and the loop then runs a scalar at a time
-    const scalar_t* __restrict g = grad;
-    const scalar_t* __restrict o = output;
-    scalar_t* __restrict gi = grad_input;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) gi[i] = g[i] * (o[i] > scalar_t(0) ? scale : scalar_t(0));
   });
 }
 
-// Dropout(ReLU(input)), the mask of dropout(input, p, seed).
-at::Tensor relu_dropout(const at::Tensor& input, double p, int64_t seed) {
-  TORCH_CHECK(input.is_cpu() && input.is_contiguous(), "relu_dropout: a contiguous CPU tensor");
-  TORCH_CHECK(p >= 0 && p < 1, "relu_dropout: p must lie in [0, 1)");
-  at::Tensor out = at::empty_like(input);
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "relu_dropout", [&] {
-    apply<Mode::relu, scalar_t>(input.data_ptr<scalar_t>(), nullptr, out.data_ptr<scalar_t>(), input.numel(), p, static_cast<uint64_t>(seed));
-  });
-  return out;
-}
-
-// The gradient of relu_dropout's input from its output: grad / (1 − p) where the output is > 0
-// (input > 0 and kept), else 0; no mask to draw again.
-at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& output, double p) {
+// The gradient of relu_dropout's input from its output into grad_input (grad itself to write over
+// it): grad / (1 − p) where the output is > 0 (input > 0 and kept), else 0; no mask to draw again.
+void pass_positive(const at::Tensor& grad, const at::Tensor& output, double p, const at::Tensor& grad_input) {
   TORCH_CHECK(grad.is_contiguous() && output.is_contiguous() && grad.sizes() == output.sizes(), "relu_dropout_backward: contiguous tensors of one shape");
-  at::Tensor grad_input = at::empty_like(grad);
   AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "relu_dropout_backward", [&] {
     pass_positive<scalar_t>(
-        grad.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(), grad.numel(),
-        static_cast<scalar_t>(1.0 / (1.0 - p)));
+        grad.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(), grad_input.data_ptr<scalar_t>(), grad.numel(), static_cast<scalar_t>(1.0 / (1.0 - p)));
   });
+}
+
+at::Tensor relu_dropout_backward(const at::Tensor& grad, const at::Tensor& output, double p) {
+  at::Tensor grad_input = at::empty_like(grad);
+  pass_positive(grad, output, p, grad_input);
   return grad_input;
 }
 
@@ -396,42 +399,10 @@ void normalize_rows(
   });
 }
 
-// s = residual + Dropout(input) (Dropout(input) without a residual) and LN(s) over the last
-// dimension: (s, LN(s), μ, ρ, keep), keep the mask as 0/1 bytes (the mask of dropout_add).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm(
-    const std::optional<at::Tensor>& residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
-    double p, int64_t seed) {
-  TORCH_CHECK(input.is_cpu() && input.is_contiguous() && input.dim() >= 1, "dropout_add_norm: a contiguous CPU tensor");
-  TORCH_CHECK(!residual.has_value() || (residual->is_contiguous() && residual->sizes() == input.sizes() && residual->scalar_type() == input.scalar_type()),
-              "dropout_add_norm: the residual must be contiguous, of the input's shape and dtype");
-  const int64_t width = input.size(-1);
-  TORCH_CHECK(weight.is_contiguous() && bias.is_contiguous() && weight.numel() == width && bias.numel() == width &&
-                  weight.scalar_type() == input.scalar_type() && bias.scalar_type() == input.scalar_type(),
-              "dropout_add_norm: weight and bias of the last dimension's size and the input's dtype");
-  TORCH_CHECK(p >= 0 && p < 1, "dropout_add_norm: p must lie in [0, 1)");
-  const int64_t rows = width == 0 ? 0 : input.numel() / width;
-  at::Tensor total = at::empty_like(input), normed = at::empty_like(input);
-  at::Tensor mean = at::empty({rows}, input.options()), rstd = at::empty({rows}, input.options());
-  at::Tensor keep = at::empty(input.sizes(), input.options().dtype(at::kByte));
-  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout_add_norm", [&] {
-    scalar_t* total_data = total.data_ptr<scalar_t>();
-    if (residual.has_value()) {
-      apply<Mode::add, scalar_t>(
-          input.data_ptr<scalar_t>(), residual->data_ptr<scalar_t>(), total_data, input.numel(), p, static_cast<uint64_t>(seed),
-          keep.data_ptr<uint8_t>());
-    } else {
-      apply<Mode::plain, scalar_t>(input.data_ptr<scalar_t>(), nullptr, total_data, input.numel(), p, static_cast<uint64_t>(seed), keep.data_ptr<uint8_t>());
-    }
-    normalize_rows<scalar_t>(
-        total_data, weight.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), normed.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(),
-        rstd.data_ptr<scalar_t>(), rows, width, eps);
-  });
-  return {total, normed, mean, rstd, keep};
-}
-
 // The backward of dropout_add_norm for rows begin … end − 1, adding Σ dLN · x̂ and Σ dLN into grad_weight and grad_bias:
 //   dx̂ = dLN · weight,   ds = ρ (dx̂ − mean(dx̂) − x̂ · mean(dx̂ · x̂)) + (the gradient of s),   x̂ = (s − μ) ρ,
 //   d residual = ds,   d input = ds · mask / (1 − p),   d weight = Σ_rows dLN · x̂,   d bias = Σ_rows dLN.
+// grad_sum may be grad_total and grad_input grad_normed: a row's elements are all read before it writes any.
 template <typename scalar_t>
 void norm_backward_rows(
     int64_t begin, int64_t end, int64_t width, const scalar_t* grad_total, const scalar_t* grad_normed, const scalar_t* total,
@@ -444,7 +415,7 @@ void norm_backward_rows(
   for (; row + V <= end; row += V) {
     const int64_t offset = row * width;
     const scalar_t* __restrict s = total + offset;
-    const scalar_t* __restrict g = grad_normed + offset;
+    const scalar_t* g = grad_normed + offset;
     const Vector mu = load(mean + row), rho = load(rstd + row);
     Vector grad_means[V], grad_dots[V];
     for (int64_t r = 0; r < V; ++r) grad_means[r] = grad_dots[r] = Vector{};
@@ -476,11 +447,11 @@ void norm_backward_rows(
     for (int64_t r = 0; r < V; ++r) {
       const int64_t at = offset + r * width;
       const scalar_t* __restrict s_r = total + at;
-      const scalar_t* __restrict g_r = grad_normed + at;
-      scalar_t* __restrict out_sum = grad_sum + at;
-      scalar_t* __restrict out_input = grad_input + at;
+      const scalar_t* g_r = grad_normed + at;
+      scalar_t* out_sum = grad_sum + at;
+      scalar_t* out_input = grad_input + at;
       const uint8_t* __restrict kept = keep + at;
-      const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + at;
+      const scalar_t* incoming = grad_total == nullptr ? nullptr : grad_total + at;
       const scalar_t mu_r = mu[r], rho_r = rho[r], mean_r = grad_mean[r], dot_r = grad_dot[r];
       for (int64_t j = 0; j < whole; j += V) {
         Vector value = rho_r * (load(g_r + j) * load(weight + j) - mean_r - (load(s_r + j) - mu_r) * rho_r * dot_r);
@@ -498,7 +469,7 @@ void norm_backward_rows(
   for (; row < end; ++row) {  // the last rows one at a time
     const int64_t offset = row * width;
     const scalar_t* __restrict s = total + offset;
-    const scalar_t* __restrict g = grad_normed + offset;
+    const scalar_t* g = grad_normed + offset;
     const scalar_t mu = mean[row], rho = rstd[row];
     Vector grad_means{}, grad_dots{};
     for (int64_t j = 0; j < whole; j += V) {
@@ -518,10 +489,10 @@ void norm_backward_rows(
     }
     grad_mean *= inverse_width;
     grad_dot *= inverse_width;
-    scalar_t* __restrict out_sum = grad_sum + offset;
-    scalar_t* __restrict out_input = grad_input + offset;
+    scalar_t* out_sum = grad_sum + offset;
+    scalar_t* out_input = grad_input + offset;
     const uint8_t* __restrict kept = keep + offset;
-    const scalar_t* __restrict incoming = grad_total == nullptr ? nullptr : grad_total + offset;
+    const scalar_t* incoming = grad_total == nullptr ? nullptr : grad_total + offset;
     for (int64_t j = 0; j < whole; j += V) {
       Vector value = rho * (load(g + j) * load(weight + j) - grad_mean - (load(s + j) - mu) * rho * grad_dot);
       if (incoming != nullptr) value += load(incoming + j);
@@ -536,21 +507,58 @@ void norm_backward_rows(
   }
 }
 
+}  // namespace
+
+// What attention.cpp's layer_forward and layer_backward call directly (no dispatcher), each with
+// its outputs' storage given: memory the caller wrote moments ago, still in the caches, where a
+// fresh tensor is memory last used far back in the step.
+namespace stacklm_dropout {
+
+// s = residual + Dropout(input) (Dropout(input) without a residual) into total (input itself to
+// write over it) and LN(s) over the last dimension: (LN(s), μ, ρ, keep), keep the mask as 0/1 bytes
+// (the mask of dropout_add).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm_into(
+    const at::Tensor* residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps, double p, int64_t seed,
+    const at::Tensor& total) {
+  TORCH_CHECK(input.dim() >= 1 && total.is_contiguous() && total.sizes() == input.sizes() && total.scalar_type() == input.scalar_type(),
+              "dropout_add_norm: the sum's storage contiguous, of the input's shape and dtype");
+  const int64_t width = input.size(-1);
+  TORCH_CHECK(weight.is_contiguous() && bias.is_contiguous() && weight.numel() == width && bias.numel() == width &&
+                  weight.scalar_type() == input.scalar_type() && bias.scalar_type() == input.scalar_type(),
+              "dropout_add_norm: weight and bias of the last dimension's size and the input's dtype");
+  at::Tensor keep = at::empty(input.sizes(), input.options().dtype(at::kByte));
+  if (residual != nullptr) {
+    drop<Mode::add>("dropout_add_norm", input, residual, p, seed, total, keep.data_ptr<uint8_t>());
+  } else {
+    drop<Mode::plain>("dropout_add_norm", input, nullptr, p, seed, total, keep.data_ptr<uint8_t>());
+  }
+  const int64_t rows = width == 0 ? 0 : input.numel() / width;
+  at::Tensor normed = at::empty_like(input), mean = at::empty({rows}, input.options()), rstd = at::empty({rows}, input.options());
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "dropout_add_norm", [&] {
+    normalize_rows<scalar_t>(
+        total.data_ptr<scalar_t>(), weight.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), normed.data_ptr<scalar_t>(), mean.data_ptr<scalar_t>(),
+        rstd.data_ptr<scalar_t>(), rows, width, eps);
+  });
+  return {normed, mean, rstd, keep};
+}
+
 // The backward of dropout_add_norm from the gradients of s (none where only LN reads s) and of
-// LN(s): (d residual, d input, d weight, d bias), the sums over rows in per-thread partial sums.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm_backward(
-    const std::optional<at::Tensor>& grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight,
-    const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& keep, double p) {
-  TORCH_CHECK(grad_normed.is_contiguous() && total.is_contiguous() && keep.is_contiguous() && grad_normed.sizes() == total.sizes() &&
-                  keep.sizes() == total.sizes(),
+// LN(s): d residual into grad_sum, d input into grad_input (either may be the storage of a
+// gradient it is computed from: grad_sum grad_total's, grad_input grad_normed's), and (d weight,
+// d bias), the sums over rows in per-thread partial sums.
+std::tuple<at::Tensor, at::Tensor> dropout_add_norm_backward_into(
+    const at::Tensor* grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight, const at::Tensor& mean,
+    const at::Tensor& rstd, const at::Tensor& keep, double p, const at::Tensor& grad_sum, const at::Tensor& grad_input) {
+  TORCH_CHECK(grad_normed.is_contiguous() && total.is_contiguous() && keep.is_contiguous() && grad_sum.is_contiguous() && grad_input.is_contiguous() &&
+                  grad_normed.sizes() == total.sizes() && keep.sizes() == total.sizes() && grad_sum.sizes() == total.sizes() &&
+                  grad_input.sizes() == total.sizes(),
               "dropout_add_norm_backward: contiguous tensors of one shape");
-  TORCH_CHECK(!grad_total.has_value() || (grad_total->is_contiguous() && grad_total->sizes() == total.sizes()),
+  TORCH_CHECK(grad_total == nullptr || (grad_total->is_contiguous() && grad_total->sizes() == total.sizes()),
               "dropout_add_norm_backward: the gradient of the sum must be contiguous, of its shape");
   const int64_t width = total.size(-1), rows = width == 0 ? 0 : total.numel() / width;
-  at::Tensor grad_sum = at::empty_like(total), grad_input = at::empty_like(total);
   at::Tensor partial = at::zeros({at::get_num_threads(), 2, width}, total.options());  // per thread: Σ dLN · x̂, Σ dLN
   AT_DISPATCH_FLOATING_TYPES(total.scalar_type(), "dropout_add_norm_backward", [&] {
-    const scalar_t* grad_total_data = grad_total.has_value() ? grad_total->data_ptr<scalar_t>() : nullptr;
+    const scalar_t* grad_total_data = grad_total != nullptr ? grad_total->data_ptr<scalar_t>() : nullptr;
     scalar_t* partial_data = partial.data_ptr<scalar_t>();
     const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
     at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
@@ -561,17 +569,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm_back
           grad_input.data_ptr<scalar_t>(), grad_weight, grad_weight + width);
     });
   });
-  at::Tensor sums = partial.sum(0);  // (2, width)
-  return {grad_sum, grad_input, sums[0], sums[1]};
+  const at::Tensor sums = partial.size(0) == 1 ? partial[0] : partial.sum(0);  // (2, width)
+  return {sums[0], sums[1]};
 }
 
-}  // namespace
+// Dropout(ReLU(input)) written over input.
+void relu_dropout_(const at::Tensor& input, double p, int64_t seed) { drop<Mode::relu>("relu_dropout", input, nullptr, p, seed, input, nullptr); }
+
+// relu_dropout's backward written over grad.
+void relu_dropout_backward_(const at::Tensor& grad, const at::Tensor& output, double p) { pass_positive(grad, output, p, grad); }
+
+// The ops: fresh outputs.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm(
+    const std::optional<at::Tensor>& residual, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+    double p, int64_t seed) {
+  at::Tensor total = at::empty_like(input);
+  auto [normed, mean, rstd, keep] = dropout_add_norm_into(residual.has_value() ? &*residual : nullptr, input, weight, bias, eps, p, seed, total);
+  return {total, normed, mean, rstd, keep};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dropout_add_norm_backward(
+    const std::optional<at::Tensor>& grad_total, const at::Tensor& grad_normed, const at::Tensor& total, const at::Tensor& weight,
+    const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& keep, double p) {
+  at::Tensor grad_sum = at::empty_like(total), grad_input = at::empty_like(total);
+  auto [grad_weight, grad_bias] = dropout_add_norm_backward_into(
+      grad_total.has_value() ? &*grad_total : nullptr, grad_normed, total, weight, mean, rstd, keep, p, grad_sum, grad_input);
+  return {grad_sum, grad_input, grad_weight, grad_bias};
+}
+
+}  // namespace stacklm_dropout
 
 TORCH_LIBRARY(stacklm_dropout, library) {
   library.def("dropout", &dropout);
   library.def("dropout_add", &dropout_add);
   library.def("relu_dropout", &relu_dropout);
   library.def("relu_dropout_backward", &relu_dropout_backward);
-  library.def("dropout_add_norm", &dropout_add_norm);
-  library.def("dropout_add_norm_backward", &dropout_add_norm_backward);
+  library.def("dropout_add_norm", &stacklm_dropout::dropout_add_norm);
+  library.def("dropout_add_norm_backward", &stacklm_dropout::dropout_add_norm_backward);
 }
