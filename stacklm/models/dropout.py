@@ -33,6 +33,11 @@ def draw_key() -> int:
     return int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64))
 
 
+def draw_keys(count: int) -> list[int]:
+    """``count`` keys in one draw: those of ``count`` calls of :func:`draw_key`, the generator left as they leave it."""
+    return torch.randint(-(2**63), 2**63 - 1, (count,), dtype=torch.int64).tolist()
+
+
 def uses_kernel(x: Tensor) -> bool:
     """Whether dropout of tensors like ``x`` runs on the compiled kernel (building it on first use)."""
     global _warned

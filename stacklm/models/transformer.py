@@ -34,11 +34,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
-from stacklm.models.dropout import Dropout, ReLUDropout, draw_key, dropout
+from stacklm.models.dropout import Dropout, ReLUDropout, draw_keys, dropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
-from stacklm.models.transformer_attention import LayerSettings, attention_layer, causal_attention, uses_attention_kernel
+from stacklm.models.transformer_attention import LayerSettings, attention_layers, causal_attention, uses_attention_kernel
 from stacklm.stacks.base import StackState
 
 
@@ -216,22 +216,22 @@ class Block(nn.Module):
         x ← x + Dropout(Sublayer(LN(x))), then x ← x + Dropout(FFN(LN(x))): each add in one call
         with the layer norm that reads its sum (the FFN's, then the next layer's or the final one).
         An attention layer in training runs as one autograd node on the kernels where they run
-        (``attention_layer``: the same operations, so the same results)."""
+        (:func:`run_as_one_node`: the same operations, so the same results)."""
         if self._runs_as_one_node(x, next_norm):
-            assert isinstance(self.sublayer, CausalSelfAttention)
-            attention, feedforward = self.sublayer, self.feedforward
-            parameters = [
-                attention.query.weight, attention.key.weight, attention.value.weight,
-                attention.query.bias, attention.key.bias, attention.value.bias, attention.out.weight, attention.out.bias,
-                self.feedforward_norm.weight, self.feedforward_norm.bias, feedforward.expand.weight, feedforward.expand.bias,
-                feedforward.project.weight, feedforward.project.bias, next_norm.weight, next_norm.bias,
-            ]  # fmt: skip
-            # Drawn in the order of the modules' forward: attention, first residual, ReLU, second residual.
-            keys = (draw_key(), draw_key(), draw_key(), draw_key())
-            settings = LayerSettings(attention.num_heads, self.dropout.p, self.feedforward_norm.eps, next_norm.eps, keys)
-            return attention_layer(x.contiguous(), normed.contiguous(), parameters, settings)
+            return run_as_one_node([(self, next_norm)], x, normed)
         x, normed = self.dropout.add_norm(x, self.sublayer(normed), self.feedforward_norm)
         return self.dropout.add_norm(x, self.feedforward(normed), next_norm)
+
+    def _layer_parameters(self, next_norm: nn.LayerNorm) -> list[Tensor]:
+        """The parameters ``attention_layers`` takes for this layer, in its order."""
+        attention, feedforward = self.sublayer, self.feedforward
+        assert isinstance(attention, CausalSelfAttention)
+        return [
+            attention.query.weight, attention.key.weight, attention.value.weight,
+            attention.query.bias, attention.key.bias, attention.value.bias, attention.out.weight, attention.out.bias,
+            self.feedforward_norm.weight, self.feedforward_norm.bias, feedforward.expand.weight, feedforward.expand.bias,
+            feedforward.project.weight, feedforward.project.bias, next_norm.weight, next_norm.bias,
+        ]  # fmt: skip
 
     def _runs_as_one_node(self, x: Tensor, next_norm: nn.LayerNorm) -> bool:
         """Whether ``forward`` runs as one ``attention_layer`` call: an attention layer, in training with
@@ -254,6 +254,18 @@ class Block(nn.Module):
         layer_norm_(self.feedforward_norm)
         self.sublayer.initialize(generator)
         self.feedforward.initialize(generator, self.xavier_feedforward)
+
+
+def run_as_one_node(layers: list[tuple[Block, nn.LayerNorm]], x: Tensor, normed: Tensor) -> tuple[Tensor, Tensor]:
+    """Blocks in a row, each with its next norm and ``_runs_as_one_node``, as one ``attention_layers``
+    node: the keys drawn in the order of the modules' forwards (per layer: attention, first residual,
+    ReLU, second residual), in one draw."""
+    parameters = [parameter for block, next_norm in layers for parameter in block._layer_parameters(next_norm)]
+    eps = tuple(value for block, next_norm in layers for value in (block.feedforward_norm.eps, next_norm.eps))
+    first = layers[0][0]
+    assert isinstance(first.sublayer, CausalSelfAttention)
+    settings = LayerSettings(first.sublayer.num_heads, first.dropout.p, eps, tuple(draw_keys(4 * len(layers))))
+    return attention_layers(x.contiguous(), normed.contiguous(), parameters, settings)
 
 
 class Transformer(LanguageModel):
@@ -287,8 +299,20 @@ class Transformer(LanguageModel):
         # x = Dropout(√d · Ẽ_w + PE) (B, n + 1, d), and its norm by the first layer's sublayer_norm.
         x, normed = self.input_dropout.norm(self._encode(torch.cat([bos, tokens], dim=1), 0), self.blocks[0].sublayer_norm)
         next_norms = [block.sublayer_norm for block in self.blocks][1:] + [self.final_norm]
-        for block, next_norm in zip(self.blocks, next_norms):
-            x, normed = block(x, normed, next_norm)
+        layers = list(zip(self.blocks, next_norms))
+        start = 0
+        while start < len(layers):
+            # Attention layers in a row that run as one node each run as one node together.
+            end = start
+            while end < len(layers) and layers[end][0]._runs_as_one_node(x, layers[end][1]):
+                end += 1
+            if end > start:
+                x, normed = run_as_one_node(layers[start:end], x, normed)
+                start = end
+            else:
+                block, next_norm = layers[start]
+                x, normed = block(x, normed, next_norm)
+                start += 1
         return self.embedding.logits(normed, self.vocabulary_size)  # (B, n + 1, V)
 
     def initial_state(self, batch_size: int) -> TransformerState:

@@ -11,13 +11,14 @@ dropout off the results equal those of the PyTorch operations within float round
 CPU, for dtypes other than float32/float64, or when the kernel cannot be built,
 :func:`uses_attention_kernel` is false and the caller runs the PyTorch operations.
 
-In training with dropout, :func:`attention_layer` runs a whole pre-norm layer (the packed
-projection, this attention, the output projection, both residual adds with their dropout and
-layer norms, and the FFN) as one autograd node, one compiled call each way (``layer_forward``
-and ``layer_backward`` in ``attention.cpp``): the same kernel calls and matrix products, in the
-same order, drawing the same four keys, as the modules' own forward and backward (so the same
-results bit for bit), without an autograd node, saved-tensor bookkeeping, module call and
-Python dispatch per operation (about 30 of them per layer and step).
+In training with dropout, :func:`attention_layers` runs whole pre-norm layers in a row (each:
+the packed projection, this attention, the output projection, both residual adds with their
+dropout and layer norms, and the FFN) as one autograd node, one compiled call each way
+(``layers_forward`` and ``layers_backward`` in ``attention.cpp``): the same kernel calls and
+matrix products, in the same order, drawing the same four keys per layer, as the modules' own
+forward and backward (so the same results bit for bit), without an autograd node, saved-tensor
+bookkeeping, module call and Python dispatch per operation (about 30 of them per layer and step)
+or per layer.
 """
 
 from __future__ import annotations
@@ -63,22 +64,22 @@ def causal_attention(projected: Tensor, num_heads: int, p: float, training: bool
 
 @dataclass(frozen=True)
 class LayerSettings:
-    """What :func:`attention_layer` needs besides tensors: heads, the dropout rate, the two norms' eps
-    and the Philox keys of the attention, the first residual, the FFN's ReLU and the second residual."""
+    """What :func:`attention_layers` needs besides tensors: heads, the dropout rate, per layer the eps
+    of its FFN's norm and of the next norm, and per layer the Philox keys of the attention, the
+    first residual, the FFN's ReLU and the second residual."""
 
     num_heads: int
     p: float
-    feedforward_eps: float
-    next_eps: float
-    keys: tuple[int, int, int, int]
+    eps: tuple[float, ...]  # 2 per layer
+    keys: tuple[int, ...]  # 4 per layer
 
 
-class _AttentionLayer(torch.autograd.Function):
+class _AttentionLayers(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, normed: Tensor, *tensors: Any) -> tuple[Tensor, Tensor]:
         *parameters, settings = tensors
-        output, output_normed, *saved = torch.ops.stacklm_attention.layer_forward(
-            x, normed, parameters, settings.num_heads, settings.p, settings.feedforward_eps, settings.next_eps, settings.keys
+        output, output_normed, *saved = torch.ops.stacklm_attention.layers_forward(
+            x, normed, parameters, settings.num_heads, settings.p, settings.eps, settings.keys
         )
         ctx.save_for_backward(*saved)
         ctx.num_heads, ctx.p = settings.num_heads, settings.p
@@ -87,16 +88,17 @@ class _AttentionLayer(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_output: Tensor | None, grad_output_normed: Tensor | None) -> tuple[Tensor | None, ...]:
-        grads = torch.ops.stacklm_attention.layer_backward(grad_output, grad_output_normed, ctx.saved_tensors, ctx.num_heads, ctx.p)
+        grads = torch.ops.stacklm_attention.layers_backward(grad_output, grad_output_normed, ctx.saved_tensors, ctx.num_heads, ctx.p)
         return (*grads, None)
 
 
-def attention_layer(x: Tensor, normed: Tensor, parameters: list[Tensor], settings: LayerSettings) -> tuple[Tensor, Tensor]:
-    """(x'', LN_next(x'')) of a pre-norm layer, x' = x + Dropout(Attention(normed)), x'' = x' + Dropout(FFN(LN(x'))),
-    on the kernels, as one autograd node; x and normed (B, n, d), contiguous.
+def attention_layers(x: Tensor, normed: Tensor, parameters: list[Tensor], settings: LayerSettings) -> tuple[Tensor, Tensor]:
+    """(x, LN_next(x)) after L pre-norm layers in a row, each x ← x' + Dropout(FFN(LN(x'))) for
+    x' = x + Dropout(Attention(LN(x))), LN(x) the previous layer's LN_next, on the kernels, as one
+    autograd node; x and normed (B, n, d), contiguous.
 
-    ``parameters``: the q, k, v weights (d, d) and biases (d,), the output projection's weight and
-    bias, LN's weight and bias, the FFN's W₁ (2d, d), b₁, W₂ (d, 2d), b₂, and the next norm's weight
-    and bias, all contiguous and of x's dtype."""
+    ``parameters``: per layer the q, k, v weights (d, d) and biases (d,), the output projection's
+    weight and bias, LN's weight and bias, the FFN's W₁ (2d, d), b₁, W₂ (d, 2d), b₂, and the next
+    norm's weight and bias, all contiguous and of x's dtype."""
     compiled.load()
-    return _AttentionLayer.apply(x, normed, *parameters, settings)
+    return _AttentionLayers.apply(x, normed, *parameters, settings)

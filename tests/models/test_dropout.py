@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stacklm.models.dropout import dropout, dropout_add, dropout_add_norm, relu_dropout, uses_kernel
+from stacklm.models.dropout import draw_key, draw_keys, dropout, dropout_add, dropout_add_norm, relu_dropout, uses_kernel
 from stacklm.models.registry import build_model
 from stacklm.models.options import ModelOptions
 
@@ -84,6 +84,16 @@ def test_same_seed_same_masks_and_the_generator_advances() -> None:
     assert torch.equal(first, second) and torch.equal(after_first, after_second)
     torch.manual_seed(7)
     assert not torch.equal(torch.rand(1), after_first)  # dropout drew from torch's generator
+
+
+def test_keys_drawn_together_are_those_drawn_one_by_one() -> None:
+    """draw_keys(k): the keys of k calls of draw_key, the generator left in the same state."""
+    torch.manual_seed(3)
+    one_by_one = [draw_key() for _ in range(20)]
+    state = torch.random.get_rng_state()
+    torch.manual_seed(3)
+    assert draw_keys(20) == one_by_one
+    assert torch.equal(torch.random.get_rng_state(), state)
 
 
 def test_backward_applies_the_forward_mask() -> None:

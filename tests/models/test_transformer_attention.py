@@ -209,6 +209,24 @@ def test_layers_as_one_node_equal_the_modules_bit_for_bit(name: str, dtype: torc
     assert torch.equal(results[0][2], results[1][2])
 
 
+@pytest.mark.parametrize(("name", "runs"), [("Tf", [5]), ("Tf+Nd", [2, 2])])
+def test_attention_layers_in_a_row_run_as_one_node(name: str, runs: list[int]) -> None:
+    """In training with dropout, each run of attention layers between stack layers is one node of the graph."""
+    model = build_model(name, 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0)).train()
+    logits = model(torch.randint(0, 8, (3, 6), generator=torch.Generator().manual_seed(1)))
+    nodes, seen, pending = [], set(), [logits.grad_fn]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ == "_AttentionLayersBackward":
+            nodes.append(node)
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    parameters_per_layer = 16
+    assert sorted(len(node.next_functions) - 2 for node in nodes) == sorted(parameters_per_layer * run for run in runs)
+
+
 def test_layers_run_as_one_node_only_in_training_with_dropout() -> None:
     model = build_model("Tf+Nd", 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0))
     x = torch.zeros(1)

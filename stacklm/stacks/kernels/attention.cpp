@@ -20,11 +20,12 @@
 // padding of positions to whole lanes, no tail columns, no transposed scores), and only the
 // triangle j ≤ i is computed and kept.
 //
-// layer_forward and layer_backward run a whole pre-norm transformer layer around this attention
-// (``stacklm.models.transformer_attention.attention_layer``): the packed q, k, v projection, the
-// output projection, the two residual adds with their dropout and layer norms (dropout.cpp's
-// dropout_add_norm) and the FFN (relu_dropout), the same ATen products and kernel calls in the
-// order the modules make them, one call from Python each way.
+// layer_forward and layer_backward run a whole pre-norm transformer layer around this attention:
+// the packed q, k, v projection, the output projection, the two residual adds with their dropout
+// and layer norms (dropout.cpp's dropout_add_norm) and the FFN (relu_dropout), the same ATen
+// products and kernel calls in the order the modules make them; layers_forward and
+// layers_backward run several layers in a row that way, one call from Python each way
+// (``stacklm.models.transformer_attention.attention_layers``).
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -43,6 +44,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -642,11 +644,56 @@ std::vector<at::Tensor> layer_backward(
           grad_project_weight, grad_project_bias, grad_next_weight, grad_next_bias};
 }
 
+// layer_forward over L layers in a row, each layer's x'' and LN_next(x'') the next one's x and LN(x):
+// x, LN(x) of the first, 16 parameters (Parameter) per layer, two eps per layer (its FFN's norm,
+// the next norm) and four keys per layer (as layer_forward's) → (the last layer's x'' and
+// LN_next(x''), then what layer_backward reads (Saved), layer by layer).
+std::vector<at::Tensor> layers_forward(
+    const at::Tensor& x, const at::Tensor& normed, at::TensorList parameters, int64_t heads, double p, at::ArrayRef<double> eps,
+    at::IntArrayRef keys) {
+  const int64_t layers = static_cast<int64_t>(eps.size()) / 2;
+  TORCH_CHECK(layers > 0 && static_cast<int64_t>(eps.size()) == 2 * layers && static_cast<int64_t>(parameters.size()) == parameter_count * layers &&
+                  static_cast<int64_t>(keys.size()) == 4 * layers,
+              "layers_forward: per layer 16 parameters, 2 eps and 4 keys");
+  std::vector<at::Tensor> results{x, normed};
+  results.reserve(2 + saved_count * layers);
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    std::vector<at::Tensor> outputs = layer_forward(
+        results[0], results[1], parameters.slice(parameter_count * layer, parameter_count), heads, p, eps[2 * layer], eps[2 * layer + 1],
+        keys.slice(4 * layer, 4));
+    results[0] = std::move(outputs[0]);
+    results[1] = std::move(outputs[1]);
+    std::move(outputs.begin() + 2, outputs.end(), std::back_inserter(results));
+  }
+  return results;
+}
+
+// The gradients of the first layer's x and LN(x) and of every layer's 16 parameters (Parameter,
+// layer by layer) from those of the last layer's x'' (none where nothing reads it) and
+// LN_next(x''), and what layers_forward kept.
+std::vector<at::Tensor> layers_backward(
+    const std::optional<at::Tensor>& grad_output, const std::optional<at::Tensor>& grad_output_normed, at::TensorList saved, int64_t heads,
+    double p) {
+  const int64_t layers = static_cast<int64_t>(saved.size()) / saved_count;
+  TORCH_CHECK(layers > 0 && static_cast<int64_t>(saved.size()) == saved_count * layers, "layers_backward: what layers_forward kept");
+  std::vector<at::Tensor> results(2 + parameter_count * layers);
+  std::optional<at::Tensor> grad = grad_output, grad_normed = grad_output_normed;
+  for (int64_t layer = layers - 1; layer >= 0; --layer) {
+    std::vector<at::Tensor> grads = layer_backward(grad, grad_normed, saved.slice(saved_count * layer, saved_count), heads, p);
+    grad = std::move(grads[0]);
+    grad_normed = std::move(grads[1]);
+    std::move(grads.begin() + 2, grads.end(), results.begin() + 2 + parameter_count * layer);
+  }
+  results[0] = std::move(*grad);
+  results[1] = std::move(*grad_normed);
+  return results;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(stacklm_attention, library) {
   library.def("forward", &forward);
   library.def("backward", &backward);
-  library.def("layer_forward", &layer_forward);
-  library.def("layer_backward", &layer_backward);
+  library.def("layers_forward", &layers_forward);
+  library.def("layers_backward", &layers_backward);
 }
