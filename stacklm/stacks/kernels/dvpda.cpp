@@ -276,7 +276,7 @@ struct PopTables {
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename T>
 struct Step {
-  std::vector<T> ghat, rho, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
+  std::vector<T> ghat, rho, row_scale, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
   std::vector<T> lane_values, symbol_values;          // scratch of pop_weights
   std::vector<T> column_high, column_sums;            // scratch of exp_columns
   std::vector<T> padding;                             // POP_BLOCK rows the pop's padded blocks write to
@@ -310,36 +310,50 @@ void exp_columns(int64_t rows, int64_t columns, T* __restrict values, T* __restr
   }
 }
 
-// Ĝ_{t−1}, R̂, the products' real totals [j][row], and log(α[t−1] Δ⁺_t).
+// Ĝ_{t−1}, R̂, the products' real totals [j][row], and log(α[t−1] Δ⁺_t), given the shares Ŝ of
+// column t−1 and log α(row) (row_weights). Ĝ comes from the shares without an exp: Ŝ[c][row] =
+// exp(log γ + log α(row) − log α[t−1][c]), so with the row's largest share M = mantissa · 2^e,
+// Ĝ = Ŝ · 2^−e (exact) = exp(log γ − log α[t−1][c] − ρ) for ρ = e·ln 2 − log α(row). A row whose
+// shares are all 0 (its weight α(row) is 0, or its terms of every log α[t−1][c] are below the
+// exp floor, as the pop already reads them) has Ĝ = 0 and ρ = 0: the replace term leaves it out.
 template <typename T>
-void products(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const T* push, const T* replace,
-              const T* pop, Step<T>& s) {
+void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& row_weights, const T* alpha,
+              const T* push, const T* replace, const T* pop, Step<T>& s) {
+  using E = Exponent<T>;
   const int64_t N = z.configs, Q = z.states, J = N + Q, R = z.rows(t - 1);
-  const T* previous = gamma + z.offset(t - 1);
+  const T* previous = shares + z.offset(t - 1);
   const T* shift = alpha + (t - 1) * N;
-  s.rho.assign(R, NEG<T>);
+  s.rho.assign(R, T(0));  // the rows' largest shares first
   for (int64_t c = 0; c < N; ++c) {
-    const T column_shift = shift[c];  // a local: a pointer could alias rho, which stops vectorization
-    if (column_shift == NEG<T>) continue;
     const T* __restrict column = previous + c * R;
+    T* __restrict high = s.rho.data();
+#pragma omp simd
+    for (int64_t row = 0; row < R; ++row) high[row] = column[row] > high[row] ? column[row] : high[row];
+  }
+  s.row_scale.resize(R);
+  {
     T* __restrict rho = s.rho.data();
+    T* __restrict scale = s.row_scale.data();
+    const T* __restrict weight = row_weights.data();
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) {
-      T value = column[row] - column_shift;
-      rho[row] = value > rho[row] ? value : rho[row];
+      const T high = rho[row];
+      T exponent;
+      split_exponent(high, exponent);
+      exponent = std::clamp(exponent, -T(E::bias), T(E::bias));  // 2^−e a normal number (M may be subnormal)
+      const auto power = static_cast<typename E::Signed>(E::bias + 1) - static_cast<typename E::Signed>(exponent);
+      const bool present = high > 0;
+      scale[row] = present ? std::bit_cast<T>(static_cast<typename E::Bits>(power) << E::mantissa_bits) : T(0);
+      rho[row] = present ? exponent * LN2<T> - weight[row] : T(0);
     }
   }
-  for (int64_t row = 0; row < R; ++row) s.rho[row] = s.rho[row] == NEG<T> ? T(0) : s.rho[row];
-  s.ghat.assign(N * R, T(0));
-  const T floor = exp_floor<T>();
+  s.ghat.resize(N * R);
   for (int64_t c = 0; c < N; ++c) {
-    const T column_shift = shift[c];
-    if (column_shift == NEG<T>) continue;
     const T* __restrict column = previous + c * R;
+    const T* __restrict scale = s.row_scale.data();
     T* __restrict out = s.ghat.data() + c * R;
-    const T* __restrict rho = s.rho.data();
 #pragma omp simd
-    for (int64_t row = 0; row < R; ++row) out[row] = exp_flushed(column[row] - column_shift - rho[row], floor);
+    for (int64_t row = 0; row < R; ++row) out[row] = column[row] * scale[row];
   }
   // R̂ = exp(log α[t−1] + [Δ^R | Δ⁻] − offset), offset the exact log-sum of each column.
   s.rhat.resize(N * J);
@@ -641,7 +655,7 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector;
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
   row_weights(z, alpha, t, weights);  // rows i ≤ t−1 enter with weight α[i]
-  products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
+  products(z, t, shares, weights, alpha, step_push, step_replace, step_pop, s);
   const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
   T* pop_total = pops.totals + saved;
   T* replaced_shares = pops.replaced_shares + saved;
@@ -838,7 +852,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     }
     for (int64_t row = m; row < m + N; ++row) out[row] += g * share[row];
   }
-  products(z, t, gamma, alpha, step_push, step_replace, step_pop, s);
+  products(z, t, shares, weights, alpha, step_push, step_replace, step_pop, s);
   if (t >= 2) pop_weights(z, t, alpha, s);
   const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
   const T* pop_total = pops.totals + saved;
@@ -1155,6 +1169,13 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   return {gamma, shares, pops, replaced_shares, popped_shares, alpha};
 }
 
+// The element that a step call visits i-th of [begin, end). A call walks its elements once, each
+// one's tables (about 1 MB at n = 32) in turn, so the next call finds in cache only the last few:
+// successive calls walk in alternating directions, each starting where the one before it ended
+// (forward steps ascending for odd t; a step's backward opposite to its forward, which at t = n
+// runs just before it). The backward of a stack RNN's step at n = 32, batch 32, ran 1.15x faster.
+int64_t visited(bool ascending, int64_t begin, int64_t end, int64_t i) { return ascending ? i : begin + end - 1 - i; }
+
 // Step t: logits (B, N·(2N + Q)) and pushed (B, m) log weights; writes column t into the
 // tables and returns r_t (B, N·m).
 at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pushed, at::Tensor gamma,
@@ -1172,7 +1193,8 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pus
       Step<scalar_t> s;
       Transitions<scalar_t> transitions;
       std::vector<scalar_t> weights;
-      for (int64_t b = begin; b < end; ++b) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = visited(t % 2 == 1, begin, end, i);
         transitions.unpack(z, logits.data_ptr<scalar_t>() + b * row_stride);
         forward_step<scalar_t>(z, t, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
                                pushed.data_ptr<scalar_t>() + b * z.vector,
@@ -1203,7 +1225,8 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
     at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
       BackwardScratch<scalar_t> scratch;
       Transitions<scalar_t> transitions, grads;
-      for (int64_t b = begin; b < end; ++b) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = visited(t % 2 == 0, begin, end, i);
         transitions.unpack(z, logits.data_ptr<scalar_t>() + b * row_stride);
         grads.push.assign(transitions.push.size(), scalar_t(0));
         grads.replace.assign(transitions.replace.size(), scalar_t(0));
