@@ -609,16 +609,20 @@ std::vector<at::Tensor> layer_forward(
 }
 
 // The gradients of x, LN(x) and the 16 parameters (Parameter) from those of x'' (none where
-// nothing reads it) and LN_next(x''), and what layer_forward kept.
+// nothing reads it) and LN_next(x''), and what layer_forward kept; owned: whether the gradients
+// of x'' and LN_next(x'') may be written over.
 std::vector<at::Tensor> layer_backward(
     const std::optional<at::Tensor>& grad_output, const std::optional<at::Tensor>& grad_output_normed, at::TensorList saved, int64_t heads,
-    double p) {
+    double p, bool owned) {
   TORCH_CHECK(static_cast<int64_t>(saved.size()) == saved_count, "layer_backward: what layer_forward kept");
   const at::Tensor& middle = saved[saved_middle];
   const int64_t batch = middle.size(0), length = middle.size(1), width = middle.size(2), rows = batch * length;
   const std::optional<at::Tensor> grad_total = grad_output.has_value() ? std::optional<at::Tensor>(grad_output->contiguous()) : std::nullopt;
   const at::Tensor grad_normed = grad_output_normed.has_value() ? grad_output_normed->contiguous() : at::zeros_like(saved[saved_output]);
-  const at::Tensor grad_middle = at::empty_like(middle), grad_feedforward = at::empty_like(middle);
+  // The gradients of x' and of the FFN's output over those of x'' and LN_next(x'') where the caller
+  // owns them (read by nothing after), else fresh.
+  const at::Tensor grad_middle = owned && grad_total.has_value() ? *grad_total : at::empty_like(middle);
+  const at::Tensor grad_feedforward = owned && grad_output_normed.has_value() ? grad_normed : at::empty_like(middle);
   const auto [grad_next_weight, grad_next_bias] = stacklm_dropout::dropout_add_norm_backward_into(
       grad_total.has_value() ? &*grad_total : nullptr, grad_normed, saved[saved_output], saved[saved_next_weight], saved[saved_output_mean],
       saved[saved_output_rstd], saved[saved_output_keep], p, grad_middle, grad_feedforward);
@@ -679,7 +683,8 @@ std::vector<at::Tensor> layers_backward(
   std::vector<at::Tensor> results(2 + parameter_count * layers);
   std::optional<at::Tensor> grad = grad_output, grad_normed = grad_output_normed;
   for (int64_t layer = layers - 1; layer >= 0; --layer) {
-    std::vector<at::Tensor> grads = layer_backward(grad, grad_normed, saved.slice(saved_count * layer, saved_count), heads, p);
+    // Past the last layer the incoming gradients are the previous layer_backward's, which nothing else reads.
+    std::vector<at::Tensor> grads = layer_backward(grad, grad_normed, saved.slice(saved_count * layer, saved_count), heads, p, layer < layers - 1);
     grad = std::move(grads[0]);
     grad_normed = std::move(grads[1]);
     std::move(grads.begin() + 2, grads.end(), results.begin() + 2 + parameter_count * layer);

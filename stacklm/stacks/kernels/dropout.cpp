@@ -184,25 +184,25 @@ enum class Mode { plain, add, relu };
 
 // out[i] = input[i] · mask_i / (1 − p), plus residual[i] (add), or with max(input[i], 0) (relu),
 // for the elements of one block; residual is read only by add, keep (mask_i as 0 or 1) written
-// where it is given. out may be input (each element is read before it is written).
+// where it is given. out may be input: the block's input is copied first, so the loops below read
+// and write memory that does not overlap (and GCC vectorizes them, where with out and input maybe
+// one array it runs them a scalar at a time).
 template <Mode mode, typename scalar_t>
 void apply_block(
     int64_t block, uint64_t seed, int32_t signed_cut, scalar_t scale, const scalar_t* input, const scalar_t* __restrict residual,
-    scalar_t* out, uint8_t* __restrict keep, int64_t count) {
+    scalar_t* __restrict out, uint8_t* __restrict keep, int64_t count) {
   uint32_t words[BLOCK];
-  scalar_t factors[BLOCK];
+  scalar_t factors[BLOCK], values[BLOCK];
+  std::memcpy(values, input, count * sizeof(scalar_t));
   philox_block(static_cast<uint64_t>(block) * LANES, seed, words);
   // word ≥ T as a signed comparison (AVX2 compares signed 32-bit integers only).
   for (int64_t j = 0; j < BLOCK; ++j) factors[j] = static_cast<int32_t>(words[j] ^ SIGN) >= signed_cut ? scale : scalar_t(0);
   if constexpr (mode == Mode::add) {
-#pragma omp simd
-    for (int64_t j = 0; j < count; ++j) out[j] = residual[j] + input[j] * factors[j];
+    for (int64_t j = 0; j < count; ++j) out[j] = residual[j] + values[j] * factors[j];
   } else if constexpr (mode == Mode::relu) {
-#pragma omp simd
-    for (int64_t j = 0; j < count; ++j) out[j] = std::max(input[j], scalar_t(0)) * factors[j];
+    for (int64_t j = 0; j < count; ++j) out[j] = std::max(values[j], scalar_t(0)) * factors[j];
   } else {
-#pragma omp simd
-    for (int64_t j = 0; j < count; ++j) out[j] = input[j] * factors[j];
+    for (int64_t j = 0; j < count; ++j) out[j] = values[j] * factors[j];
   }
   if (keep != nullptr) {
     for (int64_t j = 0; j < count; ++j) keep[j] = factors[j] != scalar_t(0);
