@@ -128,12 +128,16 @@ def dropout_add(residual: Tensor, x: Tensor, p: float, training: bool) -> Tensor
     return _DropoutAdd.apply(residual.contiguous(), x.contiguous(), p, draw_key())
 
 
+def fuses_norm(x: Tensor, norm: nn.LayerNorm, p: float, training: bool) -> bool:
+    """Whether :func:`dropout_add_norm` of tensors like ``x`` runs on the kernel, the layer norm in the same call."""
+    return training and p > 0 and uses_kernel(x) and norm.weight is not None and norm.bias is not None and norm.weight.dtype == x.dtype
+
+
 def dropout_add_norm(residual: Tensor | None, x: Tensor, norm: nn.LayerNorm, p: float, training: bool) -> tuple[Tensor, Tensor]:
     """(s, norm(s)) for s = residual + Dropout(x), or s = Dropout(x) without a residual: the mask that
     ``dropout_add`` (``dropout``) would draw, and on the kernel the layer norm (over the last
     dimension) in the same call, its backward in one call too, the mask kept as bytes."""
-    fused = training and p > 0 and uses_kernel(x) and norm.weight is not None and norm.bias is not None and norm.weight.dtype == x.dtype
-    if not fused:
+    if not fuses_norm(x, norm, p, training):
         total = dropout(x, p, training) if residual is None else dropout_add(residual, x, p, training)
         return total, norm(total)
     if norm.normalized_shape != (x.size(-1),):

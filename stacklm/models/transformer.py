@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
-from stacklm.models.dropout import Dropout, ReLUDropout, draw_keys, dropout
+from stacklm.models.dropout import Dropout, ReLUDropout, draw_key, draw_keys, dropout, fuses_norm
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
@@ -268,6 +268,35 @@ def run_as_one_node(layers: list[tuple[Block, nn.LayerNorm]], x: Tensor, normed:
     return attention_layers(x.contiguous(), normed.contiguous(), parameters, settings)
 
 
+class _EncodedInput(torch.autograd.Function):
+    """(s, LN(s)) for s = Dropout(scale · Ẽ_w + PE), one node: the modules' operations (the embedding,
+    the scaling, the encoding's add, ``dropout_add_norm``'s kernel without a residual) and the backwards
+    autograd would run for them, so the same results bit for bit."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, matrix: Tensor, tokens: Tensor, encoding: Tensor, weight: Tensor, bias: Tensor, settings: tuple[float, float, float, int]
+    ) -> tuple[Tensor, Tensor]:
+        scale, eps, p, key = settings
+        encoded = F.embedding(tokens, matrix) * scale + encoding  # (B, n, d)
+        total, normed, mean, rstd, keep = torch.ops.stacklm_dropout.dropout_add_norm(None, encoded, weight, bias, eps, p, key)
+        ctx.save_for_backward(tokens, total, weight, mean, rstd, keep)
+        ctx.scale, ctx.p, ctx.rows = scale, p, matrix.size(0)
+        ctx.set_materialize_grads(False)
+        return total, normed
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: Tensor | None, grad_normed: Tensor | None) -> tuple[Tensor | None, ...]:
+        tokens, total, weight, mean, rstd, keep = ctx.saved_tensors
+        grad_normed = torch.zeros_like(total) if grad_normed is None else grad_normed.contiguous()
+        grad_total = None if grad_total is None else grad_total.contiguous()
+        _, grad_encoded, grad_weight, grad_bias = torch.ops.stacklm_dropout.dropout_add_norm_backward(
+            grad_total, grad_normed, total, weight, mean, rstd, keep, ctx.p
+        )
+        grad_matrix = torch.ops.aten.embedding_backward(grad_encoded * ctx.scale, tokens, ctx.rows, -1, False, False)
+        return grad_matrix, None, None, grad_weight, grad_bias, None
+
+
 class Transformer(LanguageModel):
     def __init__(self, config: TransformerConfig, features: FeatureTable | None = None) -> None:
         super().__init__()
@@ -280,12 +309,34 @@ class Transformer(LanguageModel):
         self.input_dropout = Dropout(config.dropout)
         self.blocks = Layers(Block(config, spec) for spec in config.layers)
         self.final_norm = nn.LayerNorm(config.width)
+        self._encodings: Tensor | None = None  # PE of positions 0 … (:meth:`_positional_encoding`), not state
+
+    def _positional_encoding(self, first_position: int, length: int, like: Tensor) -> Tensor:
+        """PE of positions first_position … first_position + length − 1, in like's dtype and device: (n, d),
+        rows of a table kept for the longest sequence so far (each row computed as for its position alone)."""
+        end = first_position + length
+        table = self._encodings
+        if table is None or table.size(0) < end or table.dtype != like.dtype or table.device != like.device:
+            rows = max(end, 2 * table.size(0) if table is not None else 0)
+            table = sinusoidal_encoding(torch.arange(rows, device=like.device), self.config.width).to(like.dtype)  # (rows, d)
+            self._encodings = table
+        return table[first_position:end]
 
     def _encode(self, tokens: Tensor, first_position: int) -> Tensor:
         """√d · Ẽ_w + PE for tokens (B, n) at positions first_position …: (B, n, d)."""
-        positions = torch.arange(first_position, first_position + tokens.size(1), device=tokens.device)
-        encoding = sinusoidal_encoding(positions, self.config.width).to(self.embedding.token_weight.dtype)  # (n, d)
+        encoding = self._positional_encoding(first_position, tokens.size(1), self.embedding.token_weight)  # (n, d)
         return self.embedding(tokens) * math.sqrt(self.config.width) + encoding
+
+    def _encode_norm(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """x = Dropout(√d · Ẽ_w + PE) for tokens (B, n) from position 0, and its norm by the first layer's
+        sublayer_norm: (B, n, d) each; in training on the kernels as one node (:class:`_EncodedInput`)."""
+        norm = self.blocks[0].sublayer_norm
+        matrix = self.embedding.matrix()  # (rows, d)
+        if not fuses_norm(matrix, norm, self.input_dropout.p, self.input_dropout.training):
+            return self.input_dropout.norm(self._encode(tokens, 0), norm)
+        encoding = self._positional_encoding(0, tokens.size(1), matrix)
+        settings = (math.sqrt(self.config.width), norm.eps, self.input_dropout.p, draw_key())
+        return _EncodedInput.apply(matrix, tokens, encoding, norm.weight, norm.bias, settings)
 
     def _embed(self, tokens: Tensor, first_position: int) -> Tensor:
         """Dropout(√d · Ẽ_w + PE): (B, n, d)."""
@@ -296,8 +347,7 @@ class Transformer(LanguageModel):
 
     def forward(self, tokens: Tensor) -> Tensor:
         bos = tokens.new_full((tokens.size(0), 1), self.bos_index)
-        # x = Dropout(√d · Ẽ_w + PE) (B, n + 1, d), and its norm by the first layer's sublayer_norm.
-        x, normed = self.input_dropout.norm(self._encode(torch.cat([bos, tokens], dim=1), 0), self.blocks[0].sublayer_norm)
+        x, normed = self._encode_norm(torch.cat([bos, tokens], dim=1))  # (B, n + 1, d) each
         next_norms = [block.sublayer_norm for block in self.blocks][1:] + [self.final_norm]
         layers = list(zip(self.blocks, next_norms))
         start = 0

@@ -20,6 +20,15 @@ def test_sinusoidal_encoding_values() -> None:
     torch.testing.assert_close(encoding, expected)
 
 
+def test_positional_encodings_are_those_of_each_position_whatever_came_before() -> None:
+    """The model's table of encodings, grown by later, longer requests and rebuilt for another dtype,
+    gives each position's sinusoidal encoding, in the dtype asked for."""
+    model = Transformer(TransformerConfig(vocabulary_size=5, width=8, layers=(None,)))
+    for first, length, dtype in [(0, 3, torch.float32), (2, 9, torch.float32), (0, 4, torch.float32), (30, 1, torch.float64), (5, 2, torch.float32)]:
+        expected = sinusoidal_encoding(torch.arange(first, first + length), 8).to(dtype)
+        torch.testing.assert_close(model._positional_encoding(first, length, torch.zeros(1, dtype=dtype)), expected, rtol=0, atol=1e-15)
+
+
 def test_first_logits_come_from_bos_alone() -> None:
     config = TransformerConfig(vocabulary_size=5, width=8, layers=(None, None), dropout=0.0)
     model = Transformer(config)

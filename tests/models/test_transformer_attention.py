@@ -12,6 +12,7 @@ import torch
 
 import stacklm.models.transformer as transformer
 from stacklm.models.dropout import draw_key
+from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.models.transformer_attention import causal_attention, uses_attention_kernel
@@ -214,17 +215,50 @@ def test_attention_layers_in_a_row_run_as_one_node(name: str, runs: list[int]) -
     """In training with dropout, each run of attention layers between stack layers is one node of the graph."""
     model = build_model(name, 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0)).train()
     logits = model(torch.randint(0, 8, (3, 6), generator=torch.Generator().manual_seed(1)))
-    nodes, seen, pending = [], set(), [logits.grad_fn]
+    nodes = [node for node in _graph_nodes(logits) if type(node).__name__ == "_AttentionLayersBackward"]
+    parameters_per_layer = 16
+    assert sorted(len(node.next_functions) - 2 for node in nodes) == sorted(parameters_per_layer * run for run in runs)
+
+
+@pytest.mark.parametrize("syntax", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_encoded_input_as_one_node_equals_the_modules_bit_for_bit(syntax: bool, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In training with dropout, Dropout(√d · Ẽ_w + PE) and the first layer's norm run as one node
+    (``_EncodedInput``): logits, every gradient (the tied embedding's through its input and output
+    uses; with +Syn the feature embeddings too) and the generator's state after the step equal those
+    of the modules' own path (the embedding, scaling, add and ``Dropout.norm``), bit for bit."""
+    features = FeatureTable.from_rows([{"pos": "N", "case": "none", "subword": "whole"}] * 4 + [{"pos": "V", "case": "acc", "subword": "whole"}] * 4)
+    name, token_features = ("Tf+Syn", features) if syntax else ("Tf", None)
+    options = ModelOptions(dropout=0.3, width=40)
+    model = build_model(name, 9, token_features=token_features, options=options, generator=torch.Generator().manual_seed(0)).to(dtype).train()
+    tokens = torch.randint(0, 8, (5, 21), generator=torch.Generator().manual_seed(1))
+    results, nodes = [], []
+    for fused in (True, False):
+        if not fused:
+            monkeypatch.setattr(transformer, "fuses_norm", lambda x, norm, p, training: False)
+        model.zero_grad()
+        torch.manual_seed(4)
+        logits = model(tokens)
+        nodes.append({type(node).__name__ for node in _graph_nodes(logits)})
+        logits.logsumexp(dim=-1).sum().backward()
+        results.append((logits.detach(), [parameter.grad.clone() for parameter in model.parameters()], torch.rand(1)))
+    assert "_EncodedInputBackward" in nodes[0] and "_EncodedInputBackward" not in nodes[1]
+    assert torch.equal(results[0][0], results[1][0])
+    assert all(torch.equal(got, expected) for got, expected in zip(results[0][1], results[1][1]))
+    assert torch.equal(results[0][2], results[1][2])
+
+
+def _graph_nodes(output: torch.Tensor) -> list:
+    """The autograd nodes ``output`` was computed through."""
+    nodes, seen, pending = [], set(), [output.grad_fn]
     while pending:
         node = pending.pop()
         if node is None or node in seen:
             continue
         seen.add(node)
-        if type(node).__name__ == "_AttentionLayersBackward":
-            nodes.append(node)
+        nodes.append(node)
         pending.extend(next_node for next_node, _ in node.next_functions)
-    parameters_per_layer = 16
-    assert sorted(len(node.next_functions) - 2 for node in nodes) == sorted(parameters_per_layer * run for run in runs)
+    return nodes
 
 
 def test_layers_run_as_one_node_only_in_training_with_dropout() -> None:
