@@ -428,7 +428,8 @@ class _Step(torch.autograd.Function):
             steps.layer_weights, steps.dropout_masks, steps.gate_gradients,
             steps.action_gradients if ctx.has_actions else None, steps.action_weight,
         )  # fmt: skip
-        return None, None, gradients[0], gradients[1], steps.order_gradient, *gradients[2:]
+        # the projection's gradient is G^(1)_t, which the backward wrote into its table
+        return None, None, steps.gate_gradients[0][ctx.t], gradients[0], steps.order_gradient, *gradients[1:]
 
 
 class _WeightGradients(torch.autograd.Function):

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from stacklm.models import recurrent
 from stacklm.models.recurrent import RecurrentLanguageModel
@@ -208,3 +209,55 @@ def test_a_forwards_steps_are_freed_without_the_cycle_collector(monkeypatch: pyt
         assert len(alive) == 2 and all(reference() is None for reference in alive)
     finally:
         gc.enable()
+
+
+class RecordedOps(TorchDispatchMode):
+    """The ops that reach the dispatcher's Python key, by name: a composite op shows its insides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.names.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", ["RNN+Nd", "LSTM+Nd+R"])
+def test_step_ops_declare_the_tables_they_write(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled step's ops, called as a training forward and backward call them, pass opcheck's
+    schema test (SchemaCheckMode): an op that writes into an input its schema does not mark
+    ``Tensor(a!)``, or returns an alias of an input, fails it (torch.compile and functionalization
+    rely on the schema)."""
+    recurrent.compiled.load()
+    namespace = torch.ops.stacklm_recurrent
+    calls: dict[str, tuple[Any, ...]] = {}
+    for op_name in ("step", "step_backward"):
+
+        def recorded(*arguments: Any, op: Any = getattr(namespace, op_name), op_name: str = op_name) -> Any:
+            calls.setdefault(op_name, arguments)
+            return op(*arguments)
+
+        monkeypatch.setattr(namespace, op_name, recorded)
+    model = tiny_model(name, seed=19, dropout=0.3).double().train()
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (2, 4), generator=torch.Generator().manual_seed(20))
+    model(tokens).sum().backward()
+    monkeypatch.undo()
+    assert set(calls) == {"step", "step_backward"}
+    generator = torch.Generator().manual_seed(21)
+
+    def fresh(argument: Any) -> Any:
+        # random contents: a table written with the values it held already would show no write
+        if isinstance(argument, Tensor):
+            return torch.randn(argument.shape, dtype=argument.dtype, generator=generator)
+        if isinstance(argument, (list, tuple)) and any(isinstance(item, Tensor) for item in argument):
+            return [fresh(item) for item in argument]
+        return argument
+
+    for op_name, arguments in calls.items():
+        op = getattr(namespace, op_name)
+        inputs = [fresh(argument) for argument in arguments]
+        with RecordedOps() as recorded:
+            op(*inputs)
+        assert recorded.names == [op._qualified_op_name]  # one op that tracing sees, not its insides
+        torch.library.opcheck(op, inputs, test_utils=("test_schema",))

@@ -9,10 +9,12 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.stacks.test_vector_nondeterministic import brute_force_readings, random_actions, superposition_as_dvpda
 from stacklm.stacks.kernels import compiled
@@ -368,3 +370,49 @@ def test_freed_tables_stay_with_the_process_on_glibc() -> None:
     before_free = resident_mb()
     del block
     assert resident_mb() > before_free - 8
+
+
+class RecordedOps(TorchDispatchMode):
+    """The ops that reach the dispatcher's Python key, by name: a composite op shows its insides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.names.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_ops_declare_the_tables_they_write() -> None:
+    """Every op of the kernel passes opcheck's schema test (SchemaCheckMode) on tables of random
+    contents: an op that writes into an input its schema does not mark ``Tensor(a!)`` (or is
+    registered as composite, so that tracing never sees it) fails."""
+    compiled.load()
+    ops = torch.ops.stacklm_dvpda
+    batch, steps, states, symbols, vector_size = 2, 3, 2, 2, 3
+    configurations = states * symbols
+    generator = torch.Generator().manual_seed(43)
+
+    def random(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    push, replace = random(batch, steps, configurations, configurations), random(batch, steps, configurations, configurations)
+    pop, pushed, bottom = random(batch, steps, configurations, states), random(batch, steps, vector_size), random(batch, vector_size)
+    readings, *saved = ops.forward(push, replace, pop, pushed, bottom)
+    *tables, alpha = ops.start(bottom, steps, states, symbols)
+    logits = torch.cat([push, replace, pop], dim=3)[:, 0].flatten(1)
+    reading = ops.step(1, logits, pushed[:, 0].contiguous(), *tables, alpha)
+    grad_gamma, grad_alpha = random(*tables[0].shape), random(*alpha.shape)
+    calls = [
+        (ops.forward, (push, replace, pop, pushed, bottom)),
+        (ops.backward, (random(*readings.shape), push, replace, pop, pushed, readings, *saved)),
+        (ops.start, (bottom, steps, states, symbols)),
+        (ops.step, (2, logits, pushed[:, 1].contiguous(), *[table.clone() for table in tables], alpha.clone())),
+        (ops.step_backward, (1, random(*reading.shape), logits, pushed[:, 0].contiguous(), reading, *tables, alpha, grad_gamma, grad_alpha)),
+    ]  # fmt: skip
+    for op, arguments in calls:
+        with RecordedOps() as recorded:
+            op(*arguments)
+        assert recorded.names == [op._qualified_op_name]  # one op that tracing sees, not its insides
+        torch.library.opcheck(op, arguments, test_utils=("test_schema",))

@@ -1248,17 +1248,29 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
 
 }  // namespace
 
+// Explicit schemas, the tables each op writes into marked ``Tensor(a!)``, and the kernels registered
+// for the CPU: registered without a dispatch key, an op is composite, and tracing (torch.compile,
+// functionalization, dispatch modes) would step into it and see neither the op nor its writes.
 TORCH_LIBRARY(stacklm_dvpda, library) {
-  library.def("forward", &dvpda_forward);
-  library.def("backward", &dvpda_backward);
-  library.def("start", &dvpda_start);
+  library.def("forward(Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor bottom) -> Tensor[]");
+  library.def(
+      "backward(Tensor grad_readings, Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor readings, "
+      "Tensor gamma, Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, Tensor alpha) "
+      "-> Tensor[]");
+  library.def("start(Tensor bottom, int capacity, int states, int symbols) -> Tensor[]");
   library.def(
       "step(int t, Tensor logits, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, Tensor(c!) pops, "
-      "Tensor(d!) replaced_shares, Tensor(e!) popped_shares, Tensor(f!) alpha) -> Tensor",
-      &dvpda_step);
+      "Tensor(d!) replaced_shares, Tensor(e!) popped_shares, Tensor(f!) alpha) -> Tensor");
   library.def(
       "step_backward(int t, Tensor grad_reading, Tensor logits, Tensor pushed, Tensor reading, Tensor gamma, "
       "Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, Tensor alpha, "
-      "Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]",
-      &dvpda_step_backward);
+      "Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(stacklm_dvpda, CPU, library) {
+  library.impl("forward", &dvpda_forward);
+  library.impl("backward", &dvpda_backward);
+  library.impl("start", &dvpda_start);
+  library.impl("step", &dvpda_step);
+  library.impl("step_backward", &dvpda_step_backward);
 }

@@ -91,8 +91,8 @@ std::vector<Tensor> step(
   return outputs;
 }
 
-// The gradients of ``step``'s inputs: its projection (row t of ``gate_gradients[0]``), r_{t−1},
-// h^(1..L)_{t−1}, then c^(1..L)_{t−1} (LSTM), from those of its outputs (``grad_action_parts``: of
+// The gradients of r_{t−1}, h^(1..L)_{t−1}, then c^(1..L)_{t−1} (LSTM), from those of ``step``'s
+// outputs (that of its projection is row t of ``gate_gradients[0]``, written here) (``grad_action_parts``: of
 // the action layers' parts, none for a step without actions); ``hidden`` is h^(1..L)_t, ``saved``
 // what ``step`` returned after its outputs.
 std::vector<Tensor> step_backward(
@@ -159,7 +159,7 @@ std::vector<Tensor> step_backward(
       grad_h[l - 1] = grad_h[l - 1] + below;
     }
   }
-  std::vector<Tensor> outputs = {gate_gradients[0].select(0, t), grad_reading};
+  std::vector<Tensor> outputs = {grad_reading};
   outputs.insert(outputs.end(), grad_previous_hidden.begin(), grad_previous_hidden.end());
   outputs.insert(outputs.end(), grad_previous_cells.begin(), grad_previous_cells.end());
   return outputs;
@@ -167,7 +167,22 @@ std::vector<Tensor> step_backward(
 
 }  // namespace
 
+// The schemas mark the tables each op writes into (``Tensor(a!)``); no output aliases an input. The
+// kernels are registered as CompositeExplicitAutograd (any device): registered without a dispatch
+// key, an op is composite, and tracing (torch.compile, functionalization, dispatch modes) would
+// step into it and see neither the op nor its writes.
 TORCH_LIBRARY(stacklm_recurrent, library) {
-  library.def("step", &step);
-  library.def("step_backward", &step_backward);
+  library.def(
+      "step(int t, Tensor projected, Tensor reading, Tensor[] hidden, Tensor[] cells, Tensor[] weights, "
+      "Tensor[] biases, Tensor? masks, Tensor(a!)[] inputs, Tensor(b!)? action_inputs, Tensor action_weight, "
+      "Tensor? action_bias, int[] action_sizes, bool log_sigmoid_last) -> Tensor[]");
+  library.def(
+      "step_backward(int t, Tensor[] grad_hidden, Tensor[] grad_cells, Tensor[] grad_action_parts, "
+      "Tensor[] hidden, Tensor[] previous_cells, Tensor[] saved, Tensor[] weights, Tensor? masks, "
+      "Tensor(a!)[] gate_gradients, Tensor(b!)? action_gradients, Tensor action_weight) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(stacklm_recurrent, CompositeExplicitAutograd, library) {
+  library.impl("step", &step);
+  library.impl("step_backward", &step_backward);
 }
