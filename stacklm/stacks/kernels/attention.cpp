@@ -235,20 +235,25 @@ void group_factors(const Shape& shape, const Group& group, double p, uint64_t se
   }
   const uint32_t cut = stacklm_dropout::threshold(p);
   const scalar_t scale = static_cast<scalar_t>(1.0 / (1.0 - p));
-  uint32_t words[W * W];
-  scalar_t lanes[W][W * W];
-  for (int64_t tile_query = 0; tile_query < tiles; ++tile_query) {
-    for (int64_t tile_key = 0; tile_key <= tile_query; ++tile_key) {
+  // Tiles (key tile u, query tiles t, t + 1) are consecutive in the stream: two drawn in one call.
+  constexpr int64_t TILES_PER_DRAW = 2;
+  uint32_t words[TILES_PER_DRAW * W * W];
+  scalar_t lanes[W][TILES_PER_DRAW * W * W];
+  for (int64_t tile_key = 0; tile_key < tiles; ++tile_key) {
+    for (int64_t first_query = tile_key; first_query < tiles; first_query += TILES_PER_DRAW) {
+      const int64_t drawn = std::min(TILES_PER_DRAW, tiles - first_query);
       for (int64_t l = 0; l < W; ++l) {
-        stacklm_dropout::stream_words(((group.pairs[l] * tiles + tile_key) * tiles + tile_query) * W * W, W * W, seed, words);
+        stacklm_dropout::stream_words(((group.pairs[l] * tiles + tile_key) * tiles + first_query) * W * W, drawn * W * W, seed, words);
 #pragma omp simd
-        for (int64_t e = 0; e < W * W; ++e) lanes[l][e] = words[e] >= cut ? scale : scalar_t(0);
+        for (int64_t e = 0; e < drawn * W * W; ++e) lanes[l][e] = words[e] >= cut ? scale : scalar_t(0);
       }
-      scalar_t* tile = factors + (tile_query * (tile_query + 1) / 2 + tile_key) * W * W * W;
-      for (int64_t block = 0; block < W * W; block += W) {
-        const scalar_t* rows[W];
-        for (int64_t l = 0; l < W; ++l) rows[l] = lanes[l] + block;
-        transpose_gather(rows, scalar_t(1), tile + block * W, W);
+      for (int64_t tile_query = first_query; tile_query < first_query + drawn; ++tile_query) {
+        scalar_t* tile = factors + (tile_query * (tile_query + 1) / 2 + tile_key) * W * W * W;
+        for (int64_t block = 0; block < W * W; block += W) {
+          const scalar_t* rows[W];
+          for (int64_t l = 0; l < W; ++l) rows[l] = lanes[l] + (tile_query - first_query) * W * W + block;
+          transpose_gather(rows, scalar_t(1), tile + block * W, W);
+        }
       }
     }
   }

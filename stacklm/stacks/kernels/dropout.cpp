@@ -166,16 +166,26 @@ uint32_t threshold(double p) {
   return static_cast<uint32_t>(std::min(scaled, 4294967295.0));
 }
 
-// Words first_word … first_word + count − 1 of the stream keyed by seed (also used by attention.cpp).
+// Words first_word … first_word + count − 1 of the stream keyed by seed (also used by attention.cpp):
+// whole blocks of LANES counters, then of TILE_LANES, straight into words where they start on a
+// counter, the rest through a block of its own.
 void stream_words(int64_t first_word, int64_t count, uint64_t seed, uint32_t* words) {
   constexpr int64_t tile_words = 4 * TILE_LANES;
   uint32_t block_words[tile_words];
   for (int64_t written = 0; written < count;) {
-    const int64_t word = first_word + written, counter = word / 4, skip = word - 4 * counter;
-    philox_block<TILE_LANES>(static_cast<uint64_t>(counter), seed, block_words);
-    const int64_t taken = std::min(tile_words - skip, count - written);
-    std::copy(block_words + skip, block_words + skip + taken, words + written);
-    written += taken;
+    const int64_t word = first_word + written, counter = word / 4, skip = word - 4 * counter, left = count - written;
+    if (skip == 0 && left >= BLOCK) {
+      philox_block<LANES>(static_cast<uint64_t>(counter), seed, words + written);
+      written += BLOCK;
+    } else if (skip == 0 && left >= tile_words) {
+      philox_block<TILE_LANES>(static_cast<uint64_t>(counter), seed, words + written);
+      written += tile_words;
+    } else {
+      philox_block<TILE_LANES>(static_cast<uint64_t>(counter), seed, block_words);
+      const int64_t taken = std::min(tile_words - skip, left);
+      std::copy(block_words + skip, block_words + skip + taken, words + written);
+      written += taken;
+    }
   }
 }
 
