@@ -16,7 +16,10 @@ Dropout is ``stacklm.models.dropout``'s (on the CPU, masks from a counter-based 
 fused with the scaling and, after the input and each sublayer in training, with the residual add
 and the layer norm that reads the sum: the next sublayer's, or the final one). On the CPU, a whole
 sequence's attention runs on a compiled kernel from the packed q, k, v projection
-(``stacklm.models.transformer_attention``), with dropout on its probabilities inside it.
+(``stacklm.models.transformer_attention``), with dropout on its probabilities inside it. In
+training there, the input (embedding, encoding, dropout and the first norm) is one autograd node
+and each run of attention layers between stack layers another, the modules' operations in one
+compiled call each way (the same results bit for bit, tested).
 
 Step by step, the state caches the keys and values of every attention layer and the stack
 state of every stack layer, so each new token costs one position.
@@ -234,8 +237,9 @@ class Block(nn.Module):
         ]  # fmt: skip
 
     def _runs_as_one_node(self, x: Tensor, next_norm: nn.LayerNorm) -> bool:
-        """Whether ``forward`` runs as one ``attention_layer`` call: an attention layer, in training with
-        dropout (elsewhere the modules skip the masks), on the kernels, the norms affine in x's dtype."""
+        """Whether ``forward`` runs on ``attention_layers`` (:func:`run_as_one_node`): an attention layer,
+        in training with dropout (elsewhere the modules skip the masks), on the kernels, the norms
+        affine in x's dtype."""
         p = self.dropout.p
         if not (self.training and p > 0 and isinstance(self.sublayer, CausalSelfAttention) and uses_attention_kernel(x)):
             return False

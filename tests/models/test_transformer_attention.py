@@ -188,7 +188,7 @@ def test_transformers_equal_their_pytorch_attention_without_dropout(
 @pytest.mark.parametrize("name", ["Tf", "Tf+Nd"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_layers_as_one_node_equal_the_modules_bit_for_bit(name: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In training with dropout, each attention layer runs as one ``attention_layer`` node: the same
+    """In training with dropout, attention layers run as one ``attention_layers`` node: the same
     masks (the same four keys, drawn in the modules' order), logits, gradients of every parameter
     and the generator's state after the step as the modules' own path (``Block._runs_as_one_node``
     false), bit for bit; the last layer's output x reaches nothing (its gradient is None)."""
