@@ -275,7 +275,8 @@ def run_as_one_node(layers: list[tuple[Block, nn.LayerNorm]], x: Tensor, normed:
 class _EncodedInput(torch.autograd.Function):
     """(s, LN(s)) for s = Dropout(scale · Ẽ_w + PE), one node: the modules' operations (the embedding,
     the scaling, the encoding's add, ``dropout_add_norm``'s kernel without a residual) and the backwards
-    autograd would run for them, so the same results bit for bit."""
+    autograd would run for them (the embedding's as ``index_add_``, the same sums in the same order),
+    so the same results bit for bit."""
 
     @staticmethod
     def forward(
@@ -297,7 +298,10 @@ class _EncodedInput(torch.autograd.Function):
         _, grad_encoded, grad_weight, grad_bias = torch.ops.stacklm_dropout.dropout_add_norm_backward(
             grad_total, grad_normed, total, weight, mean, rstd, keep, ctx.p
         )
-        grad_matrix = torch.ops.aten.embedding_backward(grad_encoded * ctx.scale, tokens, ctx.rows, -1, False, False)
+        # Each token's gradient added into its row in token order, as embedding_backward adds them
+        # (one operation per token there): (rows, d).
+        grad_rows = (grad_encoded * ctx.scale).view(-1, grad_encoded.size(-1))  # (B·n, d)
+        grad_matrix = grad_encoded.new_zeros(ctx.rows, grad_encoded.size(-1)).index_add_(0, tokens.view(-1), grad_rows)
         return grad_matrix, None, None, grad_weight, grad_bias, None
 
 
