@@ -7,6 +7,12 @@ and each keeps the median over its rounds after one warm-up round: other jobs on
 machine then slow all of them alike. Time is this process's CPU time (torch on one thread by
 default), which other jobs inflate less than wall time.
 
+``--task-data N`` also times the task's own training strings (the frame of issue 15's targets,
+stated "at the paper's size on question formation"): the training split that ``stacklm data
+generate`` draws with seed 1 and N training examples, grouped as training groups them (shuffled with
+seed 1, sorted by length, ``--tokens`` per batch counted as raw lengths), padded as in
+training; one round runs every batch, and tokens count the scored positions (EOS included).
+
 Reported per architecture and n: tokens per CPU second and ``cost_ratio``, its cost per token
 over its base's (Tf for the transformers, RNN or LSTM for the stack RNNs). ``Tf`` also gets
 ``speedup_vs_eager``: its time over that of a plain eager PyTorch transformer of the same size
@@ -18,6 +24,7 @@ float32 (``stack-performance.md`` §2), so their architectures are left out of i
 
     .venv/bin/python bench/models.py [--task question-formation] [--lengths 16 32 64] [--threads 1]
     .venv/bin/python bench/models.py --json --lengths 32      # one JSON object per architecture
+    .venv/bin/python bench/models.py --lengths --task-data 2000  # only the task's own strings
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import argparse
 import contextlib
 import json
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -35,11 +43,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.models.base import LanguageModel
 from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.transformer import Transformer
+from stacklm.tasks import get_task
+from stacklm.training.batching import Batch, group_by_token_budget, make_batch
 
 DEFAULT_ARCHITECTURES = [name for name, a in ARCHITECTURES.items() if a.family == "bearing-syntactic-fruit" and not a.syntax]
 DEFAULT_ARCHITECTURES += ["Tf+Syn", "Tf+Nd+Syn"]
@@ -85,15 +96,20 @@ class Case:
     times: list[float]
 
 
-def training_step(model: nn.Module, inputs: Tensor, targets: Tensor, vocabulary_size: int, bf16: bool) -> Callable[[], float]:
+def training_step(model: nn.Module, batches: list[tuple[Tensor, Tensor]], vocabulary_size: int, bf16: bool) -> Callable[[], float]:
+    """Forward and backward of ``model`` on each (inputs, targets) batch in turn; the summed loss."""
+
     def step() -> float:
-        model.zero_grad()
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        with autocast:
-            logits = model(inputs)  # (B, n + 1, V)
-        loss = F.cross_entropy(logits.float().reshape(-1, vocabulary_size), targets.reshape(-1), reduction="sum")
-        loss.backward()
-        return loss.item()
+        total = 0.0
+        for inputs, targets in batches:
+            model.zero_grad()
+            autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+            with autocast:
+                logits = model(inputs)  # (B, n + 1, V)
+            loss = F.cross_entropy(logits.float().reshape(-1, vocabulary_size), targets.reshape(-1), reduction="sum")
+            loss.backward()
+            total += loss.item()
+        return total
 
     return step
 
@@ -118,32 +134,45 @@ def run_rounds(cases: list[Case], repeats: int) -> None:
                 case.times.append(time.process_time() - start)
 
 
-def measure_length(names: list[str], vocabulary_size: int, length: int, arguments: argparse.Namespace) -> list[dict]:
-    """The results of every architecture in ``names`` at length n."""
-    batch_size = max(arguments.tokens // length, 1)
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randint(0, vocabulary_size - 1, (batch_size, length), generator=generator)
-    targets = torch.cat([inputs, torch.full((batch_size, 1), vocabulary_size - 1)], dim=1)
+def random_batch(vocabulary_size: int, length: int, tokens: int) -> tuple[Tensor, Tensor]:
+    """``tokens`` // n strings of n random tokens (EOS excluded) and their targets w·EOS."""
+    batch_size = max(tokens // length, 1)
+    inputs = torch.randint(0, vocabulary_size - 1, (batch_size, length), generator=torch.Generator().manual_seed(1))
+    return inputs, torch.cat([inputs, torch.full((batch_size, 1), vocabulary_size - 1)], dim=1)
+
+
+def task_batches(task: str, examples: int, tokens: int) -> list[Batch]:
+    """The training strings of ``task``'s splits with seed 1 and ``examples`` training examples, in training's batches of ``tokens`` raw tokens."""
+    splits = build_splits(get_task(task), SplitSizes(train=examples, validation=0, test=0, generalization=0), seed=1)
+    vocabulary = task_vocabulary(task)
+    strings = [vocabulary.encode(example.language_model_string()) for example in splits.train]
+    order = list(range(len(strings)))
+    random.Random(1).shuffle(order)
+    groups = group_by_token_budget([len(string) for string in strings], order, tokens)
+    return [make_batch(strings, group, vocabulary.eos_index) for group in groups]
+
+
+def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, Tensor]], tokens: int, n: int | str, arguments: argparse.Namespace) -> list[dict]:
+    """The results of every architecture in ``names`` on ``batches`` (``tokens`` in all), labelled ``n``."""
     measured = list(dict.fromkeys([*names, *(BASES[ARCHITECTURES[name].base] for name in names)]))
     models = {name: build(name, vocabulary_size, arguments.task) for name in measured}
-    cases = [Case(name, training_step(models[name], inputs, targets, vocabulary_size, False), []) for name in measured]
+    cases = [Case(name, training_step(models[name], batches, vocabulary_size, False), []) for name in measured]
     if "Tf" in names:
         tf = models["Tf"]
         assert isinstance(tf, Transformer)
         eager = EagerTransformer(tf).train()
-        cases.append(Case(EAGER, training_step(eager, inputs, targets, vocabulary_size, False), []))
+        cases.append(Case(EAGER, training_step(eager, batches, vocabulary_size, False), []))
     bf16 = [name for name in names if arguments.bf16 and not uses_nondeterministic_stack(name)]
-    cases += [Case(f"{name} bf16", training_step(models[name], inputs, targets, vocabulary_size, True), []) for name in bf16]
+    cases += [Case(f"{name} bf16", training_step(models[name], batches, vocabulary_size, True), []) for name in bf16]
     run_rounds(cases, arguments.repeats)
     seconds = {case.name: statistics.median(case.times) for case in cases}
-    tokens = batch_size * length
     results = []
     for name in names:
         base = BASES[ARCHITECTURES[name].base]
         result = {
             "architecture": name,
-            "n": length,
-            "tokens_per_batch": tokens,
+            "n": n,
+            "tokens_per_batch": tokens // len(batches),
             "threads": arguments.threads,
             "tokens_per_cpu_s": tokens / seconds[name],
             "base": base,
@@ -163,10 +192,25 @@ def measure_length(names: list[str], vocabulary_size: int, length: int, argument
     return results
 
 
+def measure_length(names: list[str], vocabulary_size: int, length: int, arguments: argparse.Namespace) -> list[dict]:
+    """The results of every architecture in ``names`` on one batch of random strings of length n."""
+    inputs, targets = random_batch(vocabulary_size, length, arguments.tokens)
+    return measure(names, vocabulary_size, [(inputs, targets)], inputs.numel(), length, arguments)
+
+
+def measure_task(names: list[str], vocabulary_size: int, arguments: argparse.Namespace) -> list[dict]:
+    """The results of every architecture in ``names`` on the task's own training batches."""
+    batches = task_batches(arguments.task, arguments.task_data, arguments.tokens)
+    scored = sum(batch.num_tokens for batch in batches)
+    results = measure(names, vocabulary_size, [(batch.inputs, batch.targets) for batch in batches], scored, "task", arguments)
+    return [result | {"strings": arguments.task_data, "batches": len(batches)} for result in results]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="question-formation")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64])
+    parser.add_argument("--lengths", type=int, nargs="*", default=[16, 32, 64], help="random strings of these lengths (none: only --task-data)")
+    parser.add_argument("--task-data", type=int, default=0, metavar="N", help="also time a training split of N strings of the task (seed 1) in training's batches")
     parser.add_argument("--tokens", type=int, default=1024, help="tokens per batch")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -176,23 +220,25 @@ def main() -> None:
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
     vocabulary_size = len(task_vocabulary(arguments.task))
-    results = {length: measure_length(arguments.architectures, vocabulary_size, length, arguments) for length in arguments.lengths}
+    results: dict[int | str, list[dict]] = {length: measure_length(arguments.architectures, vocabulary_size, length, arguments) for length in arguments.lengths}
+    if arguments.task_data:
+        results["task"] = measure_task(arguments.architectures, vocabulary_size, arguments)
     if arguments.json:
-        for length in arguments.lengths:
-            for result in results[length]:
+        for measured in results.values():
+            for result in measured:
                 print(json.dumps(result), flush=True)
         return
     print(
         f"task {arguments.task} (V = {vocabulary_size}), {arguments.tokens} tokens per batch, {arguments.threads} thread(s), "
         f"CPU time, median of {arguments.repeats} rounds; cost = time per token / its base's"
     )
-    print("| architecture | " + " | ".join(f"n={n} tokens/s | n={n} cost" for n in arguments.lengths) + " |")
-    print("|" + "---|" * (1 + 2 * len(arguments.lengths)))
+    print("| architecture | " + " | ".join(f"n={n} tokens/s | n={n} cost" for n in results) + " |")
+    print("|" + "---|" * (1 + 2 * len(results)))
     for index, name in enumerate(arguments.architectures):
-        cells = [f"{results[n][index]['tokens_per_cpu_s']:,.0f} | {results[n][index]['cost_ratio']:.2f}× {results[n][index]['base']}" for n in arguments.lengths]
+        cells = [f"{measured[index]['tokens_per_cpu_s']:,.0f} | {measured[index]['cost_ratio']:.2f}× {measured[index]['base']}" for measured in results.values()]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    for n in arguments.lengths:
-        for result in results[n]:
+    for n, measured in results.items():
+        for result in measured:
             extras = [f"{key} {value:.3g}" for key, value in result.items() if key.startswith(("speedup", "bf16"))]
             if extras:
                 print(f"n={n} {result['architecture']}: " + ", ".join(extras))
