@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from stacklm.models import recurrent
 from stacklm.models.recurrent import RecurrentLanguageModel
 from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
+from tests.stacks.recorded_ops import RecordedOps
 
 
 @pytest.mark.parametrize("name", ["RNN", "LSTM"])
@@ -209,18 +209,6 @@ def test_a_forwards_steps_are_freed_without_the_cycle_collector(monkeypatch: pyt
         assert len(alive) == 2 and all(reference() is None for reference in alive)
     finally:
         gc.enable()
-
-
-class RecordedOps(TorchDispatchMode):
-    """The ops that reach the dispatcher's Python key, by name: a composite op shows its insides."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.names.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("name", ["RNN+Nd", "LSTM+Nd+R"])

@@ -9,13 +9,12 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.stacks.recorded_ops import RecordedOps
 from tests.stacks.test_vector_nondeterministic import brute_force_readings, random_actions, superposition_as_dvpda
 from stacklm.stacks.kernels import compiled
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
@@ -370,18 +369,6 @@ def test_freed_tables_stay_with_the_process_on_glibc() -> None:
     before_free = resident_mb()
     del block
     assert resident_mb() > before_free - 8
-
-
-class RecordedOps(TorchDispatchMode):
-    """The ops that reach the dispatcher's Python key, by name: a composite op shows its insides."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.names.append(func._schema.name)
-        return func(*args, **(kwargs or {}))
 
 
 def test_ops_declare_the_tables_they_write() -> None:
