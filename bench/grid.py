@@ -67,10 +67,11 @@ class Throughput:
 
 
 def throughputs(records: list[dict[str, Any]], key: str) -> dict[str, Throughput]:
-    """Per architecture, ``key`` (tokens per second) by length, from JSON records with ``architecture`` and ``n``."""
+    """Per architecture, ``key`` (tokens per second) by length, from JSON records with ``architecture`` and ``n``
+    (records of one task's own strings, ``n = "task"`` from ``bench/models.py --task-data``, have no length: left out)."""
     by_architecture: dict[str, dict[int, float]] = {}
     for record in records:
-        if key in record:
+        if key in record and isinstance(record["n"], int):
             by_architecture.setdefault(record["architecture"], {})[int(record["n"])] = float(record[key])
     return {
         name: Throughput(tuple(sorted(values)), tuple(values[length] for length in sorted(values)))
