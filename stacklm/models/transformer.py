@@ -28,6 +28,7 @@ state of every stack layer, so each new token costs one position.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -218,10 +219,8 @@ class Block(nn.Module):
 
         x ← x + Dropout(Sublayer(LN(x))), then x ← x + Dropout(FFN(LN(x))): each add in one call
         with the layer norm that reads its sum (the FFN's, then the next layer's or the final one).
-        An attention layer in training runs as one autograd node on the kernels where they run
+        Where ``_runs_as_one_node``, ``Transformer.forward`` runs the layer on the kernels instead
         (:func:`run_as_one_node`: the same operations, so the same results)."""
-        if self._runs_as_one_node(x, next_norm):
-            return run_as_one_node([(self, next_norm)], x, normed)
         x, normed = self.dropout.add_norm(x, self.sublayer(normed), self.feedforward_norm)
         return self.dropout.add_norm(x, self.feedforward(normed), next_norm)
 
@@ -237,9 +236,9 @@ class Block(nn.Module):
         ]  # fmt: skip
 
     def _runs_as_one_node(self, x: Tensor, next_norm: nn.LayerNorm) -> bool:
-        """Whether ``forward`` runs on ``attention_layers`` (:func:`run_as_one_node`): an attention layer,
-        in training with dropout (elsewhere the modules skip the masks), on the kernels, the norms
-        affine in x's dtype."""
+        """Whether the layer runs on ``attention_layers`` (:func:`run_as_one_node`) rather than ``forward``:
+        an attention layer, in training with dropout (elsewhere the modules skip the masks), on the
+        kernels, the norms affine in x's dtype (only x's dtype and device are read)."""
         p = self.dropout.p
         if not (self.training and p > 0 and isinstance(self.sublayer, CausalSelfAttention) and uses_attention_kernel(x)):
             return False
@@ -358,19 +357,15 @@ class Transformer(LanguageModel):
         x, normed = self._encode_norm(torch.cat([bos, tokens], dim=1))  # (B, n + 1, d) each
         next_norms = [block.sublayer_norm for block in self.blocks][1:] + [self.final_norm]
         layers = list(zip(self.blocks, next_norms))
-        start = 0
-        while start < len(layers):
-            # Attention layers in a row that run as one node each run as one node together.
-            end = start
-            while end < len(layers) and layers[end][0]._runs_as_one_node(x, layers[end][1]):
-                end += 1
-            if end > start:
-                x, normed = run_as_one_node(layers[start:end], x, normed)
-                start = end
+        one_node = [block._runs_as_one_node(x, next_norm) for block, next_norm in layers]  # x's dtype and device hold throughout
+        # Attention layers in a row that run as one node run as one node together.
+        for fused, run in itertools.groupby(zip(one_node, layers), key=lambda item: item[0]):
+            run_layers = [layer for _, layer in run]
+            if fused:
+                x, normed = run_as_one_node(run_layers, x, normed)
             else:
-                block, next_norm = layers[start]
-                x, normed = block(x, normed, next_norm)
-                start += 1
+                for block, next_norm in run_layers:
+                    x, normed = block(x, normed, next_norm)
         return self.embedding.logits(normed, self.vocabulary_size)  # (B, n + 1, V)
 
     def initial_state(self, batch_size: int) -> TransformerState:
