@@ -9,8 +9,8 @@ default), which other jobs inflate less than wall time.
 
 ``--task-data N`` also times the task's own training strings (the frame of issue 15's targets,
 stated "at the paper's size on question formation"): the training split that ``stacklm data
-generate`` draws with seed 1 and N training examples, grouped as training groups them (shuffled with
-seed 1, sorted by length, ``--tokens`` per batch counted as raw lengths), padded as in
+generate`` draws with seed 1 and N training examples, in the batches of the first epoch of a
+training run with seed 1 (``epoch_groups``: ``--tokens`` per batch counted as raw lengths), padded as in
 training; one round runs every batch, and tokens count the scored positions (EOS included).
 
 Reported per architecture and n: tokens per CPU second and ``cost_ratio``, its cost per token
@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import json
 import math
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -50,7 +49,8 @@ from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.transformer import Transformer
 from stacklm.tasks import get_task
-from stacklm.training.batching import Batch, group_by_token_budget, make_batch
+from stacklm.training.batching import Batch, epoch_groups, make_batch
+from stacklm.training.config import TrainConfig
 
 DEFAULT_ARCHITECTURES = [name for name, a in ARCHITECTURES.items() if a.family == "bearing-syntactic-fruit" and not a.syntax]
 DEFAULT_ARCHITECTURES += ["Tf+Syn", "Tf+Nd+Syn"]
@@ -146,9 +146,8 @@ def task_batches(task: str, examples: int, tokens: int) -> list[Batch]:
     splits = build_splits(get_task(task), SplitSizes(train=examples, validation=0, test=0, generalization=0), seed=1)
     vocabulary = task_vocabulary(task)
     strings = [vocabulary.encode(example.language_model_string()) for example in splits.train]
-    order = list(range(len(strings)))
-    random.Random(1).shuffle(order)
-    groups = group_by_token_budget([len(string) for string in strings], order, tokens)
+    config = TrainConfig(learning_rate=1.0, tokens_per_batch=tokens)  # the learning rate is not read here
+    groups = epoch_groups([len(string) for string in strings], config, seed=1, epoch=0)  # a training run's first epoch
     return [make_batch(strings, group, vocabulary.eos_index) for group in groups]
 
 
