@@ -53,6 +53,7 @@ COMMANDS: dict[str, Command] = {
     "aggregate": Command("stacklm.experiments.transformations.report", "concatenate the final runs' metrics.parquet files"),
     "report": Command("stacklm.experiments.transformations.report", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
     "curves": Command("stacklm.report.curves", "the generalization curves of a task's final runs (Parquet and a figure)"),
+    "progress": Command("stacklm.experiments.transformations.progress", "where a pipeline run stands: every training run's checkpoints so far, read while it trains"),
     "html": Command("stacklm.report.pages", "a Markdown table of the report as an HTML page (for snakemake --report)"),
     "tracking": Command("stacklm.workflow.tracking", "the MLflow mirror of the runs"),
 }
@@ -106,6 +107,7 @@ EXAMPLES: dict[str, str] = {
     " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf",
     "curves": "stacklm curves --out results/curves/question-formation.parquet --figures curves.png curves.pdf"
     " -- results/runs/question-formation/tf/final/*/train.parquet",
+    "progress": "stacklm progress --markdown docs/table1/progress.md --figure docs/table1/progress-curves.png runs/table1",
     "html": "stacklm html --markdown results/report/tables/question-formation.md --title 'Question formation'"
     " --out question-formation.html",
     "tracking": "stacklm tracking init --settings results/settings/tracking.json",

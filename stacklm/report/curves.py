@@ -9,7 +9,8 @@ accuracy FA and the task's partial accuracy PA (DuSell & Cotterell, 2025, §5). 
 concatenates those curves into one Parquet file (one row per run and checkpoint) and draws them:
 one row of panels per architecture — test, hierarchical generalization, linear generalization —
 FA (solid) and PA (dashed) against the training examples seen, one colour per seed, a dot on the
-checkpoint whose parameters the run keeps (its lowest validation cross-entropy).
+checkpoint whose parameters the run keeps (its lowest validation cross-entropy). ``stacklm
+progress`` draws the checkpoints of runs still training with the same code.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.figure_files import save_figure
 
-IDENTITY = ["task", "architecture", "phase", "seed", "learning_rate", "tokens_per_batch", "parameters", "code_version"]
+IDENTITY = ["task", "architecture", "phase", "trial", "seed", "learning_rate", "tokens_per_batch", "parameters", "code_version"]
 CHECKPOINT = ["checkpoint", "epoch", "examples_seen", "learning_rate_used", "train_loss", "validation_cross_entropy", "is_best"]
 PANELS: tuple[tuple[str, str], ...] = (("test", "test"), ("hierarchical", "generalization, hierarchical rule"), ("linear", "generalization, linear rule"))
 SCORES = [f"{name}_{kind}_accuracy" for name, _ in PANELS for kind in ("full", "partial")]
@@ -53,27 +54,44 @@ def read_curves(paths: Sequence[str | Path]) -> pd.DataFrame:
     return curves
 
 
-def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path]) -> None:
-    """One row per architecture (in order of appearance), one panel per set; saved to every path."""
+def run_names(curves: pd.DataFrame) -> pd.Series:
+    """Each checkpoint's run as the figure names it within its row: ``seed s`` for a final run,
+    ``trial k`` for a search trial (whose seed is derived from k)."""
+    names = [f"trial {trial:.0f}" if phase == "search" else f"seed {seed:.0f}" for phase, trial, seed in zip(curves["phase"], curves["trial"], curves["seed"])]
+    return pd.Series(names, index=curves.index)
+
+
+def name_order(name: str) -> tuple[str, int]:
+    """``seed 2`` before ``seed 10``, seeds before trials."""
+    kind, number = name.split()[:2]
+    return kind, int(number)
+
+
+def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path], rows: Sequence[str] = ("architecture",), dot: str = "the checkpoint kept") -> None:
+    """One row of panels per value of the columns ``rows`` (in order of appearance), one panel per
+    set, one colour per run (``run_names``); a dot on each run's last best checkpoint, which the
+    title calls ``dot``; saved to every path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    architectures = list(dict.fromkeys(curves["architecture"]))
-    seeds = sorted(curves["seed"].unique())
+    row_names = curves[list(rows)].astype(str).agg(" ".join, axis=1)
+    runs = run_names(curves)
+    row_order = list(dict.fromkeys(row_names))
+    run_order = sorted(runs.unique(), key=name_order)
     colours = plt.get_cmap("tab10")
-    figure, axes = plt.subplots(len(architectures), len(PANELS), figsize=(4.2 * len(PANELS), 2.4 * len(architectures) + 0.6), squeeze=False)
-    for row, architecture in enumerate(architectures):
+    figure, axes = plt.subplots(len(row_order), len(PANELS), figsize=(4.2 * len(PANELS), 2.4 * len(row_order) + 0.6), squeeze=False)
+    for row, row_name in enumerate(row_order):
         for column, (name, title) in enumerate(PANELS):
             axis = axes[row][column]
-            for seed in seeds:
-                run = curves[(curves["architecture"] == architecture) & (curves["seed"] == seed)].sort_values("examples_seen")
+            for run_name in run_order:
+                run = curves[(row_names == row_name) & (runs == run_name)].sort_values("examples_seen")
                 if run.empty:
                     continue
-                colour = colours(seeds.index(seed) % colours.N)
-                axis.plot(run["examples_seen"], run[f"{name}_full_accuracy"], color=colour, label=f"seed {seed} FA")
-                axis.plot(run["examples_seen"], run[f"{name}_partial_accuracy"], color=colour, linestyle="--", label=f"seed {seed} PA")
+                colour = colours(run_order.index(run_name) % colours.N)
+                axis.plot(run["examples_seen"], run[f"{name}_full_accuracy"], color=colour, label=f"{run_name} FA")
+                axis.plot(run["examples_seen"], run[f"{name}_partial_accuracy"], color=colour, linestyle="--", label=f"{run_name} PA")
                 best = run[run["is_best"]].tail(1)
                 axis.plot(best["examples_seen"], best[f"{name}_full_accuracy"], "o", color=colour, markersize=4)
             axis.set_ylim(-0.02, 1.02)
@@ -81,14 +99,15 @@ def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path]) -> None:
             if row == 0:
                 axis.set_title(title)
             if column == 0:
-                axis.set_ylabel(f"{architecture}\naccuracy")
-            if row == len(architectures) - 1:
+                axis.set_ylabel(f"{row_name}\naccuracy")
+            if row == len(row_order) - 1:
                 axis.set_xlabel("training examples seen")
     share_examples_axis(axes)
     legend = {label: handle for axis in axes.flat for handle, label in zip(*axis.get_legend_handles_labels())}
-    legend = dict(sorted(legend.items(), key=lambda item: (int(item[0].split()[1]), item[0])))
+    legend = dict(sorted(legend.items(), key=lambda item: (name_order(item[0]), item[0])))
     figure.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), fontsize="small")
-    figure.suptitle(f"{curves['task'].iloc[0]}: FA (solid) and PA (dashed) at every checkpoint; dot: the checkpoint kept")
+    tasks = ", ".join(dict.fromkeys(curves["task"]))
+    figure.suptitle(f"{tasks}: FA (solid) and PA (dashed) at every checkpoint; dot: {dot}")
     figure.tight_layout(rect=(0, 0.06, 1, 1))
     save_figure(figure, paths, dpi=120)
     plt.close(figure)

@@ -92,7 +92,9 @@ CHECKPOINT_FIELDS = [
 ]
 # The generalization curves (``TaskEvaluator.checkpoint_scores``): null where a run scored none.
 CURVE_SCORES = tuple(f"{name}_{kind}_accuracy" for name in ("test", "hierarchical", "linear") for kind in ("full", "partial"))
-CURVE_SCHEMA = pa.schema(CHECKPOINT_FIELDS + [(name, pa.float64()) for name in CURVE_SCORES] + list(METADATA_SCHEMA))
+# A checkpoint's row without the run's metadata: a finished run's curve and a training state's so far alike.
+CHECKPOINT_SCHEMA = pa.schema(CHECKPOINT_FIELDS + [(name, pa.float64()) for name in CURVE_SCORES])
+CURVE_SCHEMA = pa.schema(list(CHECKPOINT_SCHEMA) + list(METADATA_SCHEMA))
 
 
 # PTB runs: the drawn clipping factor, the per-epoch curve and the SyntaxGym rows' names.
@@ -168,14 +170,22 @@ def metrics_table(rows: Sequence[MetricValue], metadata: RunMetadata) -> pa.Tabl
     return pa.Table.from_pydict(columns, schema=METRICS_SCHEMA)
 
 
-def curve_table(curve: Sequence[CheckpointRecord], metadata: RunMetadata) -> pa.Table:
+def checkpoint_table(curve: Sequence[CheckpointRecord]) -> pa.Table:
+    """The checkpoints' columns of ``train.parquet`` (``CHECKPOINT_SCHEMA``), one row per record:
+    of a finished run's curve, and of a training state's curve so far (``stacklm progress``)."""
     unknown = sorted({name for record in curve for name in record.scores} - set(CURVE_SCORES))
     if unknown:
         raise ValueError(f"checkpoint scores {', '.join(unknown)} are not curve columns ({', '.join(CURVE_SCORES)})")
-    columns = {name: [value] * len(curve) for name, value in asdict(metadata).items()}
-    columns |= {name: [getattr(record, name) for record in curve] for name, _ in CHECKPOINT_FIELDS}
+    columns = {name: [getattr(record, name) for record in curve] for name, _ in CHECKPOINT_FIELDS}
     columns |= {name: [record.scores.get(name) for record in curve] for name in CURVE_SCORES}
-    return pa.Table.from_pydict(columns, schema=CURVE_SCHEMA)
+    return pa.Table.from_pydict(columns, schema=CHECKPOINT_SCHEMA)
+
+
+def curve_table(curve: Sequence[CheckpointRecord], metadata: RunMetadata) -> pa.Table:
+    """A finished run's ``train.parquet``: ``checkpoint_table``, then the run's metadata on every row."""
+    checkpoints = checkpoint_table(curve)
+    columns = {name: [value] * len(curve) for name, value in asdict(metadata).items()}
+    return pa.Table.from_arrays(checkpoints.columns + pa.Table.from_pydict(columns, schema=METADATA_SCHEMA).columns, schema=CURVE_SCHEMA)
 
 
 def write_table(table: pa.Table, path: str | Path) -> None:
