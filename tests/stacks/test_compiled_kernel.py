@@ -139,6 +139,54 @@ def test_float32_agrees_with_float64(steps: int, scale: float, tolerance: float)
         assert (value.double() - reference).abs().max() <= tolerance * reference.abs().max()
 
 
+@pytest.mark.parametrize("steps, scale, tolerance", [(128, 1.0, 1e-4), (128, 10.0, 1e-3), (160, 30.0, 3e-3)])
+def test_float32_agrees_with_float64_on_long_sequences(steps: int, scale: float, tolerance: float) -> None:
+    """The γ rows' shares are sums in real space relative to the largest term's offset: over long
+    runs with extreme weights (log α in the thousands, most shares flushed to 0) float32 stays
+    within the tolerance of float64 (the log-space kernel before it: 1.3e-3 at scale 30)."""
+    actions = random_actions(2, steps, 3, 3, 5, seed=steps + int(scale), scale=scale)
+    stack, _ = stacks(3, 3, 5)
+    exact = readings_and_gradients(stack, actions, torch.float64)
+    approximate = readings_and_gradients(stack, actions, torch.float32)
+    for value, reference in zip(approximate, exact):
+        assert torch.isfinite(value).all()
+        assert (value.double() - reference).abs().max() <= tolerance * reference.abs().max()
+
+
+def test_long_sequences_equal_the_pytorch_dp() -> None:
+    actions = random_actions(2, 128, 3, 3, 5, seed=128, scale=10.0)
+    compiled, reference = stacks(3, 3, 5)
+    for got, expected in zip(
+        readings_and_gradients(compiled, actions, torch.float64),
+        readings_and_gradients(reference, actions, torch.float64),
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))
+
+
+@pytest.mark.parametrize("absent", ["push", "replace", "pop", "pop_at_odd_steps"])
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-9), (torch.float32, 1e-4)])
+def test_a_kind_of_transition_of_weight_zero(absent: str, dtype: torch.dtype, tolerance: float) -> None:
+    """Every push, replace or pop of weight 0 (log −∞): a column without that term takes its
+    scale from the terms present (with a term of weight 0 setting it, every share would underflow).
+    Every logit is lowered by 10, so that log α falls far below float32's exponent range."""
+    actions = mapped(random_actions(2, 20, 3, 3, 5, seed=7, scale=3.0), lambda tensor: tensor - 10.0)
+    actions = VectorNondeterministicActions(actions.push, actions.replace, actions.pop, actions.pushed + 10.0)
+    if absent == "pop_at_odd_steps":
+        pop = actions.pop.clone()
+        pop[:, 1::2] = -math.inf
+        actions = VectorNondeterministicActions(actions.push, actions.replace, pop, actions.pushed)
+    else:
+        kinds = {"push": actions.push, "replace": actions.replace, "pop": actions.pop}
+        kinds[absent] = torch.full_like(kinds[absent], -math.inf)
+        actions = VectorNondeterministicActions(kinds["push"], kinds["replace"], kinds["pop"], actions.pushed)
+    compiled, reference = stacks(3, 3, 5)
+    for got, expected in zip(
+        readings_and_gradients(compiled, actions, dtype), readings_and_gradients(reference, actions, torch.float64)
+    ):
+        assert torch.isfinite(got).all()
+        assert (got.double() - expected).abs().max() <= tolerance * max(1.0, expected.abs().max().item())
+
+
 def test_float32_gradients_where_pop_totals_are_subnormal() -> None:
     """Large logits over 32 steps make some pop totals subnormal in float32: the backward
     forms ∂r · share / total, never share / total alone, which overflows there."""

@@ -7,8 +7,9 @@
 // Per element, column t (t = 0 … n) has rows(t) = m + (t+1)·N rows: the m rows of η[t], then
 // N rows (i, a) per row i = −1 … t−1 (row index m + (i+1)·N + a in every column). Every
 // column is stored transposed, [c][row], at offset(t) of one flat table:
-//   gamma:   log γ[i→t][a, c] (η rows: log η[t][j, c])
-//   shares:  Ŝ = exp(log γ + log α[i][a] − log α[t][c]) ∈ [0, 1] (η rows: exp(log η − log α))
+//   gamma:   log η[t][j, c] in the η rows; log γ[i→t][a, c] in the γ rows of column 0 only
+//            (the shares carry the γ rows of later columns: nothing reads their logs)
+//   shares:  Ŝ = γ[i→t][a, c] α[i][a] / α[t][c] ∈ [0, 1] (η rows: exp(log η − log α))
 //   pops, replaced_shares, popped_shares (PopTables): at offset(t−2), rows(t−2) rows of step
 //            t: the pop's real total P = Σ_{k,u} Ŝ_k ŵ, and the replace and pop terms' shares
 //            of column t (the log-sum-exp's weights, so the backward takes no exp or log there)
@@ -19,8 +20,11 @@
 //     -> the replace term (every row) and γ'_t[k][(u,y), r] (γ rows)
 //   ŵ[k,(u,y),r] = exp(log α[k][u,y] + γ'_t[k][(u,y),r] − L[y,r]), L the exact log-sum over (k, u)
 //   pop[row,(r,y)] = log Σ_{k,u} Ŝ_k[row,(u,y)] ŵ[k,(u,y),r] + L[y,r] − log α(row)
-//   column t = replace ⊕ pop (⊕ log v_t + log(α[t−1] Δ⁺) on η rows), then the new rows Δ⁺_t
-//   log α[t] = exact log-sum over γ rows of log α(row) + column t.
+//   η rows of column t = replace ⊕ pop ⊕ log v_t + log(α[t−1] Δ⁺), in log space
+//   γ rows of column t, in real space relative to κ, the largest of the present offsets:
+//     α(row) γ[row→t] / exp(κ) = exp(offset − κ) Σ_c Ŝ R̂ + exp(L − κ) P (+ α[t−1] Δ⁺_t for the new rows),
+//     log α[t] = κ + log of their sum, Ŝ of column t = each over the sum
+//   (the scaled forward algorithm of HMMs, one scale per configuration: no exp or log per row).
 // The backward runs the steps in reverse with the adjoints of every log value; each
 // log-sum-exp passes g·exp(term − result), computed from the same shifted products.
 
@@ -267,6 +271,20 @@ void product_adjoint(int64_t size, const T* __restrict left, const WeightedColum
   }
 }
 
+// Σ_row values[row] for row < size, in explicit lanes (GCC 12 runs `omp simd` reductions lane by lane).
+template <typename T>
+T sum_rows(int64_t size, const T* __restrict values) {
+  const int64_t whole = size - size % LANES;
+  T sums[LANES] = {};
+  for (int64_t row = 0; row < whole; row += LANES)
+#pragma omp simd
+    for (int64_t lane = 0; lane < LANES; ++lane) sums[lane] += values[row + lane];
+  T total = 0;
+  for (int64_t row = whole; row < size; ++row) total += values[row];
+  for (int64_t lane = 0; lane < LANES; ++lane) total += sums[lane];
+  return total;
+}
+
 // One element's pop totals and the replace and pop terms' shares (see the top of the file).
 template <typename T>
 struct PopTables {
@@ -277,6 +295,8 @@ struct PopTables {
 template <typename T>
 struct Step {
   std::vector<T> ghat, rho, row_scale, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
+  std::vector<T> row_unscale;                         // 2^e per row, undoing Ĝ's scaling: 2^e · total = Σ_c Ŝ R̂
+  std::vector<char> right_present, pop_present;       // whether each offset is that of a nonempty sum
   std::vector<T> lane_values, symbol_values;          // scratch of pop_weights
   std::vector<T> column_high, column_sums;            // scratch of exp_columns
   std::vector<T> padding;                             // POP_BLOCK rows the pop's padded blocks write to
@@ -331,9 +351,11 @@ void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& 
     for (int64_t row = 0; row < R; ++row) high[row] = column[row] > high[row] ? column[row] : high[row];
   }
   s.row_scale.resize(R);
+  s.row_unscale.resize(R);
   {
     T* __restrict rho = s.rho.data();
     T* __restrict scale = s.row_scale.data();
+    T* __restrict unscale = s.row_unscale.data();
     const T* __restrict weight = row_weights.data();
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) {
@@ -344,6 +366,8 @@ void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& 
       const auto power = static_cast<typename E::Signed>(E::bias + 1) - static_cast<typename E::Signed>(exponent);
       const bool present = high > 0;
       scale[row] = present ? std::bit_cast<T>(static_cast<typename E::Bits>(power) << E::mantissa_bits) : T(0);
+      const auto inverse_power = static_cast<typename E::Signed>(E::bias + 1) + static_cast<typename E::Signed>(exponent);
+      unscale[row] = present ? std::bit_cast<T>(static_cast<typename E::Bits>(inverse_power) << E::mantissa_bits) : T(0);
       rho[row] = present ? exponent * LN2<T> - weight[row] : T(0);
     }
   }
@@ -358,6 +382,7 @@ void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& 
   // R̂ = exp(log α[t−1] + [Δ^R | Δ⁻] − offset), offset the exact log-sum of each column.
   s.rhat.resize(N * J);
   s.right_offset.resize(J);
+  s.right_present.resize(J);
   s.column_high.resize(J);
   s.column_sums.resize(J);
   for (int64_t c = 0; c < N; ++c) {
@@ -369,6 +394,7 @@ void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& 
   exp_columns(N, J, s.rhat.data(), s.column_high.data(), sums);
   for (int64_t j = 0; j < J; ++j) {
     s.right_offset[j] = sums[j] > 0 ? std::log(sums[j]) + s.column_high[j] : s.column_high[j];
+    s.right_present[j] = sums[j] > 0;
     sums[j] = sums[j] > 0 ? T(1) / sums[j] : T(0);
   }
   for (int64_t c = 0; c < N; ++c) {
@@ -408,6 +434,7 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
   s.lane_values.resize(P);
   s.symbol_values.resize(S);
   s.pop_offset.assign(S * Q, NEG<T>);
+  s.pop_present.assign(S * Q, 0);
   T* lanes = s.lane_values.data();
   T* per_symbol = s.symbol_values.data();
   const T floor = exp_floor<T>();
@@ -456,6 +483,7 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
       T sum = 0;
       for (int64_t p = y; p < P; p += S) sum += lanes[p];
       s.pop_offset[y * Q + r] = sum > 0 ? std::log(sum) + per_symbol[y] : per_symbol[y];
+      s.pop_present[y * Q + r] = sum > 0;
       per_symbol[y] = sum > 0 ? T(1) / sum : T(0);
     }
     for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
@@ -665,7 +693,9 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     pop_forward(z, t, shares, s, pop_total);
   }
   T* column = gamma + z.offset(t);
+  T* current_alpha = alpha + t * N;
   const T floor = exp_floor<T>();
+  const int64_t eta_end = std::min(m, R2);  // η rows among the pop's rows (all of them for t ≥ 2)
   for (int64_t target = 0; target < N; ++target) {
     const int64_t r = target / S, y = target % S;
     T* out = column + target * Rt;
@@ -677,15 +707,13 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     const T* weight = weights.data();
     const T replaced_offset = s.right_offset[target];
     const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
-    // Offsets, ρ and L are finite; a total of 0 marks an empty sum (−∞). Each term is its
-    // total's mantissa times exp of its log scale (offsets and the total's exponent), taken
-    // relative to the larger scale: one exp and one log per row, where a log of each total and
-    // of their sum took three logs and two exps. An absent term gets mantissa 0 and the other
-    // term's scale, so that every value stays finite and the larger scale is a present term's
-    // (fewer selects than carrying −∞). The terms' weights are taken relative to the largest
-    // term (not to the rounded log-sum) for the backward.
+    // η rows, in log space. Offsets, ρ and L are finite; a total of 0 marks an empty sum (−∞).
+    // Each term is its total's mantissa times exp of its log scale (offsets and the total's
+    // exponent), taken relative to the larger scale. An absent term gets mantissa 0 and the
+    // other term's scale, so that every value stays finite and the larger scale is a present
+    // term's. The terms' weights are taken relative to the largest term for the backward.
 #pragma omp simd
-    for (int64_t row = 0; row < R2; ++row) {
+    for (int64_t row = 0; row < eta_end; ++row) {
       const T replaced_value = replaced_total[row], popped_value = popped_total[row], row_weight = weight[row];
       T replaced_exponent, popped_exponent;
       const T replaced_mantissa = split_exponent(replaced_value, replaced_exponent);
@@ -712,14 +740,15 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       replaced_share[row] = replaced_term * inverse;
       popped_share[row] = popped_term * inverse;
     }
+    // t = 1: the η rows have only the replace term.
 #pragma omp simd
-    for (int64_t row = R2; row < R; ++row) {
+    for (int64_t row = R2; row < m; ++row) {
       T exponent;
       const T mantissa = split_exponent(replaced_total[row], exponent);
       const T replaced = std::log(mantissa) + (exponent * LN2<T> + rho[row] + replaced_offset);
       out[row] = replaced_total[row] > 0 ? replaced : NEG<T>;
     }
-    // η rows: ⊕ log v_t + log(α[t−1] Δ⁺_t), the m rows in vector lanes.
+    // ⊕ log v_t + log(α[t−1] Δ⁺_t), the m rows in vector lanes.
     const T pushed_offset = s.pushed_offset[target];
 #pragma omp simd
     for (int64_t row = 0; row < m; ++row) {
@@ -728,34 +757,59 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
       const T sum = T(1) + exp_flushed(low - high, floor);  // −∞ − −∞ is NaN, flushed to 0
       out[row] = high == NEG<T> ? NEG<T> : high + std::log(sum);
     }
-    for (int64_t a = 0; a < N; ++a) out[R + a] = step_push[a * N + target];
-  }
-  // log α[t], and the shares Ŝ of column t: the terms of log α[t] over their sum.
-  T* current_alpha = alpha + t * N;
-  for (int64_t target = 0; target < N; ++target) {
-    const T* values = column + target * Rt;
-    const T* weight = weights.data();
+    // γ rows, in real space: the terms of log α[t] = log Σ_row α(row) γ[row→t] are
+    //   α(row) γ_replace = exp(offset) · 2^e · total = exp(offset) Σ_c Ŝ[row, c] R̂[c, target]
+    //   α(row) γ_pop = exp(L[y, r]) · P[row, (r, y)],   α[t−1][a] Δ⁺[a → target] (the push rows),
+    // each of the two sums over rows at most 1 (Ŝ sums to 1 over the rows of a column, R̂ and
+    // ŵ over theirs), so relative to κ, the largest present offset, no term overflows and
+    // their total is at least about 1: the shares Ŝ of column t are the terms over their total,
+    // flushed to 0 below the smallest normal number (as the exps of the log-space terms were).
+    // log γ of these rows is not kept: every reader takes the shares.
+    const bool has_replaced = s.right_present[target], has_popped = R2 > 0 && s.pop_present[y * Q + r];
+    const bool has_pushed = pushed_offset != NEG<T>;
+    T kappa = has_replaced ? replaced_offset : NEG<T>;
+    kappa = has_popped ? std::max(kappa, popped_offset) : kappa;
+    kappa = has_pushed ? std::max(kappa, pushed_offset) : kappa;
     T* share = shares + z.offset(t) + target * Rt;
-    T high = NEG<T>;
-#pragma omp simd reduction(max : high)
-    for (int64_t row = m; row < Rt; ++row) high = std::max(high, weight[row] + values[row]);
-    if (high == NEG<T>) {
+    if (kappa == NEG<T>) {
       current_alpha[target] = NEG<T>;
       std::fill(share, share + Rt, T(0));
       continue;
     }
-    T sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t row = m; row < Rt; ++row) {
-      T term = exp_flushed(weight[row] + values[row] - high, floor);
-      share[row] = term;
-      sum += term;
-    }
-    current_alpha[target] = std::log(sum) + high;
-    const T inverse = T(1) / sum;
+    const T replaced_factor = has_replaced ? std::exp(replaced_offset - kappa) : T(0);
+    const T popped_factor = has_popped ? std::exp(popped_offset - kappa) : T(0);
+    const T pushed_factor = has_pushed ? std::exp(pushed_offset - kappa) / s.push_sums[target] : T(0);
+    constexpr T smallest = std::numeric_limits<T>::min();
+    const T* unscale = s.row_unscale.data();
 #pragma omp simd
-    for (int64_t row = m; row < Rt; ++row) share[row] *= inverse;
-    for (int64_t j = 0; j < m; ++j) share[j] = exp_flushed(values[j] - current_alpha[target], floor);
+    for (int64_t row = m; row < R2; ++row) {
+      const T replaced_term = replaced_factor * (unscale[row] * replaced_total[row]);
+      const T popped_term = weight[row] != NEG<T> ? popped_factor * popped_total[row] : T(0);
+      const T sum = replaced_term + popped_term;
+      const bool present = sum >= smallest;  // else its share is flushed, and so its gradient is 0
+      const T inverse = T(1) / (present ? sum : T(1));
+      replaced_share[row] = present ? replaced_term * inverse : T(0);
+      popped_share[row] = present ? popped_term * inverse : T(0);
+      share[row] = sum;
+    }
+#pragma omp simd
+    for (int64_t row = std::max(m, R2); row < R; ++row) share[row] = replaced_factor * (unscale[row] * replaced_total[row]);
+#pragma omp simd
+    for (int64_t a = 0; a < N; ++a) share[R + a] = pushed_factor * s.push_terms[a * N + target];
+    const T total = sum_rows(Rt - m, share + m);
+    if (!(total > 0)) {
+      current_alpha[target] = NEG<T>;
+      std::fill(share, share + Rt, T(0));
+      continue;
+    }
+    current_alpha[target] = kappa + std::log(total);
+    const T inverse = T(1) / total;
+#pragma omp simd
+    for (int64_t row = m; row < Rt; ++row) {
+      const T value = share[row] * inverse;
+      share[row] = value >= smallest ? value : T(0);
+    }
+    for (int64_t j = 0; j < m; ++j) share[j] = exp_flushed(out[j] - current_alpha[target], floor);
   }
   T high = NEG<T>;
   for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
