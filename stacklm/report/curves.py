@@ -26,11 +26,11 @@ import pandas as pd
 from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.figure_files import save_figure
+from stacklm.tracking.records import CURVE_SCORES, CURVE_SETS, curve_score
 
 IDENTITY = ["task", "architecture", "phase", "trial", "seed", "learning_rate", "tokens_per_batch", "parameters", "code_version"]
 CHECKPOINT = ["checkpoint", "epoch", "examples_seen", "learning_rate_used", "train_loss", "validation_cross_entropy", "is_best"]
-PANELS: tuple[tuple[str, str], ...] = (("test", "test"), ("hierarchical", "generalization, hierarchical rule"), ("linear", "generalization, linear rule"))
-SCORES = [f"{name}_{kind}_accuracy" for name, _ in PANELS for kind in ("full", "partial")]
+TITLES = {"test": "test", "hierarchical": "generalization, hierarchical rule", "linear": "generalization, linear rule"}  # a panel per CURVE_SETS
 
 
 def read_curves(paths: Sequence[str | Path]) -> pd.DataFrame:
@@ -42,10 +42,10 @@ def read_curves(paths: Sequence[str | Path]) -> pd.DataFrame:
             frame = pd.read_parquet(path)
         except (OSError, ValueError) as error:
             raise StacklmError(f"{path}: cannot read the run's curve: {error}") from None
-        missing = [column for column in IDENTITY + CHECKPOINT + SCORES if column not in frame.columns]
+        missing = [column for column in IDENTITY + CHECKPOINT + list(CURVE_SCORES) if column not in frame.columns]
         if missing:
             raise StacklmError(f"{path}: missing curve column(s) {', '.join(missing)}")
-        frames.append(frame[IDENTITY + CHECKPOINT + SCORES])
+        frames.append(frame[IDENTITY + CHECKPOINT + list(CURVE_SCORES)])
     if not frames:
         raise StacklmError("no run curves given")
     curves = pd.concat(frames, ignore_index=True)
@@ -81,23 +81,23 @@ def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path], rows: Sequenc
     row_order = list(dict.fromkeys(row_names))
     run_order = sorted(runs.unique(), key=name_order)
     colours = plt.get_cmap("tab10")
-    figure, axes = plt.subplots(len(row_order), len(PANELS), figsize=(4.2 * len(PANELS), 2.4 * len(row_order) + 0.6), squeeze=False)
+    figure, axes = plt.subplots(len(row_order), len(CURVE_SETS), figsize=(4.2 * len(CURVE_SETS), 2.4 * len(row_order) + 0.6), squeeze=False)
     for row, row_name in enumerate(row_order):
-        for column, (name, title) in enumerate(PANELS):
+        for column, name in enumerate(CURVE_SETS):
             axis = axes[row][column]
             for run_name in run_order:
                 run = curves[(row_names == row_name) & (runs == run_name)].sort_values("examples_seen")
                 if run.empty:
                     continue
                 colour = colours(run_order.index(run_name) % colours.N)
-                axis.plot(run["examples_seen"], run[f"{name}_full_accuracy"], color=colour, label=f"{run_name} FA")
-                axis.plot(run["examples_seen"], run[f"{name}_partial_accuracy"], color=colour, linestyle="--", label=f"{run_name} PA")
+                axis.plot(run["examples_seen"], run[curve_score(name, "full")], color=colour, label=f"{run_name} FA")
+                axis.plot(run["examples_seen"], run[curve_score(name, "partial")], color=colour, linestyle="--", label=f"{run_name} PA")
                 best = run[run["is_best"]].tail(1)
-                axis.plot(best["examples_seen"], best[f"{name}_full_accuracy"], "o", color=colour, markersize=4)
+                axis.plot(best["examples_seen"], best[curve_score(name, "full")], "o", color=colour, markersize=4)
             axis.set_ylim(-0.02, 1.02)
             axis.grid(alpha=0.3)
             if row == 0:
-                axis.set_title(title)
+                axis.set_title(TITLES[name])
             if column == 0:
                 axis.set_ylabel(f"{row_name}\naccuracy")
             if row == len(row_order) - 1:

@@ -31,7 +31,7 @@ import pandas as pd
 from stacklm.errors import StacklmError, located
 from stacklm.report.aggregate import partial_metric, read_run_metrics
 from stacklm.settings_file import build
-from stacklm.tracking.records import CHECKPOINT_SCHEMA, CURVE_SCHEMA, CURVE_SCORES, checkpoint_table
+from stacklm.tracking.records import CHECKPOINT_SCHEMA, CURVE_SCHEMA, CURVE_SCORES, CURVE_SETS, checkpoint_table, curve_score
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import TrainConfig
 from stacklm.training.loop import CheckpointRecord
@@ -41,9 +41,9 @@ TRAINING = "training"
 CONVERGED = "converged (stopped early)"
 MAX_EPOCHS = "max epochs"
 EVALUATED = "evaluated"
-SETS: tuple[tuple[str, str], ...] = (("test", "test"), ("hierarchical", "gen. hier."), ("linear", "gen. lin."))  # curve score prefix, header
+TITLES = {"test": "test", "hierarchical": "gen. hier.", "linear": "gen. lin."}  # a column per CURVE_SETS
 HEADER = ["task", "architecture", "run", "learning rate", "B", "checkpoints", "state", "training h", "best val. CE", "scored at",
-          *(f"{title} FA / PA" for _, title in SETS)]  # fmt: skip
+          *(f"{TITLES[name]} FA / PA" for name in CURVE_SETS)]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -136,13 +136,12 @@ def whole_set_scores(metrics: pd.DataFrame) -> dict[str, float]:
     (exact where evaluated, else sampled, as the curves and the tables take it)."""
     partial = partial_metric(metrics)
     values: dict[str, float] = {}
-    for name in CURVE_SCORES:
-        prefix, kind = name.split("_", 1)
-        split, rule = ("test", None) if prefix == "test" else ("generalization", prefix)
-        metric = "full_accuracy" if kind == "full_accuracy" else partial
-        rows = metrics[(metrics["split"] == split) & (metrics["metric"] == metric)]
-        rows = rows[rows["rule"].isna()] if rule is None else rows[rows["rule"] == rule]
-        values[name] = float(rows["value"].iloc[0]) if not rows.empty else math.nan
+    for name in CURVE_SETS:
+        split, rule = ("test", None) if name == "test" else ("generalization", name)
+        for kind, metric in (("full", "full_accuracy"), ("partial", partial)):
+            rows = metrics[(metrics["split"] == split) & (metrics["metric"] == metric)]
+            rows = rows[rows["rule"].isna()] if rule is None else rows[rows["rule"] == rule]
+            values[curve_score(name, kind)] = float(rows["value"].iloc[0]) if not rows.empty else math.nan
     return values
 
 
@@ -160,7 +159,7 @@ def table_row(run: RunProgress) -> list[str]:
         scored_at = f"checkpoint {best['checkpoint']}; whole sets (metrics.parquet)"
     else:
         scored_at = f"checkpoint {best['checkpoint']}; curve sample"
-    pairs = [f"{number(scores.get(f'{prefix}_full_accuracy'), '.3f')} / {number(scores.get(f'{prefix}_partial_accuracy'), '.3f')}" for prefix, _ in SETS]
+    pairs = [f"{number(scores.get(curve_score(name, 'full')), '.3f')} / {number(scores.get(curve_score(name, 'partial')), '.3f')}" for name in CURVE_SETS]
     index = f"{run.phase} {'trial' if run.phase == 'search' else 'seed'} {run.index}"
     return [run.task, run.architecture, index, number(run.learning_rate, ".3g"), number(run.tokens_per_batch, "d"), str(len(run.curve)), run.state,
             number(run.training_s / 3600, ".1f"), number(best["validation_cross_entropy"] if best is not None else None, ".4f"), scored_at, *pairs]  # fmt: skip

@@ -90,8 +90,17 @@ CHECKPOINT_FIELDS = [
     ("validation_cross_entropy", pa.float64()),
     ("is_best", pa.bool_()),
 ]
-# The generalization curves (``TaskEvaluator.checkpoint_scores``): null where a run scored none.
-CURVE_SCORES = tuple(f"{name}_{kind}_accuracy" for name in ("test", "hierarchical", "linear") for kind in ("full", "partial"))
+# The generalization curves (``TaskEvaluator.checkpoint_scores``): a full and a partial accuracy
+# on each scored set (the test set, the generalization set under each rule); null where a run scored none.
+CURVE_SETS = ("test", "hierarchical", "linear")
+
+
+def curve_score(scored_set: str, kind: Literal["full", "partial"]) -> str:
+    """The curve column of ``kind`` accuracy on ``scored_set`` (one of ``CURVE_SETS``)."""
+    return f"{scored_set}_{kind}_accuracy"
+
+
+CURVE_SCORES = tuple(curve_score(name, kind) for name in CURVE_SETS for kind in ("full", "partial"))
 # A checkpoint's row without the run's metadata: a finished run's curve and a training state's so far alike.
 CHECKPOINT_SCHEMA = pa.schema(CHECKPOINT_FIELDS + [(name, pa.float64()) for name in CURVE_SCORES])
 CURVE_SCHEMA = pa.schema(list(CHECKPOINT_SCHEMA) + list(METADATA_SCHEMA))
