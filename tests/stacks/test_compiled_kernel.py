@@ -213,6 +213,67 @@ def test_batch_elements_and_padding_are_independent() -> None:
         torch.testing.assert_close(stack.readings(single)[0], batched[element, :5], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("batch", [1, 7, 9, 33])
+def test_batches_of_any_size_equal_the_pytorch_dp(batch: int) -> None:
+    """The whole-sequence kernel runs groups of eight elements in vector lanes: a group of fewer
+    pads its lanes, and what they give is dropped."""
+    actions = random_actions(batch, 6, 3, 3, 5, seed=batch, scale=3.0)
+    compiled, reference = stacks(3, 3, 5)
+    for got, expected in zip(
+        readings_and_gradients(compiled, actions, torch.float64),
+        readings_and_gradients(reference, actions, torch.float64),
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))
+
+
+LOGIT_SCALES = (0.1, 1.0, 10.0, 30.0)
+
+
+def mixed_scale_actions(batch: int, steps: int, seed: int) -> VectorNondeterministicActions:
+    """Element b's logits scaled by LOGIT_SCALES[b mod 4]: lanes of one group far apart in log α."""
+    actions = random_actions(batch, steps, 3, 3, 5, seed=seed)
+    scales = torch.tensor(LOGIT_SCALES, dtype=actions.push.dtype).repeat(batch)[:batch]
+
+    def scaled(tensor: Tensor) -> Tensor:
+        return tensor * scales.view(-1, *([1] * (tensor.dim() - 1)))
+
+    return VectorNondeterministicActions(scaled(actions.push), scaled(actions.replace), scaled(actions.pop), actions.pushed)
+
+
+def test_mixed_logit_scales_in_one_group_equal_the_pytorch_dp() -> None:
+    actions = mixed_scale_actions(11, 12, seed=21)
+    compiled, reference = stacks(3, 3, 5)
+    for got, expected in zip(
+        readings_and_gradients(compiled, actions, torch.float64),
+        readings_and_gradients(reference, actions, torch.float64),
+    ):
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))
+
+
+def test_mixed_logit_scales_in_one_group_equal_each_element_alone() -> None:
+    """In float32, each element's readings and gradients in a group of elements of other logit
+    scales equal those of its run alone (a group of one)."""
+    actions = mixed_scale_actions(9, 24, seed=22)
+    stack, _ = stacks(3, 3, 5)
+    stack = stack.float()
+
+    def readings_and_gradients_per_element(actions: VectorNondeterministicActions) -> tuple[Tensor, Tensor, Tensor]:
+        """Readings and the gradients of Σ readings · w, one w (n, N·m) for every element."""
+        logits = flat_logits(actions).float().requires_grad_()
+        log_pushed = actions.pushed.float().requires_grad_()
+        readings = stack.readings(actions_of(logits, log_pushed, 3, 3))
+        weights = torch.linspace(-1, 1, readings[0].numel()).view_as(readings[0])
+        (readings * weights).sum().backward()
+        return readings, logits.grad, log_pushed.grad
+
+    batched = readings_and_gradients_per_element(actions)
+    for element in range(9):
+        alone = readings_and_gradients_per_element(mapped(actions, lambda tensor: tensor[element : element + 1]))
+        for got, expected in zip(alone, batched):
+            assert torch.isfinite(got).all()
+            torch.testing.assert_close(got[0], expected[element], rtol=1e-5, atol=1e-6 * expected[element].abs().max().item())
+
+
 def test_empty_sequence() -> None:
     actions = random_actions(2, 0, 2, 2, 3, seed=1)
     stack, _ = stacks(2, 2, 3)

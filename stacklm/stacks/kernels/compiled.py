@@ -5,14 +5,15 @@ build, one load for both.
 
 The kernel runs the dynamic program of ``pda.py`` (full stack, bottom replaceable, vectors)
 with the numerics of ``ShiftedLogContraction`` (``shifted.py``): products shifted by log α,
-exact per-column normalisers, the pop read from shares Ŝ ∈ [0, 1]. One batch element per
+exact per-column normalisers, the pop read from shares Ŝ ∈ [0, 1]. Groups of eight batch
+elements run at once, one per vector lane (a last group of fewer pads its lanes), one group per
 task (OpenMP through ``at::parallel_for``, so ``torch.set_num_threads`` applies), every step
 in one call: no tensor operation per step. Its backward is written by hand in the same
 kernel (each log-sum-exp passes g·exp(term − result), from the same shifted products).
 The γ rows of each new column are summed in real space relative to one scale per
 configuration, the largest of their terms' log offsets (as scaled forward algorithms for HMMs
 do), so they take no exp or log per row; their log γ is not kept past column 0 (``gamma`` holds log η).
-What it keeps for backward is O(B·n²·N²): the columns of log η, the shares, each
+What it keeps for backward is O(B·n²·N²) (B rounded up to a multiple of eight): the columns of log η, the shares, each
 step's pop totals and the weights of its log-sum-exp of the replace and pop terms (five
 tensors of one size, each allocated apart: glibc serves blocks of up to 32 MB from its heap
 once freed, larger ones by mmap, whose fresh pages fault on every call), and α.

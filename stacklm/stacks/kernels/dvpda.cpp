@@ -1,8 +1,13 @@
 // The whole-sequence dVPDA (full stack, bottom replaceable) and its exact backward, on CPU.
 //
 // The same dynamic program and numerics as ``pda.py`` with ``ShiftedLogContraction``
-// (``shifted.py``); ``dvpda.py`` states the recurrences. One batch element per task
-// (at::parallel_for, OpenMP), all of its steps in one call, no tensor operation per step.
+// (``shifted.py``); ``dvpda.py`` states the recurrences. Every step is written once, over a value
+// type V: the whole-sequence ops run it on groups of LANE_COUNT batch elements, V = Lane<T>
+// (lanes.h), one lane per element, every table stored [position][lane], so that each operation
+// of the DP is one vector operation over the group; the one-step ops (``dvpda_step``, which a
+// stack RNN calls with tables that Python slices along the batch) run it on one element at a
+// time, V = T, and vectorize over its rows instead. A group of fewer elements pads its lanes with
+// log weights 0 and drops what they give. One group (or element) per task (at::parallel_for).
 //
 // Per element, column t (t = 0 … n) has rows(t) = m + (t+1)·N rows: the m rows of η[t], then
 // N rows (i, a) per row i = −1 … t−1 (row index m + (i+1)·N + a in every column). Every
@@ -40,9 +45,12 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+#include "lanes.h"
 
 // glibc's vector math library (libmvec) has SIMD versions of exp and log; declaring them lets
 // the loops marked `omp simd` below call them (its headers declare them only with -ffast-math,
@@ -56,6 +64,8 @@ __attribute__((simd("notinbranch"))) double log(double);
 
 namespace {
 
+using stacklm_lanes::LANE_COUNT;
+
 struct Sizes {
   int64_t batch, steps, states, symbols, configs, vector;
 
@@ -67,7 +77,6 @@ struct Sizes {
 
 template <typename T>
 constexpr T NEG = -std::numeric_limits<T>::infinity();
-
 
 // x = mantissa · 2^exponent with mantissa ∈ [0.5, 1) for x > 0 (subnormals too), by the bits of
 // x, so that a loop of them vectorizes: log x = log mantissa + exponent · ln 2 without a log.
@@ -91,17 +100,144 @@ struct Exponent<double> {
   static constexpr Bits mantissa_mask = 0x000FFFFFFFFFFFFFull, half = 0x3FE0000000000000ull;
 };
 
+// A value of the DP: one element's T, or Lane<T>, one lane per element of a group. Scalar is T,
+// Signed and Bits are the integers of T's width (one per lane), Mask what a comparison gives
+// (kept as char for one element: std::vector<bool> packs bits).
 template <typename T>
-inline T split_exponent(T x, T& exponent) {
+using Lane = typename stacklm_lanes::Lanes<T>::type;
+
+template <typename V>
+struct Values;
+
+template <typename T>
+struct ElementValues {
+  using Scalar = T;
+  using Signed = typename Exponent<T>::Signed;
+  using Bits = typename Exponent<T>::Bits;
+  using Mask = char;
+  static Signed to_signed(T x) { return static_cast<Signed>(x); }
+  static T of_signed(Signed x) { return T(x); }
+};
+
+template <typename T>
+struct LaneValues {
+  using Scalar = T;
+  using Signed = Lane<typename Exponent<T>::Signed>;
+  using Bits = Lane<typename Exponent<T>::Bits>;
+  using Mask = Signed;
+  static Signed to_signed(Lane<T> x) { return __builtin_convertvector(x, Signed); }
+  static Lane<T> of_signed(Signed x) { return __builtin_convertvector(x, Lane<T>); }
+};
+
+template <>
+struct Values<float> : ElementValues<float> {};
+template <>
+struct Values<double> : ElementValues<double> {};
+template <>
+struct Values<Lane<float>> : LaneValues<float> {};
+template <>
+struct Values<Lane<double>> : LaneValues<double> {};
+
+template <typename V>
+using ScalarOf = typename Values<V>::Scalar;
+template <typename V>
+using MaskOf = typename Values<V>::Mask;
+
+template <typename V>
+constexpr bool IS_ELEMENT = std::is_arithmetic_v<V>;
+
+// x in every lane (x itself for one element).
+template <typename V, typename S>
+inline V splat(S x) {
+  if constexpr (IS_ELEMENT<V>)
+    return V(x);
+  else
+    return V{} + static_cast<std::remove_cvref_t<decltype(V{}[0])>>(x);
+}
+
+template <typename V>
+inline V log_zero() {
+  return splat<V>(NEG<ScalarOf<V>>);
+}
+
+// Whether any lane of a comparison holds.
+template <typename M>
+inline bool any(M mask) {
+  if constexpr (IS_ELEMENT<M>) {
+    return mask;
+  } else {
+    bool found = false;
+    for (int64_t lane = 0; lane < LANE_COUNT; ++lane) found |= mask[lane] != 0;
+    return found;
+  }
+}
+
+template <typename V>
+inline V larger(V a, V b) {
+  if constexpr (IS_ELEMENT<V>)
+    return std::max(a, b);
+  else
+    return a < b ? b : a;
+}
+
+template <typename V>
+inline V smaller(V a, V b) {
+  if constexpr (IS_ELEMENT<V>)
+    return std::min(a, b);
+  else
+    return b < a ? b : a;
+}
+
+template <typename V>
+inline V magnitude(V x) {
+  if constexpr (IS_ELEMENT<V>)
+    return std::abs(x);
+  else
+    return x < 0 ? -x : x;
+}
+
+// f of every lane, in one `omp simd` loop (libmvec's vector exp and log).
+template <typename V, typename Function>
+inline V each_lane(V x, Function f) {
+  if constexpr (IS_ELEMENT<V>) {
+    return f(x);
+  } else {
+    using T = ScalarOf<V>;
+    T in[LANE_COUNT], out[LANE_COUNT];
+    std::memcpy(in, &x, sizeof x);
+#pragma omp simd
+    for (int64_t lane = 0; lane < LANE_COUNT; ++lane) out[lane] = f(in[lane]);
+    V result;
+    std::memcpy(&result, out, sizeof result);
+    return result;
+  }
+}
+
+template <typename V>
+inline V log_of(V x) {
+  return each_lane(x, [](ScalarOf<V> value) { return std::log(value); });
+}
+
+// exp over the whole range (subnormal results kept), for the few exps per configuration.
+template <typename V>
+inline V exp_exact(V x) {
+  return each_lane(x, [](ScalarOf<V> value) { return std::exp(value); });
+}
+
+template <typename V>
+inline V split_exponent(V x, V& exponent) {
+  using T = ScalarOf<V>;
   using E = Exponent<T>;
-  const bool subnormal = x < std::numeric_limits<T>::min();
-  const T scaled = subnormal ? x * T(typename E::Bits(1) << E::subnormal_shift) : x;
-  const auto bits = std::bit_cast<typename E::Bits>(scaled);
+  using Bits = typename Values<V>::Bits;
+  using Signed = typename Values<V>::Signed;
+  const auto subnormal = x < std::numeric_limits<T>::min();
+  const V scaled = subnormal ? x * T(typename E::Bits(1) << E::subnormal_shift) : x;
+  const auto bits = std::bit_cast<Bits>(scaled);
   // Integers of the float's own width: a float's exponent through int64 costs lane widening
   // and a conversion that AVX2 lacks.
-  const auto biased = static_cast<typename E::Signed>(bits >> E::mantissa_bits);
-  exponent = T(biased - (E::bias + (subnormal ? E::subnormal_shift : 0)));
-  return std::bit_cast<T>((bits & E::mantissa_mask) | E::half);
+  const auto biased = std::bit_cast<Signed>(bits >> E::mantissa_bits);
+  exponent = Values<V>::of_signed(subnormal ? biased - (E::bias + E::subnormal_shift) : biased - E::bias);
+  return std::bit_cast<V>((bits & E::mantissa_mask) | E::half);
 }
 
 template <typename T>
@@ -112,30 +248,30 @@ constexpr T LN2 = T(0.693147180559945309417232121458176568);
 // written out so that GCC inlines and vectorizes it: a loop calling libmvec keeps nothing in
 // registers across the call (every vector register is the caller's to save). Takes
 // x ≥ −87.33 (exp_flushed's floor) and gives +∞ above float's range.
-template <typename T>
-inline T exp_of(T x) {
-  return std::exp(x);
-}
-
-template <>
-inline float exp_of(float x) {
-  x = x < 89.0f ? x : 89.0f;
-  constexpr float shifter = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer in the low bits
-  const float shifted = x * 1.44269504088896341f + shifter;
-  const float n = shifted - shifter;
-  int32_t power = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(shifter);
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const bool above = power > 127;  // 2^128 is no float: 2 · 2^127
-  power = above ? 127 : power;
-  p = above ? p + p : p;
-  return p * std::bit_cast<float>((power + 127) << 23);
+template <typename V>
+inline V exp_of(V x) {
+  if constexpr (std::is_same_v<ScalarOf<V>, double>) {
+    return exp_exact(x);
+  } else {
+    using Signed = typename Values<V>::Signed;
+    x = x < 89.0f ? x : splat<V>(89.0f);
+    constexpr float shifter = 12582912.0f;  // 1.5 · 2^23: adding it rounds to an integer in the low bits
+    const V shifted = x * 1.44269504088896341f + shifter;
+    const V n = shifted - shifter;
+    Signed power = std::bit_cast<Signed>(shifted) - std::bit_cast<int32_t>(shifter);
+    const V r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    V p = splat<V>(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const auto above = power > 127;  // 2^128 is no float: 2 · 2^127
+    power = above ? splat<Signed>(127) : power;
+    p = above ? p + p : p;
+    return p * std::bit_cast<V>((power + 127) << 23);
+  }
 }
 
 // exp(x), or 0 where that is below the smallest normal number. glibc's vector exp (libmvec)
@@ -145,12 +281,12 @@ inline float exp_of(float x) {
 // and multiplied by 0. `floor` comes from exp_floor(), hidden from the optimizer: with a
 // constant, GCC folds exp(floor) and computes exp(x) on every lane again; the two tests on x
 // are written differently for the same reason (GCC merges x >= floor ? exp(max(x, floor)) : 0
-// into exp(x)). x − floor ≥ 0 exactly where x ≥ floor (gradual underflow).
+// into exp(x)). x − floor ≥ 0 exactly where x ≥ floor (gradual underflow); NaN gives 0.
 // In float, exp_of is inline (above), for which the floor also keeps 2^n a normal number.
-template <typename T>
-inline T exp_flushed(T x, T floor) {
-  const T keep = x - floor >= 0 ? T(1) : T(0);
-  return exp_of(x >= floor ? x : floor) * keep;
+template <typename V>
+inline V exp_flushed(V x, ScalarOf<V> floor) {
+  const V keep = x - floor >= 0 ? splat<V>(1) : splat<V>(0);
+  return exp_of(x >= floor ? x : splat<V>(floor)) * keep;
 }
 
 template <typename T>
@@ -162,12 +298,12 @@ inline T exp_floor() {
 
 // The products below are sums of a few weighted columns. Bound by stores, they add up to four
 // columns per pass over the output (one store per four multiply-adds); columns of weight 0
-// are left out. GCC 12 runs `omp simd reduction` loops here one lane at a time (scalar code
-// over an array of lane sums), so the dot products keep explicit lanes.
-template <typename T>
+// (in every lane) are left out. GCC 12 runs `omp simd reduction` loops here one lane at a time
+// (scalar code over an array of lane sums), so the dot products keep explicit lanes.
+template <typename V>
 struct WeightedColumns {
-  std::vector<T> weights;
-  std::vector<const T*> columns;
+  std::vector<V> weights;
+  std::vector<const V*> columns;
   std::vector<int64_t> indices;  // the caller's index of each column kept
   int64_t count = 0;
 
@@ -180,8 +316,8 @@ struct WeightedColumns {
     }
     count = 0;
   }
-  void add(T weight, const T* column, int64_t index) {
-    if (weight == 0) return;
+  void add(V weight, const V* column, int64_t index) {
+    if (!any(weight != 0)) return;
     weights[count] = weight;
     columns[count] = column;
     indices[count] = index;
@@ -191,60 +327,64 @@ struct WeightedColumns {
 };
 
 // out[row] += Σ_i weights[i] · columns[i][row] for row < size.
-template <typename T>
-void add_weighted(int64_t size, const WeightedColumns<T>& terms, T* __restrict out) {
-  const T* w = terms.weights.data();
-  const T* const* c = terms.columns.data();
+template <typename V>
+void add_weighted(int64_t size, const WeightedColumns<V>& terms, V* __restrict out) {
+  const V* w = terms.weights.data();
+  const V* const* c = terms.columns.data();
   int64_t i = 0, count = terms.size();
   for (; i + 4 <= count; i += 4) {
-    const T w0 = w[i], w1 = w[i + 1], w2 = w[i + 2], w3 = w[i + 3];
-    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2], *__restrict c3 = c[i + 3];
+    const V w0 = w[i], w1 = w[i + 1], w2 = w[i + 2], w3 = w[i + 3];
+    const V *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2], *__restrict c3 = c[i + 3];
 #pragma omp simd
     for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row] + w2 * c2[row] + w3 * c3[row];
   }
   if (count - i == 3) {
-    const T w0 = w[i], w1 = w[i + 1], w2 = w[i + 2];
-    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2];
+    const V w0 = w[i], w1 = w[i + 1], w2 = w[i + 2];
+    const V *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2];
 #pragma omp simd
     for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row] + w2 * c2[row];
   } else if (count - i == 2) {
-    const T w0 = w[i], w1 = w[i + 1];
-    const T *__restrict c0 = c[i], *__restrict c1 = c[i + 1];
+    const V w0 = w[i], w1 = w[i + 1];
+    const V *__restrict c0 = c[i], *__restrict c1 = c[i + 1];
 #pragma omp simd
     for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row];
   } else if (count - i == 1) {
-    const T w0 = w[i];
-    const T* __restrict c0 = c[i];
+    const V w0 = w[i];
+    const V* __restrict c0 = c[i];
 #pragma omp simd
     for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row];
   }
 }
 
-constexpr int64_t LANES = 8;
+// How many rows a sum over rows keeps apart, in explicit lanes: LANE_COUNT for one element (its
+// rows are its vector lanes), 1 for a group (its lanes are already its elements).
+template <typename V>
+constexpr int64_t ROW_LANES = IS_ELEMENT<V> ? LANE_COUNT : 1;
 
 // The adjoint of a product term left ⊙ Σ_i weights[i] · columns[i], in one pass over the rows:
 //   results[i] = Σ_row left[row] · columns[i][row],   out[row] += left[row] · Σ_i weights[i] · columns[i][row].
 // Four columns per pass (a group of fewer is padded with weight 0 and the column ``left``, already
 // loaded); the dot products keep explicit lanes (GCC 12 runs `omp simd` reductions lane by lane).
-template <typename T>
-void product_adjoint(int64_t size, const T* __restrict left, const WeightedColumns<T>& terms, T* results,
-                     T* __restrict out) {
-  const int64_t count = terms.size(), whole = size - size % LANES;
+template <typename V>
+void product_adjoint(int64_t size, const V* __restrict left, const WeightedColumns<V>& terms, V* results,
+                     V* __restrict out) {
+  constexpr int64_t L = ROW_LANES<V>;
+  const int64_t count = terms.size(), whole = size - size % L;
   for (int64_t first = 0; first < count; first += 4) {
-    T w[4];
-    const T* c[4];
+    V w[4];
+    const V* c[4];
     for (int64_t i = 0; i < 4; ++i) {
       const bool kept = first + i < count;
-      w[i] = kept ? terms.weights[first + i] : T(0);
+      w[i] = kept ? terms.weights[first + i] : V{};
       c[i] = kept ? terms.columns[first + i] : left;
     }
-    const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-    const T *__restrict c0 = c[0], *__restrict c1 = c[1], *__restrict c2 = c[2], *__restrict c3 = c[3];
-    T sums0[LANES] = {}, sums1[LANES] = {}, sums2[LANES] = {}, sums3[LANES] = {};
-    for (int64_t row = 0; row < whole; row += LANES)
+    const V w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+    const V *__restrict c0 = c[0], *__restrict c1 = c[1], *__restrict c2 = c[2], *__restrict c3 = c[3];
+    V sums0[L] = {}, sums1[L] = {}, sums2[L] = {}, sums3[L] = {};
+    for (int64_t row = 0; row < whole; row += L)
 #pragma omp simd
-      for (int64_t lane = 0; lane < LANES; ++lane) {
-        const T l = left[row + lane], v0 = c0[row + lane], v1 = c1[row + lane], v2 = c2[row + lane],
+      for (int64_t lane = 0; lane < L; ++lane) {
+        const V l = left[row + lane], v0 = c0[row + lane], v1 = c1[row + lane], v2 = c2[row + lane],
                 v3 = c3[row + lane];
         sums0[lane] += l * v0;
         sums1[lane] += l * v1;
@@ -252,16 +392,16 @@ void product_adjoint(int64_t size, const T* __restrict left, const WeightedColum
         sums3[lane] += l * v3;
         out[row + lane] += l * (w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3);
       }
-    T totals[4] = {};
+    V totals[4] = {};
     for (int64_t row = whole; row < size; ++row) {
-      const T l = left[row], v0 = c0[row], v1 = c1[row], v2 = c2[row], v3 = c3[row];
+      const V l = left[row], v0 = c0[row], v1 = c1[row], v2 = c2[row], v3 = c3[row];
       totals[0] += l * v0;
       totals[1] += l * v1;
       totals[2] += l * v2;
       totals[3] += l * v3;
       out[row] += l * (w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3);
     }
-    for (int64_t lane = 0; lane < LANES; ++lane) {
+    for (int64_t lane = 0; lane < L; ++lane) {
       totals[0] += sums0[lane];
       totals[1] += sums1[lane];
       totals[2] += sums2[lane];
@@ -272,56 +412,59 @@ void product_adjoint(int64_t size, const T* __restrict left, const WeightedColum
 }
 
 // Σ_row values[row] for row < size, in explicit lanes (GCC 12 runs `omp simd` reductions lane by lane).
-template <typename T>
-T sum_rows(int64_t size, const T* __restrict values) {
-  const int64_t whole = size - size % LANES;
-  T sums[LANES] = {};
-  for (int64_t row = 0; row < whole; row += LANES)
+template <typename V>
+V sum_rows(int64_t size, const V* __restrict values) {
+  constexpr int64_t L = ROW_LANES<V>;
+  const int64_t whole = size - size % L;
+  V sums[L] = {};
+  for (int64_t row = 0; row < whole; row += L)
 #pragma omp simd
-    for (int64_t lane = 0; lane < LANES; ++lane) sums[lane] += values[row + lane];
-  T total = 0;
+    for (int64_t lane = 0; lane < L; ++lane) sums[lane] += values[row + lane];
+  V total{};
   for (int64_t row = whole; row < size; ++row) total += values[row];
-  for (int64_t lane = 0; lane < LANES; ++lane) total += sums[lane];
+  for (int64_t lane = 0; lane < L; ++lane) total += sums[lane];
   return total;
 }
 
-// One element's pop totals and the replace and pop terms' shares (see the top of the file).
-template <typename T>
+// One element's (or group's) pop totals and the replace and pop terms' shares (see the top of the file).
+template <typename V>
 struct PopTables {
-  T *totals, *replaced_shares, *popped_shares;
+  V *totals, *replaced_shares, *popped_shares;
 };
 
 // Quantities of step t that the forward computes and the backward recomputes.
-template <typename T>
+template <typename V>
 struct Step {
-  std::vector<T> ghat, rho, row_scale, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
-  std::vector<T> row_unscale;                         // 2^e per row, undoing Ĝ's scaling: 2^e · total = Σ_c Ŝ R̂
-  std::vector<char> right_present, pop_present;       // whether each offset is that of a nonempty sum
-  std::vector<T> lane_values, symbol_values;          // scratch of pop_weights
-  std::vector<T> column_high, column_sums;            // scratch of exp_columns
-  std::vector<T> padding;                             // POP_BLOCK rows the pop's padded blocks write to
-  std::vector<T> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
-  WeightedColumns<T> terms;
+  using Mask = MaskOf<V>;
+  std::vector<V> ghat, rho, row_scale, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
+  std::vector<V> row_unscale;                         // 2^e per row, undoing Ĝ's scaling: 2^e · total = Σ_c Ŝ R̂
+  std::vector<Mask> right_present, pop_present;       // whether each offset is that of a nonempty sum
+  std::vector<V> lane_values, symbol_values;          // scratch of pop_weights
+  std::vector<V> column_high, column_sums;            // scratch of exp_columns
+  std::vector<V> padding;                             // POP_BLOCK rows the pop's padded blocks write to
+  std::vector<V> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
+  WeightedColumns<V> terms;
 };
 
 // For each column j of values [c][j] (rows × columns): high_j = max_c value (0 if every value
 // is −∞), values ← exp(value − high_j), sums_j = Σ_c of them, so that the column's log-sum is
 // log(sums_j) + high_j. Vectorized over j: a short step's scalar exps were much of its time.
-template <typename T>
-void exp_columns(int64_t rows, int64_t columns, T* __restrict values, T* __restrict high, T* __restrict sums) {
-  std::fill(high, high + columns, NEG<T>);
+template <typename V>
+void exp_columns(int64_t rows, int64_t columns, V* __restrict values, V* __restrict high, V* __restrict sums) {
+  using T = ScalarOf<V>;
+  std::fill(high, high + columns, log_zero<V>());
   for (int64_t c = 0; c < rows; ++c) {
-    const T* __restrict row = values + c * columns;
+    const V* __restrict row = values + c * columns;
 #pragma omp simd
     for (int64_t j = 0; j < columns; ++j) high[j] = row[j] > high[j] ? row[j] : high[j];
   }
   for (int64_t j = 0; j < columns; ++j) {
-    high[j] = high[j] == NEG<T> ? T(0) : high[j];
-    sums[j] = 0;
+    high[j] = high[j] == NEG<T> ? V{} : high[j];
+    sums[j] = V{};
   }
   const T floor = exp_floor<T>();
   for (int64_t c = 0; c < rows; ++c) {
-    T* __restrict row = values + c * columns;
+    V* __restrict row = values + c * columns;
 #pragma omp simd
     for (int64_t j = 0; j < columns; ++j) {
       row[j] = exp_flushed(row[j] - high[j], floor);
@@ -336,46 +479,49 @@ void exp_columns(int64_t rows, int64_t columns, T* __restrict values, T* __restr
 // Ĝ = Ŝ · 2^−e (exact) = exp(log γ − log α[t−1][c] − ρ) for ρ = e·ln 2 − log α(row). A row whose
 // shares are all 0 (its weight α(row) is 0, or its terms of every log α[t−1][c] are below the
 // exp floor, as the pop already reads them) has Ĝ = 0 and ρ = 0: the replace term leaves it out.
-template <typename T>
-void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& row_weights, const T* alpha,
-              const T* push, const T* replace, const T* pop, Step<T>& s) {
+template <typename V>
+void products(const Sizes& z, int64_t t, const V* shares, const std::vector<V>& row_weights, const V* alpha,
+              const V* push, const V* replace, const V* pop, Step<V>& s) {
+  using T = ScalarOf<V>;
   using E = Exponent<T>;
+  using Bits = typename Values<V>::Bits;
   const int64_t N = z.configs, Q = z.states, J = N + Q, R = z.rows(t - 1);
-  const T* previous = shares + z.offset(t - 1);
-  const T* shift = alpha + (t - 1) * N;
-  s.rho.assign(R, T(0));  // the rows' largest shares first
+  const V* previous = shares + z.offset(t - 1);
+  const V* shift = alpha + (t - 1) * N;
+  s.rho.assign(R, V{});  // the rows' largest shares first
   for (int64_t c = 0; c < N; ++c) {
-    const T* __restrict column = previous + c * R;
-    T* __restrict high = s.rho.data();
+    const V* __restrict column = previous + c * R;
+    V* __restrict high = s.rho.data();
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) high[row] = column[row] > high[row] ? column[row] : high[row];
   }
   s.row_scale.resize(R);
   s.row_unscale.resize(R);
   {
-    T* __restrict rho = s.rho.data();
-    T* __restrict scale = s.row_scale.data();
-    T* __restrict unscale = s.row_unscale.data();
-    const T* __restrict weight = row_weights.data();
+    V* __restrict rho = s.rho.data();
+    V* __restrict scale = s.row_scale.data();
+    V* __restrict unscale = s.row_unscale.data();
+    const V* __restrict weight = row_weights.data();
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) {
-      const T high = rho[row];
-      T exponent;
+      const V high = rho[row];
+      V exponent;
       split_exponent(high, exponent);
-      exponent = std::clamp(exponent, -T(E::bias), T(E::bias));  // 2^−e a normal number (M may be subnormal)
-      const auto power = static_cast<typename E::Signed>(E::bias + 1) - static_cast<typename E::Signed>(exponent);
-      const bool present = high > 0;
-      scale[row] = present ? std::bit_cast<T>(static_cast<typename E::Bits>(power) << E::mantissa_bits) : T(0);
-      const auto inverse_power = static_cast<typename E::Signed>(E::bias + 1) + static_cast<typename E::Signed>(exponent);
-      unscale[row] = present ? std::bit_cast<T>(static_cast<typename E::Bits>(inverse_power) << E::mantissa_bits) : T(0);
-      rho[row] = present ? exponent * LN2<T> - weight[row] : T(0);
+      // 2^−e a normal number (M may be subnormal)
+      exponent = larger(smaller(exponent, splat<V>(T(E::bias))), splat<V>(-T(E::bias)));
+      const auto power = (E::bias + 1) - Values<V>::to_signed(exponent);
+      const auto present = high > 0;
+      scale[row] = present ? std::bit_cast<V>(std::bit_cast<Bits>(power) << E::mantissa_bits) : V{};
+      const auto inverse_power = (E::bias + 1) + Values<V>::to_signed(exponent);
+      unscale[row] = present ? std::bit_cast<V>(std::bit_cast<Bits>(inverse_power) << E::mantissa_bits) : V{};
+      rho[row] = present ? exponent * LN2<T> - weight[row] : V{};
     }
   }
   s.ghat.resize(N * R);
   for (int64_t c = 0; c < N; ++c) {
-    const T* __restrict column = previous + c * R;
-    const T* __restrict scale = s.row_scale.data();
-    T* __restrict out = s.ghat.data() + c * R;
+    const V* __restrict column = previous + c * R;
+    const V* __restrict scale = s.row_scale.data();
+    V* __restrict out = s.ghat.data() + c * R;
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) out[row] = column[row] * scale[row];
   }
@@ -386,23 +532,24 @@ void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& 
   s.column_high.resize(J);
   s.column_sums.resize(J);
   for (int64_t c = 0; c < N; ++c) {
-    T* row = s.rhat.data() + c * J;
+    V* row = s.rhat.data() + c * J;
     for (int64_t j = 0; j < N; ++j) row[j] = shift[c] + replace[c * N + j];
     for (int64_t r = 0; r < Q; ++r) row[N + r] = shift[c] + pop[c * Q + r];
   }
-  T* sums = s.column_sums.data();
+  V* sums = s.column_sums.data();
   exp_columns(N, J, s.rhat.data(), s.column_high.data(), sums);
   for (int64_t j = 0; j < J; ++j) {
-    s.right_offset[j] = sums[j] > 0 ? std::log(sums[j]) + s.column_high[j] : s.column_high[j];
-    s.right_present[j] = sums[j] > 0;
-    sums[j] = sums[j] > 0 ? T(1) / sums[j] : T(0);
+    const auto present = sums[j] > 0;
+    s.right_offset[j] = present ? log_of(sums[j]) + s.column_high[j] : s.column_high[j];
+    s.right_present[j] = present;
+    sums[j] = present ? T(1) / sums[j] : V{};
   }
   for (int64_t c = 0; c < N; ++c) {
-    T* __restrict row = s.rhat.data() + c * J;
+    V* __restrict row = s.rhat.data() + c * J;
 #pragma omp simd
     for (int64_t j = 0; j < J; ++j) row[j] *= sums[j];
   }
-  s.total.assign(J * R, T(0));
+  s.total.assign(J * R, V{});
   for (int64_t j = 0; j < J; ++j) {
     s.terms.reset(N);
     for (int64_t c = 0; c < N; ++c) s.terms.add(s.rhat[c * J + j], s.ghat.data() + c * R, c);
@@ -416,55 +563,57 @@ void products(const Sizes& z, int64_t t, const T* shares, const std::vector<T>& 
   exp_columns(N, N, s.push_terms.data(), s.column_high.data(), s.push_sums.data());
   s.pushed_offset.resize(N);
   for (int64_t target = 0; target < N; ++target)
-    s.pushed_offset[target] =
-        s.push_sums[target] > 0 ? std::log(s.push_sums[target]) + s.column_high[target] : NEG<T>;
+    s.pushed_offset[target] = s.push_sums[target] > 0 ? log_of(s.push_sums[target]) + s.column_high[target]
+                                                      : log_zero<V>();
 }
 
 // ŵ[r][k·N + (u,y)] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
 // (k, u, y) runs over k·N + u·S + y, a contiguous range of rows of column t−1. The sums and
-// maxima over (k, u) per symbol y run over P = S·LANES lanes at once (P is a multiple of S,
-// so lane p of every block of P holds y = p mod S, and a block is whole vectors), then fold
-// the lanes of each y; KN is a multiple of S, so only a tail of whole (u, y) groups is left.
-template <typename T>
-void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
+// maxima over (k, u) per symbol y run over P = S·ROW_LANES lanes at once (P is a multiple of S,
+// so lane p of every block of P holds y = p mod S, and a block is whole vectors of one
+// element's rows), then fold the lanes of each y; KN is a multiple of S, so only a tail of whole
+// (u, y) groups is left.
+template <typename V>
+void pop_weights(const Sizes& z, int64_t t, const V* alpha, Step<V>& s) {
+  using T = ScalarOf<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), KN = (t - 1) * N;
-  const int64_t P = S * LANES, whole = KN - KN % P;
+  const int64_t P = S * ROW_LANES<V>, whole = KN - KN % P;
   s.weights.resize(Q * KN);
   s.mantissas.resize(KN);
   s.lane_values.resize(P);
   s.symbol_values.resize(S);
-  s.pop_offset.assign(S * Q, NEG<T>);
-  s.pop_present.assign(S * Q, 0);
-  T* lanes = s.lane_values.data();
-  T* per_symbol = s.symbol_values.data();
+  s.pop_offset.assign(S * Q, log_zero<V>());
+  s.pop_present.assign(S * Q, MaskOf<V>{});
+  V* lanes = s.lane_values.data();
+  V* per_symbol = s.symbol_values.data();
   const T floor = exp_floor<T>();
   for (int64_t r = 0; r < Q; ++r) {
-    T* __restrict weight = s.weights.data() + r * KN;
-    T* __restrict mantissa = s.mantissas.data();
+    V* __restrict weight = s.weights.data() + r * KN;
+    V* __restrict mantissa = s.mantissas.data();
     // log α[k][u,y] + γ'_t[k][(u,y), r] = log mantissa + weight, γ' from the real total of row
     // m + N + k·N + b of product column N + r as mantissa · 2^exponent (as in forward_step):
     // ŵ = mantissa · exp(weight − max weight), one exp and no log.
-    const T* __restrict total = s.total.data() + (N + r) * R + m + N;
-    const T* __restrict rho = s.rho.data() + m + N;
-    const T offset = s.right_offset[N + r];
+    const V* __restrict total = s.total.data() + (N + r) * R + m + N;
+    const V* __restrict rho = s.rho.data() + m + N;
+    const V offset = s.right_offset[N + r];
 #pragma omp simd
     for (int64_t index = 0; index < KN; ++index) {
-      T exponent;
+      V exponent;
       mantissa[index] = split_exponent(total[index], exponent);
-      const T scale = alpha[index] + (exponent * LN2<T> + rho[index] + offset);
-      weight[index] = total[index] > 0 ? scale : NEG<T>;
+      const V scale = alpha[index] + (exponent * LN2<T> + rho[index] + offset);
+      weight[index] = total[index] > 0 ? scale : log_zero<V>();
     }
     // per_symbol[y] = max over (k, u) of weight (0 if every one is −∞), spread to the P lanes.
-    std::fill(lanes, lanes + P, NEG<T>);
+    std::fill(lanes, lanes + P, log_zero<V>());
     for (int64_t first = 0; first < whole; first += P)
 #pragma omp simd
       for (int64_t p = 0; p < P; ++p) lanes[p] = weight[first + p] > lanes[p] ? weight[first + p] : lanes[p];
-    std::fill(per_symbol, per_symbol + S, NEG<T>);
+    std::fill(per_symbol, per_symbol + S, log_zero<V>());
     for (int64_t first = 0; first < P; first += S)
-      for (int64_t y = 0; y < S; ++y) per_symbol[y] = std::max(per_symbol[y], lanes[first + y]);
+      for (int64_t y = 0; y < S; ++y) per_symbol[y] = larger(per_symbol[y], lanes[first + y]);
     for (int64_t first = whole; first < KN; first += S)
-      for (int64_t y = 0; y < S; ++y) per_symbol[y] = std::max(per_symbol[y], weight[first + y]);
-    for (int64_t y = 0; y < S; ++y) per_symbol[y] = per_symbol[y] == NEG<T> ? T(0) : per_symbol[y];
+      for (int64_t y = 0; y < S; ++y) per_symbol[y] = larger(per_symbol[y], weight[first + y]);
+    for (int64_t y = 0; y < S; ++y) per_symbol[y] = per_symbol[y] == NEG<T> ? V{} : per_symbol[y];
     for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
     for (int64_t first = 0; first < whole; first += P)
 #pragma omp simd
@@ -474,17 +623,18 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
     for (int64_t index = whole; index < KN; ++index)
       weight[index] = mantissa[index] * exp_flushed(weight[index] - lanes[index - whole], floor);
     // L[y][r] = log Σ_{k,u} ŵ + max, and ŵ scaled to sum to 1 per y.
-    std::fill(lanes, lanes + P, T(0));
+    std::fill(lanes, lanes + P, V{});
     for (int64_t first = 0; first < whole; first += P)
 #pragma omp simd
       for (int64_t p = 0; p < P; ++p) lanes[p] += weight[first + p];
     for (int64_t index = whole; index < KN; ++index) lanes[index - whole] += weight[index];
     for (int64_t y = 0; y < S; ++y) {
-      T sum = 0;
+      V sum{};
       for (int64_t p = y; p < P; p += S) sum += lanes[p];
-      s.pop_offset[y * Q + r] = sum > 0 ? std::log(sum) + per_symbol[y] : per_symbol[y];
-      s.pop_present[y * Q + r] = sum > 0;
-      per_symbol[y] = sum > 0 ? T(1) / sum : T(0);
+      const auto present = sum > 0;
+      s.pop_offset[y * Q + r] = present ? log_of(sum) + per_symbol[y] : per_symbol[y];
+      s.pop_present[y * Q + r] = present;
+      per_symbol[y] = present ? T(1) / sum : V{};
     }
     for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
     for (int64_t first = 0; first < whole; first += P)
@@ -503,54 +653,54 @@ void pop_weights(const Sizes& z, int64_t t, const T* alpha, Step<T>& s) {
 constexpr int64_t POP_BLOCK = 3;
 static_assert(POP_BLOCK == 3, "the passes below are written out for blocks of three states");
 
-template <typename T>
+template <typename V>
 struct PopBlock {
-  T weights[POP_BLOCK][POP_BLOCK];  // [r][u]: ŵ[r][k·N + (u, y)]
+  V weights[POP_BLOCK][POP_BLOCK];  // [r][u]: ŵ[r][k·N + (u, y)]
   int64_t count_r, count_u;
 };
 
-template <typename T>
-__attribute__((always_inline)) inline PopBlock<T> pop_block(const Sizes& z, int64_t t, const Step<T>& s, int64_t k, int64_t y, int64_t first_r,
+template <typename V>
+__attribute__((always_inline)) inline PopBlock<V> pop_block(const Sizes& z, int64_t t, const Step<V>& s, int64_t k, int64_t y, int64_t first_r,
                       int64_t first_u) {
   const int64_t Q = z.states, S = z.symbols, KN = (t - 1) * z.configs;
-  PopBlock<T> block;
+  PopBlock<V> block;
   block.count_r = std::min(POP_BLOCK, Q - first_r);
   block.count_u = std::min(POP_BLOCK, Q - first_u);
   for (int64_t i = 0; i < POP_BLOCK; ++i)
     for (int64_t j = 0; j < POP_BLOCK; ++j)
       block.weights[i][j] = i < block.count_r && j < block.count_u
                                 ? s.weights[(first_r + i) * KN + k * z.configs + (first_u + j) * S + y]
-                                : T(0);
+                                : V{};
   return block;
 }
 
 // pop total[(r, y)] = Σ_k Σ_u ŵ[r][k, (u, y)] Ŝ_k[(u, y)], over the rows of each column k.
-template <typename T>
-void pop_forward(const Sizes& z, int64_t t, const T* shares, Step<T>& s, T* pop_total) {
+template <typename V>
+void pop_forward(const Sizes& z, int64_t t, const V* shares, Step<V>& s, V* pop_total) {
   const int64_t N = z.configs, Q = z.states, S = z.symbols, R2 = z.rows(t - 2);
-  std::fill(pop_total, pop_total + N * R2, T(0));
+  std::fill(pop_total, pop_total + N * R2, V{});
   s.padding.resize(POP_BLOCK * R2);
   for (int64_t k = 0; k < t - 1; ++k) {
     const int64_t Rk = z.rows(k);
-    const T* share = shares + z.offset(k);
+    const V* share = shares + z.offset(k);
     for (int64_t y = 0; y < S; ++y)
       for (int64_t first_r = 0; first_r < Q; first_r += POP_BLOCK)
         for (int64_t first_u = 0; first_u < Q; first_u += POP_BLOCK) {
-          const PopBlock<T> block = pop_block(z, t, s, k, y, first_r, first_u);
-          const T* in[POP_BLOCK];
-          T* out[POP_BLOCK];
+          const PopBlock<V> block = pop_block(z, t, s, k, y, first_r, first_u);
+          const V* in[POP_BLOCK];
+          V* out[POP_BLOCK];
           for (int64_t i = 0; i < POP_BLOCK; ++i) {
             in[i] = share + ((i < block.count_u ? first_u + i : first_u) * S + y) * Rk;
             out[i] = i < block.count_r ? pop_total + ((first_r + i) * S + y) * R2 : s.padding.data() + i * R2;
           }
-          const T(&w)[POP_BLOCK][POP_BLOCK] = block.weights;
-          const T *__restrict c0 = in[0], *__restrict c1 = in[1], *__restrict c2 = in[2];
-          T *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
-          const T w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
+          const V(&w)[POP_BLOCK][POP_BLOCK] = block.weights;
+          const V *__restrict c0 = in[0], *__restrict c1 = in[1], *__restrict c2 = in[2];
+          V *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
+          const V w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
                   w20 = w[2][0], w21 = w[2][1], w22 = w[2][2];
 #pragma omp simd
           for (int64_t row = 0; row < Rk; ++row) {
-            const T v0 = c0[row], v1 = c1[row], v2 = c2[row];
+            const V v0 = c0[row], v1 = c1[row], v2 = c2[row];
             o0[row] += w00 * v0 + w01 * v1 + w02 * v2;
             o1[row] += w10 * v0 + w11 * v1 + w12 * v2;
             o2[row] += w20 * v0 + w21 * v1 + w22 * v2;
@@ -563,41 +713,42 @@ void pop_forward(const Sizes& z, int64_t t, const T* shares, Step<T>& s, T* pop_
 // Ŝ ⊙ Σ_r ŵ scaled goes straight to log γ of column k, and ∂/∂ŵ = Σ_row Ŝ scaled times ŵ to
 // γ'_t, the row of column t−1 that holds (k, (u, y)) in product column N + r. The dot products
 // keep explicit lanes, as in product_adjoint.
-template <typename T>
-void pop_backward(const Sizes& z, int64_t t, const T* shares, const T* scaled_pop, Step<T>& s, T* grad_gamma,
-                  T* grad_products) {
+template <typename V>
+void pop_backward(const Sizes& z, int64_t t, const V* shares, const V* scaled_pop, Step<V>& s, V* grad_gamma,
+                  V* grad_products) {
+  constexpr int64_t L = ROW_LANES<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), R2 = z.rows(t - 2);
   s.padding.resize(POP_BLOCK * R2);
   for (int64_t k = 0; k < t - 1; ++k) {
-    const int64_t Rk = z.rows(k), whole = Rk - Rk % LANES;
-    const T* share = shares + z.offset(k);
-    T* grad_k = grad_gamma + z.offset(k);
+    const int64_t Rk = z.rows(k), whole = Rk - Rk % L;
+    const V* share = shares + z.offset(k);
+    V* grad_k = grad_gamma + z.offset(k);
     for (int64_t y = 0; y < S; ++y)
       for (int64_t first_r = 0; first_r < Q; first_r += POP_BLOCK)
         for (int64_t first_u = 0; first_u < Q; first_u += POP_BLOCK) {
-          const PopBlock<T> block = pop_block(z, t, s, k, y, first_r, first_u);
-          const T* left[POP_BLOCK];
-          const T* right[POP_BLOCK];
-          T* out[POP_BLOCK];
+          const PopBlock<V> block = pop_block(z, t, s, k, y, first_r, first_u);
+          const V* left[POP_BLOCK];
+          const V* right[POP_BLOCK];
+          V* out[POP_BLOCK];
           for (int64_t i = 0; i < POP_BLOCK; ++i) {
             const int64_t u = i < block.count_u ? first_u + i : first_u;
             left[i] = share + (u * S + y) * Rk;
             out[i] = i < block.count_u ? grad_k + (u * S + y) * Rk : s.padding.data() + i * R2;
             right[i] = scaled_pop + ((i < block.count_r ? first_r + i : first_r) * S + y) * R2;
           }
-          const T(&w)[POP_BLOCK][POP_BLOCK] = block.weights;
-          const T w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
+          const V(&w)[POP_BLOCK][POP_BLOCK] = block.weights;
+          const V w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
                   w20 = w[2][0], w21 = w[2][1], w22 = w[2][2];
-          const T *__restrict l0 = left[0], *__restrict l1 = left[1], *__restrict l2 = left[2];
-          const T *__restrict v0 = right[0], *__restrict v1 = right[1], *__restrict v2 = right[2];
-          T *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
+          const V *__restrict l0 = left[0], *__restrict l1 = left[1], *__restrict l2 = left[2];
+          const V *__restrict v0 = right[0], *__restrict v1 = right[1], *__restrict v2 = right[2];
+          V *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
           // sums[r][u][lane] = Σ over rows ≡ lane of Ŝ_u scaled_r
-          T sums[POP_BLOCK][POP_BLOCK][LANES] = {};
-          for (int64_t row = 0; row < whole; row += LANES)
+          V sums[POP_BLOCK][POP_BLOCK][L] = {};
+          for (int64_t row = 0; row < whole; row += L)
 #pragma omp simd
-            for (int64_t lane = 0; lane < LANES; ++lane) {
+            for (int64_t lane = 0; lane < L; ++lane) {
               const int64_t at = row + lane;
-              const T a0 = l0[at], a1 = l1[at], a2 = l2[at], b0 = v0[at], b1 = v1[at], b2 = v2[at];
+              const V a0 = l0[at], a1 = l1[at], a2 = l2[at], b0 = v0[at], b1 = v1[at], b2 = v2[at];
               sums[0][0][lane] += a0 * b0;
               sums[0][1][lane] += a1 * b0;
               sums[0][2][lane] += a2 * b0;
@@ -611,9 +762,9 @@ void pop_backward(const Sizes& z, int64_t t, const T* shares, const T* scaled_po
               o1[at] += a1 * (w01 * b0 + w11 * b1 + w21 * b2);
               o2[at] += a2 * (w02 * b0 + w12 * b1 + w22 * b2);
             }
-          T dots[POP_BLOCK][POP_BLOCK] = {};
+          V dots[POP_BLOCK][POP_BLOCK] = {};
           for (int64_t at = whole; at < Rk; ++at) {
-            const T a[POP_BLOCK] = {l0[at], l1[at], l2[at]}, b[POP_BLOCK] = {v0[at], v1[at], v2[at]};
+            const V a[POP_BLOCK] = {l0[at], l1[at], l2[at]}, b[POP_BLOCK] = {v0[at], v1[at], v2[at]};
             for (int64_t i = 0; i < POP_BLOCK; ++i)
               for (int64_t j = 0; j < POP_BLOCK; ++j) dots[i][j] += a[j] * b[i];
             o0[at] += a[0] * (w00 * b[0] + w10 * b[1] + w20 * b[2]);
@@ -622,8 +773,8 @@ void pop_backward(const Sizes& z, int64_t t, const T* shares, const T* scaled_po
           }
           for (int64_t i = 0; i < block.count_r; ++i)
             for (int64_t j = 0; j < block.count_u; ++j) {
-              T dot = dots[i][j];
-              for (int64_t lane = 0; lane < LANES; ++lane) dot += sums[i][j][lane];
+              V dot = dots[i][j];
+              for (int64_t lane = 0; lane < L; ++lane) dot += sums[i][j][lane];
               const int64_t r = first_r + i, b = (first_u + j) * S + y;
               grad_products[(N + r) * R + m + (k + 1) * N + b] += w[i][j] * dot;
             }
@@ -632,81 +783,86 @@ void pop_backward(const Sizes& z, int64_t t, const T* shares, const T* scaled_po
 }
 
 // log α of every row index: 0 for η rows, 𝟙[q0, ⊥] for row −1, log α[i][a] for row (i, a).
-template <typename T>
-void row_weights(const Sizes& z, const T* alpha, int64_t columns, std::vector<T>& out) {
+template <typename V>
+void row_weights(const Sizes& z, const V* alpha, int64_t columns, std::vector<V>& out) {
   const int64_t N = z.configs, m = z.vector;
-  out.assign(z.rows(z.steps), T(0));
-  for (int64_t a = 0; a < N; ++a) out[m + a] = a == 0 ? T(0) : NEG<T>;
+  out.assign(z.rows(z.steps), V{});
+  for (int64_t a = 0; a < N; ++a) out[m + a] = a == 0 ? V{} : log_zero<V>();
   for (int64_t i = 0; i < columns; ++i)
     for (int64_t a = 0; a < N; ++a) out[m + (i + 1) * N + a] = alpha[i * N + a];
 }
 
-template <typename T>
-void make_shares(const Sizes& z, int64_t t, const T* gamma, const T* alpha, const std::vector<T>& weights,
-                 T* shares) {
+template <typename V>
+void make_shares(const Sizes& z, int64_t t, const V* gamma, const V* alpha, const std::vector<V>& weights,
+                 V* shares) {
+  using T = ScalarOf<V>;
   const int64_t N = z.configs, R = z.rows(t);
-  const T* weight = weights.data();
+  const V* weight = weights.data();
   const T floor = exp_floor<T>();
   for (int64_t c = 0; c < N; ++c) {
-    T shift = alpha[t * N + c];
-    const T* column = gamma + z.offset(t) + c * R;
-    T* out = shares + z.offset(t) + c * R;
-    if (shift == NEG<T>) {
-      std::fill(out, out + R, T(0));
+    const V shift = alpha[t * N + c];
+    const V* column = gamma + z.offset(t) + c * R;
+    V* out = shares + z.offset(t) + c * R;
+    const auto present = shift != NEG<T>;
+    if (!any(present)) {
+      std::fill(out, out + R, V{});
       continue;
     }
     // log γ and log α(row) are never +∞, so a −∞ in either gives exp(−∞) = 0.
 #pragma omp simd
-    for (int64_t row = 0; row < R; ++row) out[row] = exp_flushed(column[row] + weight[row] - shift, floor);
+    for (int64_t row = 0; row < R; ++row)
+      out[row] = present ? exp_flushed(column[row] + weight[row] - shift, floor) : V{};
   }
 }
 
 // Column 0: η[0] = log v₀ at (q0, ⊥), row −1 = the fictitious push of ⊥ in q0; α[0] = 𝟙[q0, ⊥].
-template <typename T>
-void initialize_element(const Sizes& z, const T* bottom, T* gamma, T* shares, T* alpha) {
+template <typename V>
+void initialize_element(const Sizes& z, const V* bottom, V* gamma, V* shares, V* alpha) {
   const int64_t N = z.configs, m = z.vector, R = z.rows(0);
-  std::vector<T> weights;
+  std::vector<V> weights;
   row_weights(z, alpha, 0, weights);
-  std::fill(gamma, gamma + N * R, NEG<T>);
+  std::fill(gamma, gamma + N * R, log_zero<V>());
   for (int64_t j = 0; j < m; ++j) gamma[j] = bottom[j];
-  gamma[m] = 0;
-  for (int64_t a = 0; a < N; ++a) alpha[a] = a == 0 ? T(0) : NEG<T>;
+  gamma[m] = V{};
+  for (int64_t a = 0; a < N; ++a) alpha[a] = a == 0 ? V{} : log_zero<V>();
   make_shares(z, 0, gamma, alpha, weights, shares);
 }
 
-// Step t ≥ 1 of one element: column t of gamma and shares, the pop totals at offset(t−2),
-// α[t] and the reading r_t (N·m), from columns 0 … t−1 and the actions of step t.
-template <typename T>
-void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_replace, const T* step_pop,
-                  const T* step_pushed, T* reading, T* gamma, T* shares, PopTables<T> pops, T* alpha, Step<T>& s,
-                  std::vector<T>& weights) {
+// Step t ≥ 1 of one element (or group): column t of gamma and shares, the pop totals at
+// offset(t−2), α[t] and the reading r_t (N·m), from columns 0 … t−1 and the actions of step t.
+template <typename V>
+void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_replace, const V* step_pop,
+                  const V* step_pushed, V* reading, V* gamma, V* shares, PopTables<V> pops, V* alpha, Step<V>& s,
+                  std::vector<V>& weights) {
+  using T = ScalarOf<V>;
+  using Mask = MaskOf<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector;
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
   row_weights(z, alpha, t, weights);  // rows i ≤ t−1 enter with weight α[i]
   products(z, t, shares, weights, alpha, step_push, step_replace, step_pop, s);
   const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
-  T* pop_total = pops.totals + saved;
-  T* replaced_shares = pops.replaced_shares + saved;
-  T* popped_shares = pops.popped_shares + saved;
+  V* pop_total = pops.totals + saved;
+  V* replaced_shares = pops.replaced_shares + saved;
+  V* popped_shares = pops.popped_shares + saved;
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
     pop_forward(z, t, shares, s, pop_total);
   }
-  T* column = gamma + z.offset(t);
-  T* current_alpha = alpha + t * N;
+  V* column = gamma + z.offset(t);
+  V* current_alpha = alpha + t * N;
   const T floor = exp_floor<T>();
   const int64_t eta_end = std::min(m, R2);  // η rows among the pop's rows (all of them for t ≥ 2)
   for (int64_t target = 0; target < N; ++target) {
     const int64_t r = target / S, y = target % S;
-    T* out = column + target * Rt;
-    const T* replaced_total = s.total.data() + target * R;
-    const T* popped_total = pop_total + target * R2;
-    T* replaced_share = replaced_shares + target * R2;
-    T* popped_share = popped_shares + target * R2;
-    const T* rho = s.rho.data();
-    const T* weight = weights.data();
-    const T replaced_offset = s.right_offset[target];
-    const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
+    V* out = column + target * Rt;
+    const V* replaced_total = s.total.data() + target * R;
+    const V* popped_total = pop_total + target * R2;
+    V* replaced_share = replaced_shares + target * R2;
+    V* popped_share = popped_shares + target * R2;
+    const V* rho = s.rho.data();
+    const V* weight = weights.data();
+    const V replaced_offset = s.right_offset[target];
+    const V popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : V{};
     // η rows, in log space. Offsets, ρ and L are finite; a total of 0 marks an empty sum (−∞).
     // Each term is its total's mantissa times exp of its log scale (offsets and the total's
     // exponent), taken relative to the larger scale. An absent term gets mantissa 0 and the
@@ -714,48 +870,48 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     // term's. The terms' weights are taken relative to the largest term for the backward.
 #pragma omp simd
     for (int64_t row = 0; row < eta_end; ++row) {
-      const T replaced_value = replaced_total[row], popped_value = popped_total[row], row_weight = weight[row];
-      T replaced_exponent, popped_exponent;
-      const T replaced_mantissa = split_exponent(replaced_value, replaced_exponent);
-      const T popped_mantissa = split_exponent(popped_value, popped_exponent);
-      const bool has_replaced = replaced_value > 0;
-      const bool has_popped = popped_value > 0 && row_weight != NEG<T>;
-      T replaced_scale = rho[row] + replaced_offset + replaced_exponent * LN2<T>;
-      T popped_scale = popped_offset - row_weight + popped_exponent * LN2<T>;  // +∞ where weight is −∞
+      const V replaced_value = replaced_total[row], popped_value = popped_total[row], row_weight = weight[row];
+      V replaced_exponent, popped_exponent;
+      const V replaced_mantissa = split_exponent(replaced_value, replaced_exponent);
+      const V popped_mantissa = split_exponent(popped_value, popped_exponent);
+      const auto has_replaced = replaced_value > 0;
+      const auto has_popped = (popped_value > 0) & (row_weight != NEG<T>);
+      V replaced_scale = rho[row] + replaced_offset + replaced_exponent * LN2<T>;
+      V popped_scale = popped_offset - row_weight + popped_exponent * LN2<T>;  // +∞ where weight is −∞
       popped_scale = has_popped ? popped_scale : replaced_scale;
       replaced_scale = has_replaced ? replaced_scale : popped_scale;
-      const T difference = replaced_scale - popped_scale;
-      const T smaller = exp_flushed(-std::abs(difference), floor);
-      const bool replaced_high = difference >= 0;
-      const T replaced_present = has_replaced ? replaced_mantissa : T(0);
-      const T popped_present = has_popped ? popped_mantissa : T(0);
-      const T replaced_term = replaced_high ? replaced_present : replaced_present * smaller;
-      const T popped_term = replaced_high ? popped_present * smaller : popped_present;
-      const T base = replaced_high ? replaced_scale : popped_scale;
-      const T sum = replaced_term + popped_term;  // 0, or at least the larger mantissa, 0.5
-      const bool present = sum > 0;
-      const T log_sum = std::log(present ? sum : T(1));
-      out[row] = present ? base + log_sum : NEG<T>;
-      const T inverse = T(1) / (present ? sum : T(1));
+      const V difference = replaced_scale - popped_scale;
+      const V smaller_term = exp_flushed(-magnitude(difference), floor);
+      const auto replaced_high = difference >= 0;
+      const V replaced_present = has_replaced ? replaced_mantissa : V{};
+      const V popped_present = has_popped ? popped_mantissa : V{};
+      const V replaced_term = replaced_high ? replaced_present : replaced_present * smaller_term;
+      const V popped_term = replaced_high ? popped_present * smaller_term : popped_present;
+      const V base = replaced_high ? replaced_scale : popped_scale;
+      const V sum = replaced_term + popped_term;  // 0, or at least the larger mantissa, 0.5
+      const auto present = sum > 0;
+      const V log_sum = log_of(present ? sum : splat<V>(1));
+      out[row] = present ? base + log_sum : log_zero<V>();
+      const V inverse = T(1) / (present ? sum : splat<V>(1));
       replaced_share[row] = replaced_term * inverse;
       popped_share[row] = popped_term * inverse;
     }
     // t = 1: the η rows have only the replace term.
 #pragma omp simd
     for (int64_t row = R2; row < m; ++row) {
-      T exponent;
-      const T mantissa = split_exponent(replaced_total[row], exponent);
-      const T replaced = std::log(mantissa) + (exponent * LN2<T> + rho[row] + replaced_offset);
-      out[row] = replaced_total[row] > 0 ? replaced : NEG<T>;
+      V exponent;
+      const V mantissa = split_exponent(replaced_total[row], exponent);
+      const V replaced = log_of(mantissa) + (exponent * LN2<T> + rho[row] + replaced_offset);
+      out[row] = replaced_total[row] > 0 ? replaced : log_zero<V>();
     }
     // ⊕ log v_t + log(α[t−1] Δ⁺_t), the m rows in vector lanes.
-    const T pushed_offset = s.pushed_offset[target];
+    const V pushed_offset = s.pushed_offset[target];
 #pragma omp simd
     for (int64_t row = 0; row < m; ++row) {
-      const T kept = out[row], pushed = step_pushed[row] + pushed_offset;
-      const T high = std::max(kept, pushed), low = std::min(kept, pushed);
-      const T sum = T(1) + exp_flushed(low - high, floor);  // −∞ − −∞ is NaN, flushed to 0
-      out[row] = high == NEG<T> ? NEG<T> : high + std::log(sum);
+      const V kept = out[row], pushed = step_pushed[row] + pushed_offset;
+      const V high = larger(kept, pushed), low = smaller(kept, pushed);
+      const V sum = T(1) + exp_flushed(low - high, floor);  // −∞ − −∞ is NaN, flushed to 0
+      out[row] = high == NEG<T> ? log_zero<V>() : high + log_of(sum);
     }
     // γ rows, in real space: the terms of log α[t] = log Σ_row α(row) γ[row→t] are
     //   α(row) γ_replace = exp(offset) · 2^e · total = exp(offset) Σ_c Ŝ[row, c] R̂[c, target]
@@ -764,128 +920,136 @@ void forward_step(const Sizes& z, int64_t t, const T* step_push, const T* step_r
     // ŵ over theirs), so relative to κ, the largest present offset, no term overflows and
     // their total is at least about 1: the shares Ŝ of column t are the terms over their total,
     // flushed to 0 below the smallest normal number (as the exps of the log-space terms were).
-    // log γ of these rows is not kept: every reader takes the shares.
-    const bool has_replaced = s.right_present[target], has_popped = R2 > 0 && s.pop_present[y * Q + r];
-    const bool has_pushed = pushed_offset != NEG<T>;
-    T kappa = has_replaced ? replaced_offset : NEG<T>;
-    kappa = has_popped ? std::max(kappa, popped_offset) : kappa;
-    kappa = has_pushed ? std::max(kappa, pushed_offset) : kappa;
-    T* share = shares + z.offset(t) + target * Rt;
-    if (kappa == NEG<T>) {
-      current_alpha[target] = NEG<T>;
-      std::fill(share, share + Rt, T(0));
+    // log γ of these rows is not kept: every reader takes the shares. A lane without any term
+    // (κ = −∞) has factors 0, so its terms, their total and its shares are 0 and log α[t] −∞.
+    const Mask has_replaced = s.right_present[target];
+    const Mask has_popped = R2 > 0 ? s.pop_present[y * Q + r] : Mask{};
+    const auto has_pushed = pushed_offset != NEG<T>;
+    V kappa = has_replaced ? replaced_offset : log_zero<V>();
+    kappa = has_popped ? larger(kappa, popped_offset) : kappa;
+    kappa = has_pushed ? larger(kappa, pushed_offset) : kappa;
+    V* share = shares + z.offset(t) + target * Rt;
+    if (!any(kappa != NEG<T>)) {
+      current_alpha[target] = log_zero<V>();
+      std::fill(share, share + Rt, V{});
+      std::fill(replaced_share + m, replaced_share + std::max(m, R2), V{});
+      std::fill(popped_share + m, popped_share + std::max(m, R2), V{});
       continue;
     }
-    const T replaced_factor = has_replaced ? std::exp(replaced_offset - kappa) : T(0);
-    const T popped_factor = has_popped ? std::exp(popped_offset - kappa) : T(0);
-    const T pushed_factor = has_pushed ? std::exp(pushed_offset - kappa) / s.push_sums[target] : T(0);
+    const V replaced_factor = has_replaced ? exp_exact(replaced_offset - kappa) : V{};
+    const V popped_factor = has_popped ? exp_exact(popped_offset - kappa) : V{};
+    const V pushed_factor = has_pushed ? exp_exact(pushed_offset - kappa) / s.push_sums[target] : V{};
     constexpr T smallest = std::numeric_limits<T>::min();
-    const T* unscale = s.row_unscale.data();
+    const V* unscale = s.row_unscale.data();
 #pragma omp simd
     for (int64_t row = m; row < R2; ++row) {
-      const T replaced_term = replaced_factor * (unscale[row] * replaced_total[row]);
-      const T popped_term = weight[row] != NEG<T> ? popped_factor * popped_total[row] : T(0);
-      const T sum = replaced_term + popped_term;
-      const bool present = sum >= smallest;  // else its share is flushed, and so its gradient is 0
-      const T inverse = T(1) / (present ? sum : T(1));
-      replaced_share[row] = present ? replaced_term * inverse : T(0);
-      popped_share[row] = present ? popped_term * inverse : T(0);
+      const V replaced_term = replaced_factor * (unscale[row] * replaced_total[row]);
+      const V popped_term = weight[row] != NEG<T> ? popped_factor * popped_total[row] : V{};
+      const V sum = replaced_term + popped_term;
+      const auto present = sum >= smallest;  // else its share is flushed, and so its gradient is 0
+      const V inverse = T(1) / (present ? sum : splat<V>(1));
+      replaced_share[row] = present ? replaced_term * inverse : V{};
+      popped_share[row] = present ? popped_term * inverse : V{};
       share[row] = sum;
     }
 #pragma omp simd
     for (int64_t row = std::max(m, R2); row < R; ++row) share[row] = replaced_factor * (unscale[row] * replaced_total[row]);
 #pragma omp simd
     for (int64_t a = 0; a < N; ++a) share[R + a] = pushed_factor * s.push_terms[a * N + target];
-    const T total = sum_rows(Rt - m, share + m);
-    if (!(total > 0)) {
-      current_alpha[target] = NEG<T>;
-      std::fill(share, share + Rt, T(0));
+    const V total = sum_rows(Rt - m, share + m);
+    const auto kept = total > 0;
+    if (!any(kept)) {
+      current_alpha[target] = log_zero<V>();
+      std::fill(share, share + Rt, V{});
       continue;
     }
-    current_alpha[target] = kappa + std::log(total);
-    const T inverse = T(1) / total;
+    current_alpha[target] = kept ? kappa + log_of(total) : log_zero<V>();
+    const V inverse = T(1) / (kept ? total : splat<V>(1));
 #pragma omp simd
     for (int64_t row = m; row < Rt; ++row) {
-      const T value = share[row] * inverse;
-      share[row] = value >= smallest ? value : T(0);
+      const V value = share[row] * inverse;
+      share[row] = kept & (value >= smallest) ? value : V{};
     }
-    for (int64_t j = 0; j < m; ++j) share[j] = exp_flushed(out[j] - current_alpha[target], floor);
+    for (int64_t j = 0; j < m; ++j) share[j] = kept ? exp_flushed(out[j] - current_alpha[target], floor) : V{};
   }
-  T high = NEG<T>;
-  for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
-  T normalizer = NEG<T>;
-  if (high != NEG<T>) {
-    T sum = 0;
-    for (int64_t c = 0; c < N; ++c) sum += exp_flushed(current_alpha[c] - high, floor);
-    normalizer = std::log(sum) + high;
+  V high = log_zero<V>();
+  for (int64_t c = 0; c < N; ++c) high = larger(high, current_alpha[c]);
+  const auto some = high != NEG<T>;
+  V normalizer = log_zero<V>();
+  if (any(some)) {
+    V sum{};
+    for (int64_t c = 0; c < N; ++c) sum += exp_flushed(current_alpha[c] - high, floor);  // 0 in a lane without any
+    normalizer = some ? log_of(sum) + high : log_zero<V>();
   }
   for (int64_t c = 0; c < N; ++c)
     for (int64_t j = 0; j < m; ++j)
-      reading[c * m + j] = normalizer == NEG<T> ? T(0) : exp_flushed(column[c * Rt + j] - normalizer, floor);
+      reading[c * m + j] = normalizer == NEG<T> ? V{} : exp_flushed(column[c * Rt + j] - normalizer, floor);
 }
 
-template <typename T>
-void forward_element(const Sizes& z, const T* push, const T* replace, const T* pop, const T* pushed,
-                     const T* bottom, T* readings, T* gamma, T* shares, PopTables<T> pops, T* alpha) {
+template <typename V>
+void forward_element(const Sizes& z, const V* push, const V* replace, const V* pop, const V* pushed,
+                     const V* bottom, V* readings, V* gamma, V* shares, PopTables<V> pops, V* alpha) {
   const int64_t N = z.configs, Q = z.states, m = z.vector;
   initialize_element(z, bottom, gamma, shares, alpha);
-  Step<T> s;
-  std::vector<T> weights;
+  Step<V> s;
+  std::vector<V> weights;
   for (int64_t t = 1; t <= z.steps; ++t)
     forward_step(z, t, push + (t - 1) * N * N, replace + (t - 1) * N * N, pop + (t - 1) * N * Q,
                  pushed + (t - 1) * m, readings + (t - 1) * N * m, gamma, shares, pops, alpha, s, weights);
 }
 
-// Scratch of the backward steps of one element.
-template <typename T>
+// Scratch of the backward steps of one element (or group).
+template <typename V>
 struct BackwardScratch {
-  Step<T> step;
-  std::vector<T> weights, grad_products, scaled_pop, grad_pushed_offset;
-  std::vector<T> eta_popped, eta_popped_kept, eta_pushed, eta_zeros;  // per η row: its ∂/∂(pop total), 1 where kept, its push term's gradient
+  Step<V> step;
+  std::vector<V> weights, grad_products, scaled_pop, grad_pushed_offset;
+  std::vector<V> eta_popped, eta_popped_kept, eta_pushed, eta_zeros;  // per η row: its ∂/∂(pop total), 1 where kept, its push term's gradient
 };
 
-// Step t ≥ 1 of one element in reverse: given ∂r_t and the adjoints of column t and α[t]
-// (complete once steps t+1 … n have run), the gradients of step t's actions (added to
+// Step t ≥ 1 of one element (or group) in reverse: given ∂r_t and the adjoints of column t and
+// α[t] (complete once steps t+1 … n have run), the gradients of step t's actions (added to
 // step_grad_*), and the adjoints it passes to columns 0 … t−1 and α[0 … t−1].
-template <typename T>
-void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* step_push, const T* step_replace,
-                   const T* step_pop, const T* step_pushed, const T* reading, const T* gamma, const T* shares,
-                   PopTables<const T> pops, const T* alpha, T* grad_gamma, T* grad_alpha, T* step_grad_push,
-                   T* step_grad_replace, T* step_grad_pop, T* step_grad_pushed, BackwardScratch<T>& scratch) {
+template <typename V>
+void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* step_push, const V* step_replace,
+                   const V* step_pop, const V* step_pushed, const V* reading, const V* gamma, const V* shares,
+                   PopTables<const V> pops, const V* alpha, V* grad_gamma, V* grad_alpha, V* step_grad_push,
+                   V* step_grad_replace, V* step_grad_pop, V* step_grad_pushed, BackwardScratch<V>& scratch) {
+  using T = ScalarOf<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, J = N + Q;
-  Step<T>& s = scratch.step;
-  std::vector<T>& weights = scratch.weights;
-  std::vector<T>& grad_products = scratch.grad_products;
-  std::vector<T>& scaled_pop = scratch.scaled_pop;
-  std::vector<T>& grad_pushed_offset = scratch.grad_pushed_offset;
+  Step<V>& s = scratch.step;
+  std::vector<V>& weights = scratch.weights;
+  std::vector<V>& grad_products = scratch.grad_products;
+  std::vector<V>& scaled_pop = scratch.scaled_pop;
+  std::vector<V>& grad_pushed_offset = scratch.grad_pushed_offset;
   row_weights(z, alpha, t, weights);
   grad_pushed_offset.resize(N);
   scratch.eta_popped.resize(m);
-  scratch.eta_zeros.assign(m, T(0));
+  scratch.eta_zeros.assign(m, V{});
   scratch.eta_popped_kept.resize(m);
   scratch.eta_pushed.resize(m);
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
-  const T* column = gamma + z.offset(t);
-  T* grad_column = grad_gamma + z.offset(t);
-  const T* current_alpha = alpha + t * N;
-  T* grad_current_alpha = grad_alpha + t * N;
-  // Readings: r = exp(log η − log Z).
+  const V* column = gamma + z.offset(t);
+  V* grad_column = grad_gamma + z.offset(t);
+  const V* current_alpha = alpha + t * N;
+  V* grad_current_alpha = grad_alpha + t * N;
+  const T floor = exp_floor<T>();
+  // Readings: r = exp(log η − log Z); a lane without any configuration has readings 0.
   {
-    T high = NEG<T>;
-    for (int64_t c = 0; c < N; ++c) high = std::max(high, current_alpha[c]);
-    if (high != NEG<T>) {
-      const T floor = exp_floor<T>();
-      T sum = 0;
+    V high = log_zero<V>();
+    for (int64_t c = 0; c < N; ++c) high = larger(high, current_alpha[c]);
+    const auto some = high != NEG<T>;
+    if (any(some)) {
+      V sum{};
       for (int64_t c = 0; c < N; ++c) sum += exp_flushed(current_alpha[c] - high, floor);
-      T grad_normalizer = 0;
+      V grad_normalizer{};
       for (int64_t c = 0; c < N; ++c)
         for (int64_t j = 0; j < m; ++j) {
-          T g = grad_reading[c * m + j] * reading[c * m + j];
+          V g = grad_reading[c * m + j] * reading[c * m + j];
           grad_column[c * Rt + j] += g;
           grad_normalizer -= g;
         }
       for (int64_t c = 0; c < N; ++c)
-        grad_current_alpha[c] += grad_normalizer * (exp_flushed(current_alpha[c] - high, floor) / sum);
+        grad_current_alpha[c] += some ? grad_normalizer * (exp_flushed(current_alpha[c] - high, floor) / sum) : V{};
     }
   }
   // log α[t] = log-sum over γ rows of log α(row) + γ; each term's weight is its share Ŝ,
@@ -893,14 +1057,14 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   // log-sum-exp does), never as exp(term − log α[t]): log α[t] is rounded at its magnitude,
   // which reaches thousands.
   for (int64_t target = 0; target < N; ++target) {
-    T g = grad_current_alpha[target];
-    if (g == 0) continue;
-    T* out = grad_column + target * Rt;
-    const T* share = shares + z.offset(t) + target * Rt;
-    T* grad_rows = grad_alpha - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
+    V g = grad_current_alpha[target];
+    if (!any(g != 0)) continue;
+    V* out = grad_column + target * Rt;
+    const V* share = shares + z.offset(t) + target * Rt;
+    V* grad_rows = grad_alpha - N;  // row (i, a) at m + (i+1)·N + a -> α[i][a], i ≥ 0
 #pragma omp simd
     for (int64_t row = m + N; row < Rt; ++row) {
-      T value = g * share[row];
+      V value = g * share[row];
       out[row] += value;
       grad_rows[row - m] += value;
     }
@@ -909,83 +1073,84 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   products(z, t, shares, weights, alpha, step_push, step_replace, step_pop, s);
   if (t >= 2) pop_weights(z, t, alpha, s);
   const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
-  const T* pop_total = pops.totals + saved;
-  const T* replaced_shares = pops.replaced_shares + saved;
-  const T* popped_shares = pops.popped_shares + saved;
-  grad_products.assign(J * R, T(0));
-  scaled_pop.assign(N * R2, T(0));
-  std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), T(0));
+  const V* pop_total = pops.totals + saved;
+  const V* replaced_shares = pops.replaced_shares + saved;
+  const V* popped_shares = pops.popped_shares + saved;
+  grad_products.assign(J * R, V{});
+  scaled_pop.assign(N * R2, V{});
+  std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), V{});
   for (int64_t target = 0; target < N; ++target) {
     const int64_t r = target / S, y = target % S;
-    const T* values = column + target * Rt;
-    const T* grads = grad_column + target * Rt;
+    const V* values = column + target * Rt;
+    const V* grads = grad_column + target * Rt;
     for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
-    const T* replaced_total = s.total.data() + target * R;
-    const T* replaced_share = replaced_shares + target * R2;
-    const T* popped_total = pop_total + target * R2;
-    const T* popped_share = popped_shares + target * R2;
-    T* grad_replaced = grad_products.data() + target * R;
-    T* scaled = scaled_pop.data() + target * R2;
+    const V* replaced_total = s.total.data() + target * R;
+    const V* replaced_share = replaced_shares + target * R2;
+    const V* popped_total = pop_total + target * R2;
+    const V* popped_share = popped_shares + target * R2;
+    V* grad_replaced = grad_products.data() + target * R;
+    V* scaled = scaled_pop.data() + target * R2;
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
       grad_replaced[row] = grads[row] * replaced_share[row];
       // g·(share/P), or (g·share)/P where share/P overflows (P subnormal)
-      const T ratio = popped_share[row] / popped_total[row];
-      const T scaled_or_nan = ratio <= std::numeric_limits<T>::max() ? grads[row] * ratio
+      const V ratio = popped_share[row] / popped_total[row];
+      const V scaled_or_nan = ratio <= std::numeric_limits<T>::max() ? grads[row] * ratio
                                                                       : grads[row] * popped_share[row] / popped_total[row];
-      scaled[row] = popped_total[row] > 0 ? scaled_or_nan : T(0);
+      scaled[row] = popped_total[row] > 0 ? scaled_or_nan : V{};
     }
 #pragma omp simd
-    for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : T(0);
+    for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : V{};
     // η rows also hold the push of v_t: the same with a third term, the m rows at once
     // (vector lanes, where each row took two scalar logs and three exps). A row whose
     // gradient is 0, whose value is −∞ or whose terms are all −∞ keeps what the loop
     // above gave it. R2 > 0 (t ≥ 2) puts every η row among the pop's rows.
-    const T floor = exp_floor<T>();
-    const T popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : T(0);
-    T* popped_grads = scratch.eta_popped.data();
-    T* popped_kept = scratch.eta_popped_kept.data();
-    const T* popped_or_zero = R2 > 0 ? popped_total : scratch.eta_zeros.data();  // t = 1: no pop
-    const T *row_weights = weights.data(), *rho = s.rho.data();
-    const T replaced_offset = s.right_offset[target], pushed_offset = s.pushed_offset[target];
-    T* pushed_grads = scratch.eta_pushed.data();
+    const V popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : V{};
+    V* popped_grads = scratch.eta_popped.data();
+    V* popped_kept = scratch.eta_popped_kept.data();
+    const V* popped_or_zero = R2 > 0 ? popped_total : scratch.eta_zeros.data();  // t = 1: no pop
+    const V *row_weights = weights.data(), *rho = s.rho.data();
+    const V replaced_offset = s.right_offset[target], pushed_offset = s.pushed_offset[target];
+    V* pushed_grads = scratch.eta_pushed.data();
 #pragma omp simd
     for (int64_t row = 0; row < m; ++row) {
-      const T g = grads[row], value = values[row], replaced_value = replaced_total[row], row_weight = row_weights[row];
-      const T popped_value = popped_or_zero[row];
-      const bool has_replaced = replaced_value > 0, has_popped = (popped_value > 0) & (row_weight != NEG<T>);
-      const T replaced_log = std::log(has_replaced ? replaced_value : T(1)) + rho[row] + replaced_offset;
-      const T popped_log = std::log(has_popped ? popped_value : T(1)) + popped_offset - row_weight;
-      const T replaced = has_replaced ? replaced_log : NEG<T>, popped = has_popped ? popped_log : NEG<T>;
-      const T term = step_pushed[row] + pushed_offset;
-      const T high = std::max(replaced, std::max(popped, term));
-      const bool used = (g != 0) & (value != NEG<T>) & (high != NEG<T>);  // & : every operand is loaded
-      const T base = used ? high : T(0);
-      const T replaced_share = exp_flushed(replaced - base, floor), popped_share = exp_flushed(popped - base, floor);
-      const T term_share = exp_flushed(term - base, floor);
-      const T scale = g / (used ? replaced_share + popped_share + term_share : T(1));
-      grad_replaced[row] = used ? scale * replaced_share : grad_replaced[row];
-      popped_kept[row] = used & has_popped ? T(1) : T(0);
-      popped_grads[row] = scale * popped_share / popped_value;
-      pushed_grads[row] = used & (term != NEG<T>) ? scale * term_share : T(0);
+      const V g = grads[row], value = values[row], replaced_value = replaced_total[row], row_weight = row_weights[row];
+      const V popped_value = popped_or_zero[row];
+      const auto has_replaced = replaced_value > 0, has_popped = (popped_value > 0) & (row_weight != NEG<T>);
+      const V replaced_log = log_of(has_replaced ? replaced_value : splat<V>(1)) + rho[row] + replaced_offset;
+      const V popped_log = log_of(has_popped ? popped_value : splat<V>(1)) + popped_offset - row_weight;
+      const V replaced = has_replaced ? replaced_log : log_zero<V>(), popped = has_popped ? popped_log : log_zero<V>();
+      const V term = step_pushed[row] + pushed_offset;
+      const V high = larger(replaced, larger(popped, term));
+      const auto used = (g != 0) & (value != NEG<T>) & (high != NEG<T>);  // & : every operand is loaded
+      const V base = used ? high : V{};
+      const V replaced_term = exp_flushed(replaced - base, floor), popped_term = exp_flushed(popped - base, floor);
+      const V term_share = exp_flushed(term - base, floor);
+      const V scale = g / (used ? replaced_term + popped_term + term_share : splat<V>(1));
+      grad_replaced[row] = used ? scale * replaced_term : grad_replaced[row];
+      popped_kept[row] = used & has_popped ? splat<V>(1) : V{};
+      popped_grads[row] = scale * popped_term / popped_value;
+      pushed_grads[row] = used & (term != NEG<T>) ? scale * term_share : V{};
     }
     for (int64_t row = 0; row < m; ++row) {
-      if (popped_kept[row] > 0) scaled_pop[target * R2 + row] = popped_grads[row];
+      const auto kept = popped_kept[row] > 0;
+      if (any(kept)) scaled_pop[target * R2 + row] = kept ? popped_grads[row] : scaled_pop[target * R2 + row];
       step_grad_pushed[row] += pushed_grads[row];
       grad_pushed_offset[target] += pushed_grads[row];
     }
   }
   // log(α[t−1] Δ⁺_t): each term's share of its sum, from the products' terms.
   for (int64_t target = 0; target < N; ++target) {
-    const T g = grad_pushed_offset[target];
-    grad_pushed_offset[target] = g != 0 && s.pushed_offset[target] != NEG<T> ? g / s.push_sums[target] : T(0);
+    const V g = grad_pushed_offset[target];
+    grad_pushed_offset[target] =
+        (g != 0) & (s.pushed_offset[target] != NEG<T>) ? g / s.push_sums[target] : V{};
   }
   for (int64_t c = 0; c < N; ++c) {
-    const T* terms = s.push_terms.data() + c * N;
-    T* out = step_grad_push + c * N;
-    T total = 0;
+    const V* terms = s.push_terms.data() + c * N;
+    V* out = step_grad_push + c * N;
+    V total{};
     for (int64_t target = 0; target < N; ++target) {
-      const T value = grad_pushed_offset[target] * terms[target];
+      const V value = grad_pushed_offset[target] * terms[target];
       out[target] += value;
       total += value;
     }
@@ -993,14 +1158,14 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   }
   if (t >= 2) pop_backward(z, t, shares, scaled_pop.data(), s, grad_gamma, grad_products.data());
   // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total).
-  T* grad_previous = grad_gamma + z.offset(t - 1);
+  V* grad_previous = grad_gamma + z.offset(t - 1);
   for (int64_t j = 0; j < J; ++j) {
-    T* g = grad_products.data() + j * R;
-    const T* total = s.total.data() + j * R;
+    V* g = grad_products.data() + j * R;
+    const V* total = s.total.data() + j * R;
 #pragma omp simd
     for (int64_t row = 0; row < R; ++row) {
-      T quotient = g[row] / total[row];
-      g[row] = total[row] > 0 ? quotient : T(0);
+      V quotient = g[row] / total[row];
+      g[row] = total[row] > 0 ? quotient : V{};
     }
   }
   for (int64_t c = 0; c < N; ++c) {
@@ -1010,7 +1175,7 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
     product_adjoint(R, s.ghat.data() + c * R, s.terms, s.dots.data(), grad_previous + c * R);
     for (int64_t i = 0; i < s.terms.size(); ++i) {
       const int64_t j = s.terms.indices[i];
-      const T value = s.terms.weights[i] * s.dots[i];
+      const V value = s.terms.weights[i] * s.dots[i];
       if (j < N)
         step_grad_replace[c * N + j] += value;
       else
@@ -1019,13 +1184,13 @@ void backward_step(const Sizes& z, int64_t t, const T* grad_reading, const T* st
   }
 }
 
-template <typename T>
-void backward_element(const Sizes& z, const T* grad_readings, const T* push, const T* replace, const T* pop,
-                      const T* pushed, const T* readings, const T* gamma, const T* shares, PopTables<const T> pops,
-                      const T* alpha, T* grad_push, T* grad_replace, T* grad_pop, T* grad_pushed, T* grad_bottom) {
+template <typename V>
+void backward_element(const Sizes& z, const V* grad_readings, const V* push, const V* replace, const V* pop,
+                      const V* pushed, const V* readings, const V* gamma, const V* shares, PopTables<const V> pops,
+                      const V* alpha, V* grad_push, V* grad_replace, V* grad_pop, V* grad_pushed, V* grad_bottom) {
   const int64_t N = z.configs, Q = z.states, m = z.vector, n = z.steps;
-  std::vector<T> grad_gamma(z.table(), T(0)), grad_alpha((n + 1) * N, T(0));
-  BackwardScratch<T> scratch;
+  std::vector<V> grad_gamma(z.table(), V{}), grad_alpha((n + 1) * N, V{});
+  BackwardScratch<V> scratch;
   for (int64_t t = n; t >= 1; --t) {
     const int64_t NN = (t - 1) * N * N, NQ = (t - 1) * N * Q, Nm = (t - 1) * N * m;
     backward_step(z, t, grad_readings + Nm, push + NN, replace + NN, pop + NQ, pushed + (t - 1) * m, readings + Nm,
@@ -1063,9 +1228,42 @@ Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& 
   return z;
 }
 
+// The whole-sequence ops' groups: elements g·LANE_COUNT … of the batch, one per lane.
+int64_t group_count(int64_t batch) { return (batch + LANE_COUNT - 1) / LANE_COUNT; }
+
+// Rows first, first + 1, … (one per lane) of a (B, size) tensor's data `from`, as `size`
+// positions of lanes; a lane past the batch holds 0 (a log weight of 1, harmless; its results
+// are dropped).
+template <typename T>
+std::vector<Lane<T>> gather(const T* from, int64_t batch, int64_t size, int64_t first) {
+  std::vector<Lane<T>> lanes(size, Lane<T>{});
+  for (int64_t lane = 0; lane < LANE_COUNT && first + lane < batch; ++lane) {
+    const T* row = from + (first + lane) * size;
+    for (int64_t position = 0; position < size; ++position) lanes[position][lane] = row[position];
+  }
+  return lanes;
+}
+
+// The inverse of gather: the lanes of the batch's rows first, first + 1, … into `to`.
+template <typename T>
+void scatter(const std::vector<Lane<T>>& lanes, int64_t batch, int64_t size, int64_t first, T* to) {
+  for (int64_t lane = 0; lane < LANE_COUNT && first + lane < batch; ++lane) {
+    T* row = to + (first + lane) * size;
+    for (int64_t position = 0; position < size; ++position) row[position] = lanes[position][lane];
+  }
+}
+
+// Group g's part of a table of lanes, (groups, size, LANE_COUNT).
+template <typename T>
+Lane<T>* lanes_of(const at::Tensor& table, int64_t g) {
+  const int64_t size = table.numel() / std::max<int64_t>(table.size(0), 1) / LANE_COUNT;
+  return reinterpret_cast<Lane<T>*>(table.data_ptr<T>()) + g * size;
+}
+
 // push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
-// Returns readings (B, n, N·m) and what the backward needs: gamma, shares, pops,
-// replaced_shares, popped_shares (B, table), alpha (B, n+1, N).
+// Returns readings (B, n, N·m) and what the backward needs, in lanes: gamma, shares, pops,
+// replaced_shares, popped_shares (G, table, LANE_COUNT), alpha (G, n+1, N, LANE_COUNT), for
+// G = ⌈B / LANE_COUNT⌉ groups.
 std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                                       const at::Tensor& pushed, const at::Tensor& bottom) {
   check(push, 4, "push");
@@ -1076,25 +1274,35 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
   for (const at::Tensor* tensor : {&replace, &pop, &pushed, &bottom})
     TORCH_CHECK(tensor->scalar_type() == push.scalar_type(), "the dVPDA kernel needs one dtype for every input");
   const Sizes z = sizes_of(push, pop, pushed);
+  const int64_t groups = group_count(z.batch);
   auto options = push.options();
   auto readings = at::empty({z.batch, z.steps, z.configs * z.vector}, options);
-  auto gamma = at::empty({z.batch, z.table()}, options);
-  auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::empty({z.batch, z.table()}, options);
-  auto replaced_shares = at::empty({z.batch, z.table()}, options);
-  auto popped_shares = at::empty({z.batch, z.table()}, options);
-  auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
+  auto gamma = at::empty({groups, z.table(), LANE_COUNT}, options);
+  auto shares = at::empty({groups, z.table(), LANE_COUNT}, options);
+  auto pops = at::empty({groups, z.table(), LANE_COUNT}, options);
+  auto replaced_shares = at::empty({groups, z.table(), LANE_COUNT}, options);
+  auto popped_shares = at::empty({groups, z.table(), LANE_COUNT}, options);
+  auto alpha = at::empty({groups, z.steps + 1, z.configs, LANE_COUNT}, options);
   AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
+    using V = Lane<scalar_t>;
     const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
-    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        forward_element<scalar_t>(
-            z, push.data_ptr<scalar_t>() + b * NN, replace.data_ptr<scalar_t>() + b * NN,
-            pop.data_ptr<scalar_t>() + b * NQ, pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
-            bottom.data_ptr<scalar_t>() + b * z.vector, readings.data_ptr<scalar_t>() + b * z.steps * z.configs * z.vector,
-            gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pop_tables<scalar_t>(pops, replaced_shares, popped_shares, b),
-            alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
+    const int64_t readings_size = z.steps * z.configs * z.vector;
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g) {
+        const int64_t first = g * LANE_COUNT;
+        const auto push_lanes = gather(push.data_ptr<scalar_t>(), z.batch, NN, first);
+        const auto replace_lanes = gather(replace.data_ptr<scalar_t>(), z.batch, NN, first);
+        const auto pop_lanes = gather(pop.data_ptr<scalar_t>(), z.batch, NQ, first);
+        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.steps * z.vector, first);
+        const auto bottom_lanes = gather(bottom.data_ptr<scalar_t>(), z.batch, z.vector, first);
+        std::vector<V> reading_lanes(readings_size);
+        forward_element<V>(z, push_lanes.data(), replace_lanes.data(), pop_lanes.data(), pushed_lanes.data(),
+                           bottom_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
+                           lanes_of<scalar_t>(shares, g),
+                           {lanes_of<scalar_t>(pops, g), lanes_of<scalar_t>(replaced_shares, g),
+                            lanes_of<scalar_t>(popped_shares, g)},
+                           lanes_of<scalar_t>(alpha, g));
+        scatter(reading_lanes, z.batch, readings_size, first, readings.data_ptr<scalar_t>());
       }
     });
   });
@@ -1109,26 +1317,43 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
                                        const at::Tensor& popped_shares, const at::Tensor& alpha) {
   check(grad_readings, 3, "grad_readings");
   const Sizes z = sizes_of(push, pop, pushed);
+  const int64_t groups = group_count(z.batch);
+  for (const at::Tensor* table : {&gamma, &shares, &pops, &replaced_shares, &popped_shares})
+    TORCH_CHECK(table->dim() == 3 && table->size(0) == groups && table->size(1) == z.table() &&
+                    table->size(2) == LANE_COUNT && table->is_contiguous(),
+                "the tables must be the forward's");
   auto grad_push = at::zeros_like(push);
   auto grad_replace = at::zeros_like(replace);
   auto grad_pop = at::zeros_like(pop);
   auto grad_pushed = at::zeros_like(pushed);
   auto grad_bottom = at::zeros({z.batch, z.vector}, push.options());
   AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_backward", [&] {
+    using V = Lane<scalar_t>;
     const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
-    const int64_t readings_size = z.steps * z.configs * z.vector;
-    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        backward_element<scalar_t>(
-            z, grad_readings.data_ptr<scalar_t>() + b * readings_size, push.data_ptr<scalar_t>() + b * NN,
-            replace.data_ptr<scalar_t>() + b * NN, pop.data_ptr<scalar_t>() + b * NQ,
-            pushed.data_ptr<scalar_t>() + b * z.steps * z.vector, readings.data_ptr<scalar_t>() + b * readings_size,
-            gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-            pop_tables<const scalar_t>(pops, replaced_shares, popped_shares, b),
-            alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs,
-            grad_push.data_ptr<scalar_t>() + b * NN, grad_replace.data_ptr<scalar_t>() + b * NN,
-            grad_pop.data_ptr<scalar_t>() + b * NQ, grad_pushed.data_ptr<scalar_t>() + b * z.steps * z.vector,
-            grad_bottom.data_ptr<scalar_t>() + b * z.vector);
+    const int64_t readings_size = z.steps * z.configs * z.vector, pushed_size = z.steps * z.vector;
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g) {
+        const int64_t first = g * LANE_COUNT;
+        const auto grad_reading_lanes = gather(grad_readings.data_ptr<scalar_t>(), z.batch, readings_size, first);
+        const auto push_lanes = gather(push.data_ptr<scalar_t>(), z.batch, NN, first);
+        const auto replace_lanes = gather(replace.data_ptr<scalar_t>(), z.batch, NN, first);
+        const auto pop_lanes = gather(pop.data_ptr<scalar_t>(), z.batch, NQ, first);
+        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, pushed_size, first);
+        const auto reading_lanes = gather(readings.data_ptr<scalar_t>(), z.batch, readings_size, first);
+        std::vector<V> grad_push_lanes(NN, V{}), grad_replace_lanes(NN, V{}), grad_pop_lanes(NQ, V{});
+        std::vector<V> grad_pushed_lanes(pushed_size, V{}), grad_bottom_lanes(z.vector, V{});
+        backward_element<V>(z, grad_reading_lanes.data(), push_lanes.data(), replace_lanes.data(), pop_lanes.data(),
+                            pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
+                            lanes_of<scalar_t>(shares, g),
+                            {lanes_of<scalar_t>(pops, g), lanes_of<scalar_t>(replaced_shares, g),
+                             lanes_of<scalar_t>(popped_shares, g)},
+                            lanes_of<scalar_t>(alpha, g), grad_push_lanes.data(), grad_replace_lanes.data(),
+                            grad_pop_lanes.data(), grad_pushed_lanes.data(), grad_bottom_lanes.data());
+        scatter(grad_push_lanes, z.batch, NN, first, grad_push.data_ptr<scalar_t>());
+        scatter(grad_replace_lanes, z.batch, NN, first, grad_replace.data_ptr<scalar_t>());
+        scatter(grad_pop_lanes, z.batch, NQ, first, grad_pop.data_ptr<scalar_t>());
+        scatter(grad_pushed_lanes, z.batch, pushed_size, first, grad_pushed.data_ptr<scalar_t>());
+        scatter(grad_bottom_lanes, z.batch, z.vector, first, grad_bottom.data_ptr<scalar_t>());
       }
     });
   });
