@@ -326,33 +326,41 @@ struct WeightedColumns {
   int64_t size() const { return count; }
 };
 
-// out[row] += Σ_i weights[i] · columns[i][row] for row < size.
+// out[row] = Σ_i weights[i] · columns[i][row] for row < size (0 without columns). The first pass
+// over the output stores and the later ones add, so the output needs no fill beforehand.
 template <typename V>
-void add_weighted(int64_t size, const WeightedColumns<V>& terms, V* __restrict out) {
+void weighted_sum(int64_t size, const WeightedColumns<V>& terms, V* __restrict out) {
   const V* w = terms.weights.data();
   const V* const* c = terms.columns.data();
-  int64_t i = 0, count = terms.size();
+  const int64_t count = terms.size();
+  const auto pass = [size, out](bool first, auto term) {
+    if (first) {
+#pragma omp simd
+      for (int64_t row = 0; row < size; ++row) out[row] = term(row);
+    } else {
+#pragma omp simd
+      for (int64_t row = 0; row < size; ++row) out[row] += term(row);
+    }
+  };
+  if (count == 0) std::fill(out, out + size, V{});
+  int64_t i = 0;
   for (; i + 4 <= count; i += 4) {
     const V w0 = w[i], w1 = w[i + 1], w2 = w[i + 2], w3 = w[i + 3];
     const V *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2], *__restrict c3 = c[i + 3];
-#pragma omp simd
-    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row] + w2 * c2[row] + w3 * c3[row];
+    pass(i == 0, [=](int64_t row) { return w0 * c0[row] + w1 * c1[row] + w2 * c2[row] + w3 * c3[row]; });
   }
   if (count - i == 3) {
     const V w0 = w[i], w1 = w[i + 1], w2 = w[i + 2];
     const V *__restrict c0 = c[i], *__restrict c1 = c[i + 1], *__restrict c2 = c[i + 2];
-#pragma omp simd
-    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row] + w2 * c2[row];
+    pass(i == 0, [=](int64_t row) { return w0 * c0[row] + w1 * c1[row] + w2 * c2[row]; });
   } else if (count - i == 2) {
     const V w0 = w[i], w1 = w[i + 1];
     const V *__restrict c0 = c[i], *__restrict c1 = c[i + 1];
-#pragma omp simd
-    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row] + w1 * c1[row];
+    pass(i == 0, [=](int64_t row) { return w0 * c0[row] + w1 * c1[row]; });
   } else if (count - i == 1) {
     const V w0 = w[i];
     const V* __restrict c0 = c[i];
-#pragma omp simd
-    for (int64_t row = 0; row < size; ++row) out[row] += w0 * c0[row];
+    pass(i == 0, [=](int64_t row) { return w0 * c0[row]; });
   }
 }
 
@@ -549,11 +557,11 @@ void products(const Sizes& z, int64_t t, const V* shares, const std::vector<V>& 
 #pragma omp simd
     for (int64_t j = 0; j < J; ++j) row[j] *= sums[j];
   }
-  s.total.assign(J * R, V{});
+  s.total.resize(J * R);
   for (int64_t j = 0; j < J; ++j) {
     s.terms.reset(N);
     for (int64_t c = 0; c < N; ++c) s.terms.add(s.rhat[c * J + j], s.ghat.data() + c * R, c);
-    add_weighted(R, s.terms, s.total.data() + j * R);
+    weighted_sum(R, s.terms, s.total.data() + j * R);
   }
   // log(α[t−1] Δ⁺_t)[target] = log Σ_c push_terms[c][target] + high; −∞ when every term is.
   s.push_terms.resize(N * N);
@@ -675,13 +683,14 @@ __attribute__((always_inline)) inline PopBlock<V> pop_block(const Sizes& z, int6
 }
 
 // pop total[(r, y)] = Σ_k Σ_u ŵ[r][k, (u, y)] Ŝ_k[(u, y)], over the rows of each column k.
+// Column k is the first to hold its rows rows(k−1) … rows(k) − 1: its first block of states u
+// stores them, so the totals need no fill beforehand.
 template <typename V>
 void pop_forward(const Sizes& z, int64_t t, const V* shares, Step<V>& s, V* pop_total) {
   const int64_t N = z.configs, Q = z.states, S = z.symbols, R2 = z.rows(t - 2);
-  std::fill(pop_total, pop_total + N * R2, V{});
   s.padding.resize(POP_BLOCK * R2);
   for (int64_t k = 0; k < t - 1; ++k) {
-    const int64_t Rk = z.rows(k);
+    const int64_t Rk = z.rows(k), fresh = k > 0 ? z.rows(k - 1) : 0;
     const V* share = shares + z.offset(k);
     for (int64_t y = 0; y < S; ++y)
       for (int64_t first_r = 0; first_r < Q; first_r += POP_BLOCK)
@@ -698,12 +707,20 @@ void pop_forward(const Sizes& z, int64_t t, const V* shares, Step<V>& s, V* pop_
           V *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
           const V w00 = w[0][0], w01 = w[0][1], w02 = w[0][2], w10 = w[1][0], w11 = w[1][1], w12 = w[1][2],
                   w20 = w[2][0], w21 = w[2][1], w22 = w[2][2];
+          const int64_t added = first_u == 0 ? fresh : Rk;  // rows below it add, the rest store
 #pragma omp simd
-          for (int64_t row = 0; row < Rk; ++row) {
+          for (int64_t row = 0; row < added; ++row) {
             const V v0 = c0[row], v1 = c1[row], v2 = c2[row];
             o0[row] += w00 * v0 + w01 * v1 + w02 * v2;
             o1[row] += w10 * v0 + w11 * v1 + w12 * v2;
             o2[row] += w20 * v0 + w21 * v1 + w22 * v2;
+          }
+#pragma omp simd
+          for (int64_t row = added; row < Rk; ++row) {
+            const V v0 = c0[row], v1 = c1[row], v2 = c2[row];
+            o0[row] = w00 * v0 + w01 * v1 + w02 * v2;
+            o1[row] = w10 * v0 + w11 * v1 + w12 * v2;
+            o2[row] = w20 * v0 + w21 * v1 + w22 * v2;
           }
         }
   }
@@ -786,7 +803,8 @@ void pop_backward(const Sizes& z, int64_t t, const V* shares, const V* scaled_po
 template <typename V>
 void row_weights(const Sizes& z, const V* alpha, int64_t columns, std::vector<V>& out) {
   const int64_t N = z.configs, m = z.vector;
-  out.assign(z.rows(z.steps), V{});
+  out.resize(z.rows(z.steps));  // rows past rows(columns) are not read
+  std::fill(out.begin(), out.begin() + m, V{});
   for (int64_t a = 0; a < N; ++a) out[m + a] = a == 0 ? V{} : log_zero<V>();
   for (int64_t i = 0; i < columns; ++i)
     for (int64_t a = 0; a < N; ++a) out[m + (i + 1) * N + a] = alpha[i * N + a];
@@ -1076,8 +1094,11 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
   const V* pop_total = pops.totals + saved;
   const V* replaced_shares = pops.replaced_shares + saved;
   const V* popped_shares = pops.popped_shares + saved;
-  grad_products.assign(J * R, V{});
-  scaled_pop.assign(N * R2, V{});
+  // The target loop below writes every row of the replace columns and of scaled_pop; the pop
+  // columns get pop_backward's sums at their γ rows only.
+  grad_products.resize(J * R);
+  std::fill(grad_products.begin() + N * R, grad_products.end(), V{});
+  scaled_pop.resize(N * R2);
   std::fill(grad_pushed_offset.begin(), grad_pushed_offset.end(), V{});
   for (int64_t target = 0; target < N; ++target) {
     const int64_t r = target / S, y = target % S;
@@ -1090,15 +1111,23 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
     const V* popped_share = popped_shares + target * R2;
     V* grad_replaced = grad_products.data() + target * R;
     V* scaled = scaled_pop.data() + target * R2;
+    // g·(share/P), or (g·share)/P where share/P overflows (P subnormal): a second pass, taken
+    // only where some row overflowed, so that the common case divides once per row.
+    V overflowed{};
 #pragma omp simd
     for (int64_t row = 0; row < R2; ++row) {
       grad_replaced[row] = grads[row] * replaced_share[row];
-      // g·(share/P), or (g·share)/P where share/P overflows (P subnormal)
       const V ratio = popped_share[row] / popped_total[row];
-      const V scaled_or_nan = ratio <= std::numeric_limits<T>::max() ? grads[row] * ratio
-                                                                      : grads[row] * popped_share[row] / popped_total[row];
-      scaled[row] = popped_total[row] > 0 ? scaled_or_nan : V{};
+      const auto has_popped = popped_total[row] > 0;
+      scaled[row] = has_popped ? grads[row] * ratio : V{};
+      overflowed = has_popped & (ratio > std::numeric_limits<T>::max()) ? splat<V>(1) : overflowed;
     }
+    if (any(overflowed != 0))
+      for (int64_t row = 0; row < R2; ++row) {
+        const V ratio = popped_share[row] / popped_total[row];
+        const auto overflow = (popped_total[row] > 0) & (ratio > std::numeric_limits<T>::max());
+        scaled[row] = overflow ? grads[row] * popped_share[row] / popped_total[row] : scaled[row];
+      }
 #pragma omp simd
     for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : V{};
     // η rows also hold the push of v_t: the same with a third term, the m rows at once
@@ -1236,10 +1265,15 @@ int64_t group_count(int64_t batch) { return (batch + LANE_COUNT - 1) / LANE_COUN
 // are dropped).
 template <typename T>
 std::vector<Lane<T>> gather(const T* from, int64_t batch, int64_t size, int64_t first) {
-  std::vector<Lane<T>> lanes(size, Lane<T>{});
-  for (int64_t lane = 0; lane < LANE_COUNT && first + lane < batch; ++lane) {
-    const T* row = from + (first + lane) * size;
-    for (int64_t position = 0; position < size; ++position) lanes[position][lane] = row[position];
+  const int64_t count = std::min(LANE_COUNT, batch - first);
+  const T* rows[LANE_COUNT];
+  for (int64_t lane = 0; lane < count; ++lane) rows[lane] = from + (first + lane) * size;
+  std::vector<Lane<T>> lanes(size);
+  // Position by position: each vector is written whole, once.
+  for (int64_t position = 0; position < size; ++position) {
+    Lane<T> values{};
+    for (int64_t lane = 0; lane < count; ++lane) values[lane] = rows[lane][position];
+    lanes[position] = values;
   }
   return lanes;
 }
@@ -1247,9 +1281,12 @@ std::vector<Lane<T>> gather(const T* from, int64_t batch, int64_t size, int64_t 
 // The inverse of gather: the lanes of the batch's rows first, first + 1, … into `to`.
 template <typename T>
 void scatter(const std::vector<Lane<T>>& lanes, int64_t batch, int64_t size, int64_t first, T* to) {
-  for (int64_t lane = 0; lane < LANE_COUNT && first + lane < batch; ++lane) {
-    T* row = to + (first + lane) * size;
-    for (int64_t position = 0; position < size; ++position) row[position] = lanes[position][lane];
+  const int64_t count = std::min(LANE_COUNT, batch - first);
+  T* rows[LANE_COUNT];
+  for (int64_t lane = 0; lane < count; ++lane) rows[lane] = to + (first + lane) * size;
+  for (int64_t position = 0; position < size; ++position) {
+    const Lane<T> values = lanes[position];
+    for (int64_t lane = 0; lane < count; ++lane) rows[lane][position] = values[lane];
   }
 }
 
