@@ -172,20 +172,15 @@ inline bool any(M mask) {
   }
 }
 
+// Lane by lane, what std::max and std::min return (the first argument on a tie).
 template <typename V>
 inline V larger(V a, V b) {
-  if constexpr (IS_ELEMENT<V>)
-    return std::max(a, b);
-  else
-    return a < b ? b : a;
+  return a < b ? b : a;
 }
 
 template <typename V>
 inline V smaller(V a, V b) {
-  if constexpr (IS_ELEMENT<V>)
-    return std::min(a, b);
-  else
-    return b < a ? b : a;
+  return b < a ? b : a;
 }
 
 template <typename V>
