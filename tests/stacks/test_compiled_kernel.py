@@ -382,6 +382,20 @@ def test_sequence_state_equals_the_pytorch_steps(
         )
 
 
+@pytest.mark.parametrize("batch", [1, 7, 9, 33])
+def test_sequence_state_of_any_batch_equals_the_pytorch_steps(batch: int) -> None:
+    """The compiled step keeps its tables in groups of eight lanes: one element alone, a group
+    short of full, one past it and four and one, readings and gradients as the PyTorch DP's."""
+    actions = random_actions(batch, 6, 3, 3, 5, seed=60 + batch, scale=3.0)
+    compiled, reference = stacks(3, 3, 5)
+    got = fed_back_readings(compiled, actions, sequence=True)
+    expected = fed_back_readings(reference, actions, sequence=False)
+    for value, reference_value in zip(got, expected):
+        torch.testing.assert_close(
+            value, reference_value, rtol=1e-9, atol=1e-9 * max(1.0, reference_value.abs().max().item())
+        )
+
+
 def test_sequence_state_reads_the_controllers_logits() -> None:
     """Actions from ``from_logits`` over columns of a wider output (rows of stride N·(2N + Q) + m,
     as a stack RNN's controller gives them) run the compiled step on those columns, no copy:
@@ -437,29 +451,31 @@ def test_sequence_state_is_advanced_once_and_never_copied() -> None:
     assert type(torch_stack.sequence_state(1, actions.pop, 3)).__name__ == "VectorNondeterministicState"
 
 
-def test_incremental_states_without_gradients_equal_the_pytorch_dp() -> None:
+@pytest.mark.parametrize("batch", [1, 4, 7, 9, 33])
+def test_incremental_states_without_gradients_equal_the_pytorch_dp(batch: int) -> None:
     """Without gradients ``initial_state`` runs the compiled kernel: two continuations of one
-    prefix, a copied and sliced state and a run longer than its first tables (capacity 3) all
-    read as the PyTorch DP's states do."""
-    actions, other = random_actions(4, 14, 3, 3, 5, seed=50), random_actions(4, 14, 3, 3, 5, seed=51)
-    copied = mapped(actions, lambda tensor: tensor.repeat_interleave(2, dim=0)[2:6])
+    prefix, a copied and sliced state (its batch regrouped into lanes: 2B − 1 elements) and a run
+    longer than its first tables (capacity 3) all read as the PyTorch DP's states do."""
+    actions, other = random_actions(batch, 14, 3, 3, 5, seed=50), random_actions(batch, 14, 3, 3, 5, seed=51)
+    copied = mapped(actions, lambda tensor: tensor.repeat_interleave(2, dim=0)[1:])
     compiled, reference = stacks(3, 3, 5)
     readings = []
     with torch.no_grad():
-        assert type(compiled.initial_state(4, actions.pop)).__name__ == "CompiledState"
+        assert type(compiled.initial_state(batch, actions.pop)).__name__ == "CompiledState"
         for stack in (compiled, reference):
-            state = stack.initial_state(4, actions.pop, max_steps=3)
+            state = stack.initial_state(batch, actions.pop, max_steps=3)
             outputs = [state.reading()]
             for step in range(8):
                 state = state.next(stack.step_actions(actions, step))
                 outputs.append(state.reading())
-            sliced = state.transform_tensors(lambda tensor: tensor.repeat_interleave(2, dim=0)).slice_batch(slice(2, 6))
+            doubled = state.transform_tensors(lambda tensor: tensor.repeat_interleave(2, dim=0))
+            sliced = doubled.slice_batch(slice(1, 2 * batch))
             for continuation, run in ((state, actions), (state, other), (state, actions), (sliced, copied)):
                 for step in range(8, 14):
                     continuation = continuation.next(stack.step_actions(run, step))
                     outputs.append(continuation.reading())
             readings.append(outputs)
-    assert type(compiled.initial_state(4, actions.pop)).__name__ == "VectorNondeterministicState"  # with gradients
+    assert type(compiled.initial_state(batch, actions.pop)).__name__ == "VectorNondeterministicState"  # with gradients
     for got, expected in zip(*readings):
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
 

@@ -20,7 +20,9 @@ once freed, larger ones by mmap, whose fresh pages fault on every call), and α.
 
 The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
 at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the
-run's length once (:class:`StepTables`) and each step writes its column into them; each step's
+run's length once (:class:`StepTables`), in the groups of eight lanes of the whole-sequence
+kernel, and each step writes its column into them (only its logits, v_t and reading move in and
+out of lanes); each step's
 backward is the same code as the whole-sequence backward's step t, adding into adjoint tables
 shared by the run. A (B, 0) tensor passed from step to step orders them in autograd, so the
 backward of step t runs after those of steps t + 1 … n, which complete the adjoints it reads.
@@ -192,13 +194,17 @@ def compiled_readings(push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor
     return _CompiledReadings.apply(*tensors)
 
 
+LANE_COUNT = 8  # batch elements per group of the kernel's tables (``lanes.h``)
+
+
 class StepTables:
     """The tables of one run of at most ``capacity`` steps, filled one column per :func:`compiled_step`.
 
     ``log_bottom`` (B, m) is log v₀. ``steps`` counts the columns written after column 0.
-    ``columns`` are the (B, table) tables of the columns (gamma first, then what the backward
-    reads), ``alpha`` (B, capacity + 1, N). The adjoint tables are made by the first backward
-    step of the run and dropped after step 1's.
+    ``columns`` are the (G, table, 8) tables of the columns (gamma first, then what the backward
+    reads), ``alpha`` (G, capacity + 1, N, 8): element b in lane b mod 8 of group b // 8,
+    G = ⌈B / 8⌉ (:func:`batch_of`, :func:`lanes_of`). The adjoint tables are made by the first
+    backward step of the run and dropped after step 1's.
     """
 
     def __init__(self, log_bottom: Tensor, capacity: int, num_states: int, num_symbols: int) -> None:
@@ -206,32 +212,32 @@ class StepTables:
         bottom = log_bottom.detach().contiguous()
         *columns, self.alpha = torch.ops.stacklm_dvpda.start(bottom, capacity, num_states, num_symbols)
         self.columns: tuple[Tensor, ...] = tuple(columns)
+        self.batch_size = bottom.size(0)
         self.capacity = capacity
         self.vector_size = bottom.size(1)
         self.steps = 0
         self.grad_gamma: Tensor | None = None
         self.grad_alpha: Tensor | None = None
 
-    def _replaced(self, columns: list[Tensor], alpha: Tensor, capacity: int, steps: int) -> StepTables:
+    def _replaced(self, columns: list[Tensor], alpha: Tensor, batch_size: int, capacity: int, steps: int) -> StepTables:
         copy = object.__new__(StepTables)
         copy.columns, copy.alpha = tuple(columns), alpha
-        copy.capacity, copy.steps, copy.vector_size = capacity, steps, self.vector_size
+        copy.batch_size, copy.capacity, copy.steps, copy.vector_size = batch_size, capacity, steps, self.vector_size
         copy.grad_gamma = copy.grad_alpha = None
         return copy
 
     def prefix(self, steps: int, capacity: int) -> StepTables:
         """Tables of ``capacity`` steps holding a copy of columns 0 … ``steps`` (no gradients)."""
-        configurations = self.alpha.size(2)
+        groups, _, configurations, _ = self.alpha.shape
         used = _table_size(steps, configurations, self.vector_size)
-        batch = self.alpha.size(0)
         tensors = []
         for table in self.columns:
-            copy = table.new_empty(batch, _table_size(capacity, configurations, self.vector_size))
+            copy = table.new_empty(groups, _table_size(capacity, configurations, self.vector_size), LANE_COUNT)
             copy[:, :used] = table[:, :used]
             tensors.append(copy)
-        alpha = self.alpha.new_empty(batch, capacity + 1, configurations)
+        alpha = self.alpha.new_empty(groups, capacity + 1, configurations, LANE_COUNT)
         alpha[:, : steps + 1] = self.alpha[:, : steps + 1]
-        return self._replaced(tensors, alpha, capacity, steps)
+        return self._replaced(tensors, alpha, self.batch_size, capacity, steps)
 
     def transform(self, function: Callable[[Tensor], Tensor]) -> StepTables:
         """``function`` applied to every table along the batch dimension, into tables of their own
@@ -242,14 +248,31 @@ class StepTables:
         capacity = self.steps + 1
         tensors = []
         for table in self.columns:
-            part = function(table[:, :used])
-            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size))
+            part = lanes_of(function(batch_of(table[:, :used], self.batch_size)))  # (G', used, 8)
+            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size), LANE_COUNT)
             copy[:, :used] = part
             tensors.append(copy)
-        part = function(self.alpha[:, : self.steps + 1])
-        alpha = part.new_empty(part.size(0), capacity + 1, configurations)
+        part = function(batch_of(self.alpha[:, : self.steps + 1], self.batch_size))  # (B', steps + 1, N)
+        batch_size = part.size(0)
+        part = lanes_of(part)  # (G', steps + 1, N, 8)
+        alpha = part.new_empty(part.size(0), capacity + 1, configurations, LANE_COUNT)
         alpha[:, : self.steps + 1] = part
-        return self._replaced(tensors, alpha, capacity, self.steps)
+        return self._replaced(tensors, alpha, batch_size, capacity, self.steps)
+
+
+def batch_of(lanes: Tensor, batch_size: int) -> Tensor:
+    """(B, …) from the lanes (⌈B / 8⌉, …, 8) of the kernel's tables: element b is lane b mod 8 of group b // 8."""
+    batch_first = lanes.movedim(-1, 1)  # (G, 8, …)
+    return batch_first.reshape(-1, *batch_first.shape[2:])[:batch_size]
+
+
+def lanes_of(batch: Tensor) -> Tensor:
+    """(⌈B / 8⌉, …, 8) from (B, …), the inverse of :func:`batch_of`; a last group of fewer
+    elements repeats its last one in the lanes past the batch (a valid state, whose results are dropped)."""
+    padding = -batch.size(0) % LANE_COUNT
+    if padding:
+        batch = torch.cat([batch, batch[-1:].expand(padding, *batch.shape[1:])])
+    return batch.reshape(-1, LANE_COUNT, *batch.shape[1:]).movedim(1, -1)
 
 
 def _table_size(steps: int, configurations: int, vector_size: int) -> int:
@@ -283,7 +306,7 @@ class _CompiledStep(torch.autograd.Function):
         )  # fmt: skip
         if ctx.step == 1:
             # Step 1 received log v₀ as its order tensor: the adjoint of column 0's η rows.
-            grad_order = tables.grad_gamma[:, : ctx.order_shape[1]].clone()
+            grad_order = batch_of(tables.grad_gamma[:, : ctx.order_shape[1]], ctx.order_shape[0]).clone()
             tables.grad_gamma = tables.grad_alpha = None
         else:
             grad_order = grad_reading.new_zeros(ctx.order_shape)

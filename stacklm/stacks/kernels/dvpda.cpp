@@ -2,12 +2,12 @@
 //
 // The same dynamic program and numerics as ``pda.py`` with ``ShiftedLogContraction``
 // (``shifted.py``); ``dvpda.py`` states the recurrences. Every step is written once, over a value
-// type V: the whole-sequence ops run it on groups of LANE_COUNT batch elements, V = Lane<T>
-// (lanes.h), one lane per element, every table stored [position][lane], so that each operation
-// of the DP is one vector operation over the group; the one-step ops (``dvpda_step``, which a
-// stack RNN calls with tables that Python slices along the batch) run it on one element at a
-// time, V = T, and vectorize over its rows instead. A group of fewer elements pads its lanes with
-// log weights 0 and drops what they give. One group (or element) per task (at::parallel_for).
+// type V: every op runs it on groups of LANE_COUNT batch elements, V = Lane<T> (lanes.h), one
+// lane per element, every table stored [position][lane], so that each operation of the DP is one
+// vector operation over the group: the whole-sequence ops and the one-step ops (``dvpda_step``,
+// which a stack RNN calls once per step, its tables kept in lanes from step to step) alike. A
+// group of fewer elements pads its lanes with log weights 0 and drops what they give. One group
+// per task (at::parallel_for).
 //
 // Per element, column t (t = 0 … n) has rows(t) = m + (t+1)·N rows: the m rows of η[t], then
 // N rows (i, a) per row i = −1 … t−1 (row index m + (i+1)·N + a in every column). Every
@@ -1231,15 +1231,6 @@ void check(const at::Tensor& tensor, int64_t dims, const char* name) {
   TORCH_CHECK(tensor.is_contiguous(), name, " must be contiguous");
 }
 
-// Element b's part of the (B, table) tables totals, replaced_shares, popped_shares.
-template <typename T>
-PopTables<T> pop_tables(const at::Tensor& totals, const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
-                        int64_t b) {
-  const int64_t table = totals.size(1);
-  return {static_cast<T*>(totals.data_ptr()) + b * table, static_cast<T*>(replaced_shares.data_ptr()) + b * table,
-          static_cast<T*>(popped_shares.data_ptr()) + b * table};
-}
-
 Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed) {
   Sizes z;
   z.batch = push.size(0);
@@ -1285,11 +1276,19 @@ void scatter(const std::vector<Lane<T>>& lanes, int64_t batch, int64_t size, int
   }
 }
 
-// Group g's part of a table of lanes, (groups, size, LANE_COUNT).
+// Group g's part of a table of lanes, (groups, size, LANE_COUNT) (or (groups, …, LANE_COUNT)).
 template <typename T>
 Lane<T>* lanes_of(const at::Tensor& table, int64_t g) {
   const int64_t size = table.numel() / std::max<int64_t>(table.size(0), 1) / LANE_COUNT;
   return reinterpret_cast<Lane<T>*>(table.data_ptr<T>()) + g * size;
+}
+
+// Group g's part of the tables of lanes totals, replaced_shares, popped_shares (V: Lane<T>, or const Lane<T>).
+template <typename V>
+PopTables<V> pop_tables(const at::Tensor& totals, const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
+                        int64_t g) {
+  using T = ScalarOf<std::remove_const_t<V>>;
+  return {lanes_of<T>(totals, g), lanes_of<T>(replaced_shares, g), lanes_of<T>(popped_shares, g)};
 }
 
 // push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
@@ -1330,9 +1329,7 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
         std::vector<V> reading_lanes(readings_size);
         forward_element<V>(z, push_lanes.data(), replace_lanes.data(), pop_lanes.data(), pushed_lanes.data(),
                            bottom_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                           lanes_of<scalar_t>(shares, g),
-                           {lanes_of<scalar_t>(pops, g), lanes_of<scalar_t>(replaced_shares, g),
-                            lanes_of<scalar_t>(popped_shares, g)},
+                           lanes_of<scalar_t>(shares, g), pop_tables<V>(pops, replaced_shares, popped_shares, g),
                            lanes_of<scalar_t>(alpha, g));
         scatter(reading_lanes, z.batch, readings_size, first, readings.data_ptr<scalar_t>());
       }
@@ -1376,9 +1373,7 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
         std::vector<V> grad_pushed_lanes(pushed_size, V{}), grad_bottom_lanes(z.vector, V{});
         backward_element<V>(z, grad_reading_lanes.data(), push_lanes.data(), replace_lanes.data(), pop_lanes.data(),
                             pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                            lanes_of<scalar_t>(shares, g),
-                            {lanes_of<scalar_t>(pops, g), lanes_of<scalar_t>(replaced_shares, g),
-                             lanes_of<scalar_t>(popped_shares, g)},
+                            lanes_of<scalar_t>(shares, g), pop_tables<const V>(pops, replaced_shares, popped_shares, g),
                             lanes_of<scalar_t>(alpha, g), grad_push_lanes.data(), grad_replace_lanes.data(),
                             grad_pop_lanes.data(), grad_pushed_lanes.data(), grad_bottom_lanes.data());
         scatter(grad_push_lanes, z.batch, NN, first, grad_push.data_ptr<scalar_t>());
@@ -1393,16 +1388,21 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
 }
 
 // The same DP one step per call, for a controller that computes the actions of step t from
-// the reading of step t − 1 (a stack RNN). The tables of capacity n (gamma, shares, pops,
-// replaced_shares, popped_shares: (B, table), alpha: (B, n + 1, N)) are filled one column per call; the backward of step t
-// adds into the adjoint tables grad_gamma (B, table) and grad_alpha (B, n + 1, N) and must
-// run after those of steps t + 1 … n. A step's transitions come as the controller's logits
-// (B, N·(2N + Q)), per configuration c the N push, N replace and Q pop logits of c
-// (``NondeterministicActions.from_logits``), rows of any stride: the (B, N·(2N + Q)) columns of
-// the controller's output need no copy, and their gradient is one tensor.
+// the reading of step t − 1 (a stack RNN). The tables of capacity n, in lanes as the
+// whole-sequence forward's (gamma, shares, pops, replaced_shares, popped_shares: (G, table,
+// LANE_COUNT), alpha: (G, n + 1, N, LANE_COUNT), G = ⌈B / LANE_COUNT⌉), are filled one column
+// per call; the backward of step t adds into the adjoint tables grad_gamma and grad_alpha (the
+// same shapes) and must run after those of steps t + 1 … n. A step's transitions come as the
+// controller's logits (B, N·(2N + Q)), per configuration c the N push, N replace and Q pop
+// logits of c (``NondeterministicActions.from_logits``), rows of any stride: the (B, N·(2N + Q))
+// columns of the controller's output need no copy, and their gradient is one tensor. Each call
+// moves only its step's logits, v_t and reading in and out of lanes.
 Sizes step_sizes(const at::Tensor& logits, const at::Tensor& pushed, const at::Tensor& alpha, int64_t t) {
   Sizes z;
   z.batch = logits.size(0);
+  TORCH_CHECK(alpha.dim() == 4 && alpha.size(0) == group_count(z.batch) && alpha.size(3) == LANE_COUNT &&
+                  alpha.is_contiguous(),
+              "alpha must be (⌈B / ", LANE_COUNT, "⌉, n + 1, N, ", LANE_COUNT, ")");
   z.configs = alpha.size(2);
   z.vector = pushed.size(1);
   z.steps = alpha.size(1) - 1;
@@ -1422,36 +1422,61 @@ void check_logits(const at::Tensor& logits) {
   TORCH_CHECK(logits.stride(1) == 1, "logits must be contiguous within a row");
 }
 
-// One element's push, replace and pop logits, each contiguous, from its row of the logits.
+void check_tables(const Sizes& z, std::initializer_list<const at::Tensor*> tables) {
+  for (const at::Tensor* table : tables)
+    TORCH_CHECK(table->dim() == 3 && table->size(0) == group_count(z.batch) && table->size(1) == z.table() &&
+                    table->size(2) == LANE_COUNT && table->is_contiguous(),
+                "the tables must be (⌈B / ", LANE_COUNT, "⌉, table, ", LANE_COUNT, ") for ", z.steps, " steps");
+}
+
+// One group's push, replace and pop logits, each contiguous and in lanes, from rows first,
+// first + 1, … of the logits (a lane past the batch holds 0, as gather pads).
 template <typename T>
 struct Transitions {
-  std::vector<T> push, replace, pop;
+  std::vector<Lane<T>> push, replace, pop;
 
-  void unpack(const Sizes& z, const T* row) {
-    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q;
+  // The lanes' vector of position `index` of a row's N·(2N + Q) logits.
+  Lane<T>& at(const Sizes& z, int64_t index) {
+    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q, c = index / width, j = index % width;
+    return j < N ? push[c * N + j] : j < 2 * N ? replace[c * N + j - N] : pop[c * Q + j - 2 * N];
+  }
+
+  void gather(const Sizes& z, const T* logits, int64_t row_stride, int64_t first) {
+    const int64_t N = z.configs, count = std::min(LANE_COUNT, z.batch - first);
     push.resize(N * N);
     replace.resize(N * N);
-    pop.resize(N * Q);
-    for (int64_t c = 0; c < N; ++c) {
-      std::copy(row + c * width, row + c * width + N, push.data() + c * N);
-      std::copy(row + c * width + N, row + c * width + 2 * N, replace.data() + c * N);
-      std::copy(row + c * width + 2 * N, row + c * width + 2 * N + Q, pop.data() + c * Q);
+    pop.resize(N * z.states);
+    const T* rows[LANE_COUNT];
+    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = logits + (first + lane) * row_stride;
+    for (int64_t index = 0; index < N * (2 * N + z.states); ++index) {
+      Lane<T> values{};
+      for (int64_t lane = 0; lane < count; ++lane) values[lane] = rows[lane][index];
+      at(z, index) = values;
     }
   }
 
-  // Writes push, replace and pop into `row` in the logits' layout.
-  void pack(const Sizes& z, T* row) const {
-    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q;
-    for (int64_t c = 0; c < N; ++c) {
-      std::copy(push.data() + c * N, push.data() + (c + 1) * N, row + c * width);
-      std::copy(replace.data() + c * N, replace.data() + (c + 1) * N, row + c * width + N);
-      std::copy(pop.data() + c * Q, pop.data() + (c + 1) * Q, row + c * width + 2 * N);
+  // Zeros of the same sizes, for the gradients.
+  void zero(const Sizes& z) {
+    push.assign(z.configs * z.configs, Lane<T>{});
+    replace.assign(z.configs * z.configs, Lane<T>{});
+    pop.assign(z.configs * z.states, Lane<T>{});
+  }
+
+  // Writes the lanes of push, replace and pop into rows first, first + 1, … of `logits`
+  // (contiguous rows), in the logits' layout.
+  void scatter(const Sizes& z, int64_t first, T* logits) {
+    const int64_t N = z.configs, width = N * (2 * N + z.states), count = std::min(LANE_COUNT, z.batch - first);
+    T* rows[LANE_COUNT];
+    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = logits + (first + lane) * width;
+    for (int64_t index = 0; index < width; ++index) {
+      const Lane<T> values = at(z, index);
+      for (int64_t lane = 0; lane < count; ++lane) rows[lane][index] = values[lane];
     }
   }
 };
 
 // Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops,
-// replaced_shares, popped_shares, alpha.
+// replaced_shares, popped_shares, alpha, in lanes.
 std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, int64_t states, int64_t symbols) {
   check(bottom, 2, "bottom");
   Sizes z;
@@ -1461,30 +1486,28 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   z.configs = states * symbols;
   z.vector = bottom.size(1);
   z.steps = capacity;
+  const int64_t groups = group_count(z.batch);
   auto options = bottom.options();
-  auto gamma = at::empty({z.batch, z.table()}, options);
-  auto shares = at::empty({z.batch, z.table()}, options);
-  auto pops = at::empty({z.batch, z.table()}, options);
-  auto replaced_shares = at::empty({z.batch, z.table()}, options);
-  auto popped_shares = at::empty({z.batch, z.table()}, options);
-  auto alpha = at::empty({z.batch, z.steps + 1, z.configs}, options);
+  std::vector<at::Tensor> tables;
+  for (int64_t i = 0; i < 5; ++i) tables.push_back(at::empty({groups, z.table(), LANE_COUNT}, options));
+  tables.push_back(at::empty({groups, z.steps + 1, z.configs, LANE_COUNT}, options));
   AT_DISPATCH_FLOATING_TYPES(bottom.scalar_type(), "dvpda_start", [&] {
-    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b)
-        initialize_element<scalar_t>(z, bottom.data_ptr<scalar_t>() + b * z.vector,
-                                     gamma.data_ptr<scalar_t>() + b * z.table(),
-                                     shares.data_ptr<scalar_t>() + b * z.table(),
-                                     alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs);
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g) {
+        const auto bottom_lanes = gather(bottom.data_ptr<scalar_t>(), z.batch, z.vector, g * LANE_COUNT);
+        initialize_element<Lane<scalar_t>>(z, bottom_lanes.data(), lanes_of<scalar_t>(tables[0], g),
+                                           lanes_of<scalar_t>(tables[1], g), lanes_of<scalar_t>(tables[5], g));
+      }
     });
   });
-  return {gamma, shares, pops, replaced_shares, popped_shares, alpha};
+  return tables;
 }
 
-// The element that a step call visits i-th of [begin, end). A call walks its elements once, each
-// one's tables (about 1 MB at n = 32) in turn, so the next call finds in cache only the last few:
-// successive calls walk in alternating directions, each starting where the one before it ended
-// (forward steps ascending for odd t; a step's backward opposite to its forward, which at t = n
-// runs just before it). The backward of a stack RNN's step at n = 32, batch 32, ran 1.15x faster.
+// The group that a step call visits i-th of [begin, end). A call walks its groups once, each
+// one's tables (about 8 MB at n = 32) in turn, so the next call finds in cache only the last
+// one's: successive calls walk in alternating directions, each starting where the one before it
+// ended (forward steps ascending for odd t; a step's backward opposite to its forward, which at
+// t = n runs just before it).
 int64_t visited(bool ascending, int64_t begin, int64_t end, int64_t i) { return ascending ? i : begin + end - 1 - i; }
 
 // Step t: logits (B, N·(2N + Q)) and pushed (B, m) log weights; writes column t into the
@@ -1494,25 +1517,27 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pus
                       at::Tensor alpha) {
   check_logits(logits);
   check(pushed, 2, "pushed");
-  for (const at::Tensor& tensor : {pushed, gamma, alpha})
+  for (const at::Tensor& tensor : {pushed, gamma, shares, pops, replaced_shares, popped_shares, alpha})
     TORCH_CHECK(tensor.scalar_type() == logits.scalar_type(), "the dVPDA kernel needs one dtype for every input");
   const Sizes z = step_sizes(logits, pushed, alpha, t);
+  check_tables(z, {&gamma, &shares, &pops, &replaced_shares, &popped_shares});
   auto reading = at::empty({z.batch, z.configs * z.vector}, logits.options());
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_step", [&] {
-    const int64_t row_stride = logits.stride(0);
-    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
-      Step<scalar_t> s;
+    using V = Lane<scalar_t>;
+    const int64_t row_stride = logits.stride(0), Nm = z.configs * z.vector;
+    at::parallel_for(0, group_count(z.batch), 1, [&](int64_t begin, int64_t end) {
+      Step<V> s;
       Transitions<scalar_t> transitions;
-      std::vector<scalar_t> weights;
+      std::vector<V> weights, reading_lanes(Nm);
       for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = visited(t % 2 == 1, begin, end, i);
-        transitions.unpack(z, logits.data_ptr<scalar_t>() + b * row_stride);
-        forward_step<scalar_t>(z, t, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
-                               pushed.data_ptr<scalar_t>() + b * z.vector,
-                               reading.data_ptr<scalar_t>() + b * z.configs * z.vector,
-                               gamma.data_ptr<scalar_t>() + b * z.table(), shares.data_ptr<scalar_t>() + b * z.table(),
-                               pop_tables<scalar_t>(pops, replaced_shares, popped_shares, b),
-                               alpha.data_ptr<scalar_t>() + b * (z.steps + 1) * z.configs, s, weights);
+        const int64_t g = visited(t % 2 == 1, begin, end, i), first = g * LANE_COUNT;
+        transitions.gather(z, logits.data_ptr<scalar_t>(), row_stride, first);
+        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.vector, first);
+        forward_step<V>(z, t, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
+                        pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
+                        lanes_of<scalar_t>(shares, g), pop_tables<V>(pops, replaced_shares, popped_shares, g),
+                        lanes_of<scalar_t>(alpha, g), s, weights);
+        scatter(reading_lanes, z.batch, Nm, first, reading.data_ptr<scalar_t>());
       }
     });
   });
@@ -1527,30 +1552,37 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
                                             const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
                                             const at::Tensor& alpha, at::Tensor grad_gamma, at::Tensor grad_alpha) {
   check(grad_reading, 2, "grad_reading");
+  check(reading, 2, "reading");
+  check(pushed, 2, "pushed");
   check_logits(logits);
   const Sizes z = step_sizes(logits, pushed, alpha, t);
+  check_tables(z, {&gamma, &shares, &pops, &replaced_shares, &popped_shares, &grad_gamma});
+  TORCH_CHECK(grad_alpha.sizes() == alpha.sizes() && grad_alpha.is_contiguous(), "grad_alpha must be alpha's shape");
   auto grad_logits = at::empty({z.batch, logits.size(1)}, logits.options());
-  auto grad_pushed = at::zeros_like(pushed);
+  auto grad_pushed = at::empty({z.batch, z.vector}, pushed.options());
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_step_backward", [&] {
-    const int64_t Nm = z.configs * z.vector, A = (z.steps + 1) * z.configs, row_stride = logits.stride(0);
-    at::parallel_for(0, z.batch, 1, [&](int64_t begin, int64_t end) {
-      BackwardScratch<scalar_t> scratch;
+    using V = Lane<scalar_t>;
+    const int64_t Nm = z.configs * z.vector, row_stride = logits.stride(0);
+    at::parallel_for(0, group_count(z.batch), 1, [&](int64_t begin, int64_t end) {
+      BackwardScratch<V> scratch;
       Transitions<scalar_t> transitions, grads;
+      std::vector<V> grad_pushed_lanes;
       for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = visited(t % 2 == 0, begin, end, i);
-        transitions.unpack(z, logits.data_ptr<scalar_t>() + b * row_stride);
-        grads.push.assign(transitions.push.size(), scalar_t(0));
-        grads.replace.assign(transitions.replace.size(), scalar_t(0));
-        grads.pop.assign(transitions.pop.size(), scalar_t(0));
-        backward_step<scalar_t>(
-            z, t, grad_reading.data_ptr<scalar_t>() + b * Nm, transitions.push.data(), transitions.replace.data(),
-            transitions.pop.data(), pushed.data_ptr<scalar_t>() + b * z.vector,
-            reading.data_ptr<scalar_t>() + b * Nm, gamma.data_ptr<scalar_t>() + b * z.table(),
-            shares.data_ptr<scalar_t>() + b * z.table(), pop_tables<const scalar_t>(pops, replaced_shares, popped_shares, b),
-            alpha.data_ptr<scalar_t>() + b * A, grad_gamma.data_ptr<scalar_t>() + b * z.table(),
-            grad_alpha.data_ptr<scalar_t>() + b * A, grads.push.data(), grads.replace.data(), grads.pop.data(),
-            grad_pushed.data_ptr<scalar_t>() + b * z.vector, scratch);
-        grads.pack(z, grad_logits.data_ptr<scalar_t>() + b * logits.size(1));
+        const int64_t g = visited(t % 2 == 0, begin, end, i), first = g * LANE_COUNT;
+        transitions.gather(z, logits.data_ptr<scalar_t>(), row_stride, first);
+        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.vector, first);
+        const auto grad_reading_lanes = gather(grad_reading.data_ptr<scalar_t>(), z.batch, Nm, first);
+        const auto reading_lanes = gather(reading.data_ptr<scalar_t>(), z.batch, Nm, first);
+        grads.zero(z);
+        grad_pushed_lanes.assign(z.vector, V{});
+        backward_step<V>(z, t, grad_reading_lanes.data(), transitions.push.data(), transitions.replace.data(),
+                         transitions.pop.data(), pushed_lanes.data(), reading_lanes.data(),
+                         lanes_of<scalar_t>(gamma, g), lanes_of<scalar_t>(shares, g),
+                         pop_tables<const V>(pops, replaced_shares, popped_shares, g), lanes_of<scalar_t>(alpha, g),
+                         lanes_of<scalar_t>(grad_gamma, g), lanes_of<scalar_t>(grad_alpha, g), grads.push.data(),
+                         grads.replace.data(), grads.pop.data(), grad_pushed_lanes.data(), scratch);
+        grads.scatter(z, first, grad_logits.data_ptr<scalar_t>());
+        scatter(grad_pushed_lanes, z.batch, z.vector, first, grad_pushed.data_ptr<scalar_t>());
       }
     });
   });
