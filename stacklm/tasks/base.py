@@ -111,6 +111,16 @@ class Task(ABC):
     def construction(self, parse: Parse) -> str:
         """A coarse label of the sentence's construction (for summaries and distribution checks)."""
 
+    # --- constructions of the generalization set -------------------------------------------
+
+    generalization_constructions: ClassVar[Mapping[str, str]] = {}  # label → what it is, in table order; none by default
+
+    def generalization_construction(self, source: Sequence[str]) -> str | None:
+        """The construction, a label of ``generalization_constructions``, of a generalization example
+        (its source: sentence · transform marker), read off its words, by which the generalization
+        metrics are also reported; None for a task whose generalization set has no constructions."""
+        return None
+
     # --- partial accuracy --------------------------------------------------------------------
 
     def partial_match(self, output: Sequence[str], reference: Sequence[str]) -> bool:

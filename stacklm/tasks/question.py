@@ -7,6 +7,12 @@ the final ``.``. Linear, move-first: the same with the first auxiliary of the se
 Ambiguity-breaking: transform marker and a relative clause on the subject. Generalization
 filter: exactly two auxiliaries, of the same number, that differ in polarity (English) or in
 kind, modal vs perfect (German); caps ⌈2n/3⌉ subject relatives, ⌈n/3⌉ object relatives.
+
+Those two groups are the generalization set's constructions (``generalization_construction``),
+by which its metrics are also reported: the subject's relative clause is a subject relative
+(SRC, "the walrus that does move doesn't giggle .": the relativizer, then the clause's
+auxiliary) or an object relative (ORC, "her quail who your newt does applaud doesn't sleep .":
+the relativizer, then the clause's subject).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from stacklm.grammars import Parse, Skeleton
 from stacklm.tasks.base import Task, cap, main_clause, noun_phrase_kind
 
 AUXILIARY = "Aux"  # prefix of the auxiliaries' preterminals: Aux_S, Aux_P, Aux_S_can, ...
+AMBIGUOUS_RELATIVE = "SRC or ORC"  # a generalization sentence whose words allow both relative clauses
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +34,11 @@ class QuestionFormation(Task):
     contrast: Literal["polarity", "auxiliary"] = "polarity"
 
     partial_accuracy_kind: ClassVar = "first_word"
+    generalization_constructions: ClassVar = {
+        "SRC": "a subject relative clause on the subject (the relativizer, then the clause's auxiliary or verb)",
+        "ORC": "an object relative clause on the subject (the relativizer, then the clause's subject)",
+        AMBIGUOUS_RELATIVE: "a relative clause the words leave open (a German relativizer, nominative or accusative alike)",
+    }
 
     def hierarchical(self, parse: Parse) -> tuple[str, ...]:
         return _front(parse.tokens, self._skeleton_facts(parse.skeleton, _main_auxiliary))
@@ -59,6 +71,23 @@ class QuestionFormation(Task):
 
     def construction(self, parse: Parse) -> str:
         return self._skeleton_facts(parse.skeleton, _construction)
+
+    def generalization_construction(self, source: Sequence[str]) -> str:
+        """SRC or ORC, the subject's relative clause in every parse of the sentence: the cap group
+        it was drawn in. Where the words leave it open, ``AMBIGUOUS_RELATIVE`` (the German
+        relativizer ``die`` is nominative or accusative alike: "meine Ziesel , die ihre Ziesel bedauert
+        haben , können …" parses both ways; an English sentence has one parse)."""
+        if not source or source[-1] != self.transform_marker:
+            raise StacklmError(f"{self.name}: {' '.join(source)!r} is not a generalization example: it does not end with the marker {self.transform_marker!r}")
+        sentence = tuple(source[:-1])
+        parses = self.grammar.parse(sentence)
+        if not parses:
+            raise StacklmError(f"{self.name}: not a sentence of the task's grammar: {' '.join(sentence)!r}")
+        kinds = {self._skeleton_facts(parse.skeleton, _subject_kind) for parse in parses}
+        if not kinds <= {"SRC", "ORC"}:
+            raise StacklmError(f"{self.name}: {' '.join(sentence)!r} is neither construction of the generalization set:"
+                               f" its subject has no relative clause (a {' or '.join(sorted(kinds))} subject)")
+        return kinds.pop() if len(kinds) == 1 else AMBIGUOUS_RELATIVE
 
 
 def _front(sentence: tuple[str, ...], index: int) -> tuple[str, ...]:
