@@ -20,6 +20,11 @@ on the generalization set):
 At each training checkpoint, ``TaskEvaluator.checkpoint_scores`` gives the generalization
 curves: FA and the task's partial accuracy (exact where it exists, else sampled) on a fixed
 subset (``curve_subset``) of the test set and of the generalization set under both rules.
+
+``TaskEvaluator.construction_scores`` gives the generalization metrics of each construction's
+examples (question formation: the subject's relative clause, ``Task.generalization_construction``).
+Every metric of a split, of a rule and of a subset is ``ReferenceScores.rows``: the per-example
+scores of the subset, averaged as those of the whole split.
 """
 
 from __future__ import annotations
@@ -68,6 +73,49 @@ class MetricValue:
     rule: Literal["hierarchical", "linear"] | None
     metric: str
     value: float
+
+
+@dataclass(frozen=True)
+class ReferenceScores:
+    """Examples scored against one rule's references, per example in data order: what the
+    metrics (``rows``) average, over a whole split or over a subset of it (``select``)."""
+
+    scores: ConditionalScores
+    partial: Tensor | None  # (N,) the exact partial log-probabilities, where the task has them
+    matches: list[list[bool]] | None  # per example, whether each of its samples partial-matches; None: none drawn
+
+    def select(self, index: Sequence[int]) -> ReferenceScores:
+        """The scores of the examples at ``index``, in its order."""
+        positions = torch.tensor(index, dtype=torch.long)
+        return ReferenceScores(
+            self.scores.select(positions),
+            None if self.partial is None else self.partial[positions],
+            None if self.matches is None else [self.matches[position] for position in index],
+        )
+
+    def rows(self, split: Literal["test", "generalization"], rule: Literal["hierarchical", "linear"] | None) -> list[MetricValue]:
+        """Cross-entropies, FA and the partial accuracies (exact and sampled, where there are) of these examples."""
+        scores = self.scores
+        rows = [
+            MetricValue(split, rule, "cross_entropy", float(-scores.string.sum() / scores.string_tokens.sum())),
+            MetricValue(split, rule, "conditional_cross_entropy", float(-scores.output.sum() / scores.output_tokens.sum())),
+            MetricValue(split, rule, "full_accuracy", float(scores.output.exp().mean())),
+        ]
+        if self.partial is not None:
+            rows.append(MetricValue(split, rule, "partial_accuracy", float(self.partial.exp().mean())))
+        if self.matches is not None:
+            matches = [match for example in self.matches for match in example]
+            rows.append(MetricValue(split, rule, "partial_accuracy_sampled", sum(matches) / len(matches)))
+        return rows
+
+
+@dataclass(frozen=True)
+class ConstructionMetrics:
+    """The generalization metrics, under both rules, of the ``count`` examples of one construction."""
+
+    construction: str
+    count: int
+    rows: list[MetricValue]
 
 
 def curve_subset(examples: Sequence[Example], size: int) -> list[Example]:
@@ -157,52 +205,46 @@ class TaskEvaluator:
         return [MetricValue("validation", None, "cross_entropy", float(-scores.string.sum() / scores.string_tokens.sum()))]
 
     def references(
-        self,
-        split: Literal["test", "generalization"],
-        rule: Literal["hierarchical", "linear"] | None,
-        examples: Sequence[Example],
-        references: Sequence[Sequence[str]],
-        samples: list[list[tuple[str, ...]]] | None,
-    ) -> tuple[list[MetricValue], Tensor, Tensor | None]:
-        """Metrics of ``examples`` against ``references``; also log p(y|x) and the exact partial log-probabilities."""
+        self, examples: Sequence[Example], references: Sequence[Sequence[str]], samples: list[list[tuple[str, ...]]] | None
+    ) -> ReferenceScores:
+        """``examples`` scored against ``references`` (and their ``samples`` matched, where drawn)."""
         scores = self.scores(examples, references)
-        rows = [
-            MetricValue(split, rule, "cross_entropy", float(-scores.string.sum() / scores.string_tokens.sum())),
-            MetricValue(split, rule, "conditional_cross_entropy", float(-scores.output.sum() / scores.output_tokens.sum())),
-            MetricValue(split, rule, "full_accuracy", float(scores.output.exp().mean())),
-        ]
-        partial = None
-        if self.partial.exact:
-            partial = self.exact_partial_log_probabilities(examples, references, scores)
-            rows.append(MetricValue(split, rule, "partial_accuracy", float(partial.exp().mean())))
+        partial = self.exact_partial_log_probabilities(examples, references, scores) if self.partial.exact else None
+        matches = None
         if samples is not None:
-            matches = [self.partial.match(output, reference) for outputs, reference in zip(samples, references, strict=True) for output in outputs]
-            rows.append(MetricValue(split, rule, "partial_accuracy_sampled", sum(matches) / len(matches)))
-        return rows, scores.output, partial
+            matches = [[self.partial.match(output, reference) for output in outputs] for outputs, reference in zip(samples, references, strict=True)]
+        return ReferenceScores(scores, partial, matches)
 
     def scored_references(
         self, test: Sequence[Example], generalization: Sequence[Example], sample: bool = True
-    ) -> tuple[list[MetricValue], tuple[list[MetricValue], Tensor, Tensor | None], tuple[list[MetricValue], Tensor, Tensor | None]]:
-        """``references`` of the test set and of the generalization set under each rule (the same
-        samples scored against both rules' targets): the rows, log p(y|x) and the exact partial.
-        The sampled partial accuracy is among the rows where the task has one, unless ``sample`` is False."""
+    ) -> tuple[ReferenceScores, ReferenceScores, ReferenceScores]:
+        """``references`` of the test set and of the generalization set under each rule
+        (``generalization_references``). Samples are drawn where the task has a sampled partial
+        accuracy, unless ``sample`` is False."""
         sampled = sample and self.partial.sampled
         test_samples = self.samples(test, [[example.target] for example in test]) if sampled else None
-        test_rows = self.references("test", None, test, [example.target for example in test], test_samples)[0]
+        test_scores = self.references(test, [example.target for example in test], test_samples)
+        return (test_scores, *self.generalization_references(generalization, sample))
+
+    def generalization_references(self, generalization: Sequence[Example], sample: bool) -> tuple[ReferenceScores, ReferenceScores]:
+        """``references`` of the generalization set under the hierarchical rule, then the linear
+        one: the same samples scored against both rules' targets, drawn where the task has a
+        sampled partial accuracy, unless ``sample`` is False."""
         linear = linear_targets(generalization)
         both = [[example.target, target] for example, target in zip(generalization, linear)]
-        samples = self.samples(generalization, both) if sampled else None
-        hierarchical = self.references("generalization", "hierarchical", generalization, [example.target for example in generalization], samples)
-        return test_rows, hierarchical, self.references("generalization", "linear", generalization, linear, samples)
+        samples = self.samples(generalization, both) if sample and self.partial.sampled else None
+        hierarchical = self.references(generalization, [example.target for example in generalization], samples)
+        return hierarchical, self.references(generalization, linear, samples)
 
     def checkpoint_scores(self, test: Sequence[Example], generalization: Sequence[Example]) -> dict[str, float]:
         """``{test,hierarchical,linear}_{full,partial}_accuracy``: the points of the generalization
         curves (partial: the exact expectation where the task has one, else the sampled share; no
         sample is drawn where the exact one exists)."""
-        test_rows, (hierarchical_rows, _, _), (linear_rows, _, _) = self.scored_references(test, generalization, sample=not self.partial.exact)
+        test_scores, hierarchical, linear = self.scored_references(test, generalization, sample=not self.partial.exact)
         partial = "partial_accuracy" if self.partial.exact else "partial_accuracy_sampled"
         scores: dict[str, float] = {}
-        for name, rows in (("test", test_rows), ("hierarchical", hierarchical_rows), ("linear", linear_rows)):
+        for name, rows in (("test", test_scores.rows("test", None)), ("hierarchical", hierarchical.rows("generalization", "hierarchical")),
+                           ("linear", linear.rows("generalization", "linear"))):
             values = {row.metric: row.value for row in rows}
             scores[f"{name}_full_accuracy"] = values["full_accuracy"]
             scores[f"{name}_partial_accuracy"] = values[partial]
@@ -210,18 +252,34 @@ class TaskEvaluator:
 
     def evaluate(self, validation: Sequence[Example], test: Sequence[Example], generalization: Sequence[Example]) -> list[MetricValue]:
         """Every metric: validation cross-entropy; test; generalization under both rules; log ratios."""
-        test_rows, (hierarchical_rows, hierarchical, hierarchical_partial), (linear_rows, linear_scores, linear_partial) = self.scored_references(
-            test, generalization
-        )
-        rows = self.validation(validation) + test_rows + hierarchical_rows + linear_rows
-        ratio = log_mean_exp(hierarchical) - log_mean_exp(linear_scores)
+        test_scores, hierarchical, linear = self.scored_references(test, generalization)
+        hierarchical_rows = hierarchical.rows("generalization", "hierarchical")
+        linear_rows = linear.rows("generalization", "linear")
+        rows = self.validation(validation) + test_scores.rows("test", None) + hierarchical_rows + linear_rows
+        ratio = log_mean_exp(hierarchical.scores.output) - log_mean_exp(linear.scores.output)
         rows.append(MetricValue("generalization", None, "log_ratio", ratio))
-        if hierarchical_partial is not None and linear_partial is not None:
-            partial_ratio = log_mean_exp(hierarchical_partial) - log_mean_exp(linear_partial)
+        if hierarchical.partial is not None and linear.partial is not None:
+            partial_ratio = log_mean_exp(hierarchical.partial) - log_mean_exp(linear.partial)
             rows.append(MetricValue("generalization", None, "partial_log_ratio", partial_ratio))
         sampled = {row.rule: row.value for row in hierarchical_rows + linear_rows if row.metric == "partial_accuracy_sampled"}
         if sampled:
             name = "partial_log_ratio_sampled" if self.partial.exact else "partial_log_ratio"
             rows.append(MetricValue("generalization", None, name, log_ratio(sampled["hierarchical"], sampled["linear"])))
-        rows.append(MetricValue("generalization", None, "mean_log_ratio", float((hierarchical - linear_scores).mean())))
+        rows.append(MetricValue("generalization", None, "mean_log_ratio", float((hierarchical.scores.output - linear.scores.output).mean())))
         return rows
+
+    def construction_scores(self, generalization: Sequence[Example], constructions: Sequence[str]) -> list[ConstructionMetrics]:
+        """The metrics of ``generalization`` under both rules per construction (``constructions``:
+        one label per example), in the order the labels first appear: the rows ``evaluate``
+        computes for the whole set, computed alike on each construction's examples. Samples are
+        drawn only where the partial accuracy has no exact value, as for ``checkpoint_scores``."""
+        if len(constructions) != len(generalization):
+            raise ValueError(f"{len(constructions)} construction labels for {len(generalization)} generalization examples")
+        hierarchical, linear = self.generalization_references(generalization, sample=not self.partial.exact)
+        members: dict[str, list[int]] = {}
+        for position, construction in enumerate(constructions):
+            members.setdefault(construction, []).append(position)
+        return [
+            ConstructionMetrics(construction, len(index), hierarchical.select(index).rows("generalization", "hierarchical") + linear.select(index).rows("generalization", "linear"))
+            for construction, index in members.items()
+        ]

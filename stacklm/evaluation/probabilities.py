@@ -19,7 +19,7 @@ candidate a and advanced by one step: the prompt is not read again for each a.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
@@ -39,6 +39,10 @@ class ConditionalScores:
     first_token: Tensor  # (N,) log p(y_1 | x) (of EOS when y is empty)
     string_tokens: Tensor  # (N,) |x| + |y| + 1
     output_tokens: Tensor  # (N,) |y| + 1
+
+    def select(self, index: Tensor) -> ConditionalScores:
+        """The scores of the examples at ``index`` (a long tensor), in its order."""
+        return ConditionalScores(*(getattr(self, field.name)[index] for field in fields(self)))
 
 
 def score_outputs(

@@ -287,3 +287,78 @@ def test_the_curve_subset_is_fixed_and_in_file_order() -> None:
     positions = [next(index for index, candidate in enumerate(data) if candidate is example) for example in subset]
     assert positions == sorted(positions) and positions != list(range(10))
     assert curve_subset(data, 50) == data and curve_subset(data, 80) == data
+
+
+def labelled(count: int, seed: int) -> tuple[list[Example], list[str]]:
+    """Generalization examples with a construction each: "short" for sentences of one or two words, else "long"."""
+    data = examples(count, seed, True)
+    return data, ["short" if len(example.source) <= 3 else "long" for example in data]
+
+
+@pytest.mark.parametrize("kind", ["first_word", "second_word", "pos_main_word"])
+def test_the_whole_sets_metrics_are_todays_formulas_bit_for_bit(kind: str) -> None:
+    """The rows of ``evaluate`` equal, float for float, the averages it has always taken of the
+    per-example scores: mean p(y·EOS | x), mean exact partial, the sampled share, the cross-entropies."""
+    model = toy_model(5)
+    second = lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1]  # noqa: E731
+    evaluator = TaskEvaluator(model, VOCABULARY, PartialAccuracy(kind, second, lambda reference: 2), EvaluationSettings(tokens_per_batch=128, samples_per_input=10))
+    test, generalization = examples(12, 2, False), examples(25, 3, True)
+    rows = {(row.split, row.rule, row.metric): row.value for row in evaluator.evaluate(examples(10, 1, False), test, generalization)}
+    both = [[example.target, example.linear] for example in generalization]
+    samples = {"test": evaluator.samples(test, [[example.target] for example in test]), "generalization": evaluator.samples(generalization, both)}
+    for split, rule, data, references in (
+        ("test", None, test, [example.target for example in test]),
+        ("generalization", "hierarchical", generalization, [example.target for example in generalization]),
+        ("generalization", "linear", generalization, [example.linear for example in generalization]),
+    ):
+        prompts = [VOCABULARY.encode(example.source) for example in data]
+        scores = score_outputs(model, prompts, [VOCABULARY.encode(reference) for reference in references], eos_index=EOS, tokens_per_batch=128)
+        assert rows[(split, rule, "cross_entropy")] == float(-scores.string.sum() / scores.string_tokens.sum())
+        assert rows[(split, rule, "conditional_cross_entropy")] == float(-scores.output.sum() / scores.output_tokens.sum())
+        assert rows[(split, rule, "full_accuracy")] == float(scores.output.exp().mean())
+        if kind == "first_word":
+            assert rows[(split, rule, "partial_accuracy")] == float(scores.first_token.exp().mean())
+        if kind == "second_word":
+            seconds = [VOCABULARY.encode(reference[1:2])[0] if len(reference) > 1 else None for reference in references]
+            partial = second_token_log_probabilities(model, prompts, seconds, eos_index=EOS, tokens_per_batch=128)
+            assert rows[(split, rule, "partial_accuracy")] == float(partial.exp().mean())
+        if kind != "first_word":
+            matches = [second(output, reference) for outputs, reference in zip(samples[split], references) for output in outputs]
+            assert rows[(split, rule, "partial_accuracy_sampled")] == sum(matches) / len(matches)
+
+
+def test_construction_metrics_are_each_constructions_averages_one_string_at_a_time() -> None:
+    model = toy_model(5)
+    evaluator = TaskEvaluator(model, VOCABULARY, PartialAccuracy("first_word", lambda output, reference: output[:1] == reference[:1], lambda reference: 1),
+                              EvaluationSettings(tokens_per_batch=128))
+    generalization, constructions = labelled(30, 3)
+    results = evaluator.construction_scores(generalization, constructions)
+    assert [result.construction for result in results] == list(dict.fromkeys(constructions)) and len(results) == 2
+    for result in results:
+        members = [example for example, construction in zip(generalization, constructions) if construction == result.construction]
+        assert result.count == len(members) > 0
+        values = {(row.split, row.rule, row.metric): row.value for row in result.rows}
+        for rule in ("hierarchical", "linear"):
+            targets = [example.target if rule == "hierarchical" else example.linear for example in members]
+            with torch.no_grad():
+                full = [one_at_a_time(model, VOCABULARY.encode(example.source), VOCABULARY.encode(target))[0] for example, target in zip(members, targets)]
+                first = [one_at_a_time(model, VOCABULARY.encode(example.source), VOCABULARY.encode(target[:1]), with_eos=False)[0] for example, target in zip(members, targets)]
+            assert values[("generalization", rule, "full_accuracy")] == pytest.approx(sum(full) / len(full), rel=1e-5)
+            assert values[("generalization", rule, "partial_accuracy")] == pytest.approx(sum(first) / len(first), rel=1e-5)
+    with pytest.raises(ValueError, match="29 construction labels for 30 generalization examples"):
+        evaluator.construction_scores(generalization, constructions[1:])
+
+
+@pytest.mark.parametrize("kind", ["first_word", "second_word", "pos_main_word"])
+def test_the_whole_sets_accuracies_are_the_count_weighted_means_of_the_constructions(kind: str) -> None:
+    second = lambda output, reference: len(output) > 1 and len(reference) > 1 and output[1] == reference[1]  # noqa: E731
+    evaluator = TaskEvaluator(toy_model(5), VOCABULARY, PartialAccuracy(kind, second, lambda reference: 2), EvaluationSettings(tokens_per_batch=128, samples_per_input=10))
+    generalization, constructions = labelled(40, 7)
+    whole = {(row.rule, row.metric): row.value for row in evaluator.evaluate(examples(10, 1, False), examples(12, 2, False), generalization)}
+    results = evaluator.construction_scores(generalization, constructions)
+    assert sum(result.count for result in results) == len(generalization) and len(results) == 2
+    partial = "partial_accuracy" if kind != "pos_main_word" else "partial_accuracy_sampled"
+    for rule in ("hierarchical", "linear"):
+        for metric in ("full_accuracy", partial):
+            weighted = sum(result.count * next(row.value for row in result.rows if (row.rule, row.metric) == (rule, metric)) for result in results)
+            assert weighted / len(generalization) == pytest.approx(whole[(rule, metric)], rel=1e-12, abs=1e-15)
