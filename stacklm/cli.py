@@ -52,6 +52,7 @@ COMMANDS: dict[str, Command] = {
     "select": Command("stacklm.experiments.transformations.search", "choose the search trial with the lowest validation cross-entropy"),
     "aggregate": Command("stacklm.experiments.transformations.report", "concatenate the final runs' metrics.parquet files"),
     "report": Command("stacklm.experiments.transformations.report", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
+    "constructions": Command("stacklm.experiments.transformations.constructions", "FA and PA of trained runs on each construction of the generalization set"),
     "curves": Command("stacklm.report.curves", "the generalization curves of a task's final runs (Parquet and a figure)"),
     "progress": Command("stacklm.experiments.transformations.progress", "where a pipeline run stands: every training run's checkpoints so far, read while it trains"),
     "html": Command("stacklm.report.pages", "a Markdown table of the report as an HTML page (for snakemake --report)"),
@@ -105,6 +106,8 @@ EXAMPLES: dict[str, str] = {
     "aggregate": "stacklm aggregate --out results/metrics.parquet results/runs/*/*/final/*/metrics.parquet",
     "report": "stacklm report --metrics results/metrics.parquet --settings results/settings/report.json --tables qf.tex"
     " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf",
+    "constructions": "stacklm constructions --data-dir results/data/question-formation --markdown constructions.md"
+    " --parquet constructions.parquet results/runs/question-formation/tf/final/*",
     "curves": "stacklm curves --out results/curves/question-formation.parquet --figures curves.png curves.pdf"
     " -- results/runs/question-formation/tf/final/*/train.parquet",
     "progress": "stacklm progress --markdown docs/table1/progress.md --figure docs/table1/progress-curves.png runs/table1",

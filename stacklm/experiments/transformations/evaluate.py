@@ -36,7 +36,7 @@ from stacklm.settings_file import read_settings
 from stacklm.tasks import Task, get_task
 from stacklm.tasks.example import Example
 from stacklm.tracking.records import RunMetadata, data_version, metrics_table, write_table
-from stacklm.training.run_files import choose_device, load_model, read_splits, rebuild_model, set_threads, split_paths
+from stacklm.training.run_files import SavedModel, choose_device, load_model, read_splits, rebuild_model, set_threads, split_paths
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,6 +82,12 @@ class TaskData:
     def splits(self) -> dict[str, list[Example]]:
         return read_splits(self.directory, self.task)
 
+    def check_version(self, run_dir: Path, trained_on: str) -> None:
+        """That ``run_dir`` was trained on this data (``trained_on``: its data version)."""
+        if self.version != trained_on:
+            raise StacklmError(f"the data in {self.directory} differs from the data {run_dir} was trained on"
+                               f" (sha256 {self.version[:12]} ≠ {trained_on[:12]})")
+
 
 def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: EvaluationSettings, device: torch.device) -> None:
     """Score one run's ``model.pt`` and write its ``metrics.parquet``."""
@@ -92,10 +98,14 @@ def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: Evaluatio
     # the run's settings, with the evaluation settings this command used
     metadata = RunMetadata(**saved.metadata)
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | {"evaluation": asdict(evaluation)}, sort_keys=True))
-    if data.version != metadata.data_version:
-        raise StacklmError(f"the data in {data.directory} differs from the data {run_dir} was trained on"
-                           f" (sha256 {data.version[:12]} ≠ {metadata.data_version[:12]})")
-    model = rebuild_model(saved, task).to(device)
-    evaluator = TaskEvaluator(model, Vocabulary(saved.vocabulary), PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by), evaluation, device)
+    data.check_version(run_dir, metadata.data_version)
+    evaluator = task_evaluator(saved, task, evaluation, device)
     rows = evaluator.evaluate(data.splits["validation"], data.splits["test"], data.splits["generalization"])
     write_table(metrics_table(rows, metadata), out)
+
+
+def task_evaluator(saved: SavedModel, task: Task, evaluation: EvaluationSettings, device: torch.device) -> TaskEvaluator:
+    """The evaluator of a saved model, rebuilt on ``device``, with the task's partial accuracy."""
+    model = rebuild_model(saved, task).to(device)
+    partial = PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by)
+    return TaskEvaluator(model, Vocabulary(saved.vocabulary), partial, evaluation, device)
