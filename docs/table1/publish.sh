@@ -4,6 +4,8 @@
 #   settings.json    the report's settings: the `table1` preset
 #   table.md, .tex   `stacklm report` of the two, also copied into README.md between its table1 markers
 #   curves.png       `stacklm curves` of the final runs' checkpoints (FA and PA on test and generalization)
+#   constructions.md, .parquet
+#                    `stacklm constructions`: the final runs' generalization FA and PA per construction
 # tests/report/test_published.py renders the table again from metrics.parquet and settings.json.
 #
 #     docs/table1/publish.sh [RUN_DIR] [ARCHITECTURE ...]    # default: runs/table1, tf tf+nd
@@ -16,11 +18,12 @@ architectures=(tf tf+nd)
 out=docs/table1
 finals=$run/results/runs/question-formation
 export PATH=$root/.venv/bin:$PATH
-metrics=() curves=()
+metrics=() curves=() runs=()
 for architecture in "${architectures[@]}"; do
   for seed in 1 2 3; do
     metrics+=("$finals/$architecture/final/$seed/metrics.parquet")
     curves+=("$finals/$architecture/final/$seed/train.parquet")
+    runs+=("$finals/$architecture/final/$seed")
   done
 done
 scratch=$(mktemp -d)
@@ -32,6 +35,8 @@ cp results/settings/report.json $out/settings.json
 stacklm report --metrics $out/metrics.parquet --settings $out/settings.json --tables $out/table.tex \
   --markdown $out/table.md --document "$scratch/report.tex" --figures "$scratch/figure3.png"
 stacklm curves --out "$scratch/curves.parquet" --figures $out/curves.png -- "${curves[@]}"
+stacklm constructions --data-dir $run/results/data/question-formation --markdown $out/constructions.md \
+  --parquet $out/constructions.parquet "${runs[@]}"
 python - "$out/table.md" <<'PY'
 import sys
 from pathlib import Path
