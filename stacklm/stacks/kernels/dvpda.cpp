@@ -100,24 +100,13 @@ struct Exponent<double> {
   static constexpr Bits mantissa_mask = 0x000FFFFFFFFFFFFFull, half = 0x3FE0000000000000ull;
 };
 
-// A value of the DP: one element's T, or Lane<T>, one lane per element of a group. Scalar is T,
-// Signed and Bits are the integers of T's width (one per lane), Mask what a comparison gives
-// (kept as char for one element: std::vector<bool> packs bits).
+// A value of the DP: Lane<T>, one lane per element of a group. Scalar is T, Signed and Bits are
+// the integers of T's width (one per lane), Mask what a comparison gives.
 template <typename T>
 using Lane = typename stacklm_lanes::Lanes<T>::type;
 
 template <typename V>
 struct Values;
-
-template <typename T>
-struct ElementValues {
-  using Scalar = T;
-  using Signed = typename Exponent<T>::Signed;
-  using Bits = typename Exponent<T>::Bits;
-  using Mask = char;
-  static Signed to_signed(T x) { return static_cast<Signed>(x); }
-  static T of_signed(Signed x) { return T(x); }
-};
 
 template <typename T>
 struct LaneValues {
@@ -130,10 +119,6 @@ struct LaneValues {
 };
 
 template <>
-struct Values<float> : ElementValues<float> {};
-template <>
-struct Values<double> : ElementValues<double> {};
-template <>
 struct Values<Lane<float>> : LaneValues<float> {};
 template <>
 struct Values<Lane<double>> : LaneValues<double> {};
@@ -143,16 +128,10 @@ using ScalarOf = typename Values<V>::Scalar;
 template <typename V>
 using MaskOf = typename Values<V>::Mask;
 
-template <typename V>
-constexpr bool IS_ELEMENT = std::is_arithmetic_v<V>;
-
-// x in every lane (x itself for one element).
+// x in every lane.
 template <typename V, typename S>
 inline V splat(S x) {
-  if constexpr (IS_ELEMENT<V>)
-    return V(x);
-  else
-    return V{} + static_cast<std::remove_cvref_t<decltype(V{}[0])>>(x);
+  return V{} + static_cast<std::remove_cvref_t<decltype(V{}[0])>>(x);
 }
 
 template <typename V>
@@ -163,13 +142,9 @@ inline V log_zero() {
 // Whether any lane of a comparison holds.
 template <typename M>
 inline bool any(M mask) {
-  if constexpr (IS_ELEMENT<M>) {
-    return mask;
-  } else {
-    bool found = false;
-    for (int64_t lane = 0; lane < LANE_COUNT; ++lane) found |= mask[lane] != 0;
-    return found;
-  }
+  bool found = false;
+  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) found |= mask[lane] != 0;
+  return found;
 }
 
 // Lane by lane, what std::max and std::min return (the first argument on a tie).
@@ -185,27 +160,20 @@ inline V smaller(V a, V b) {
 
 template <typename V>
 inline V magnitude(V x) {
-  if constexpr (IS_ELEMENT<V>)
-    return std::abs(x);
-  else
-    return x < 0 ? -x : x;
+  return x < 0 ? -x : x;
 }
 
 // f of every lane, in one `omp simd` loop (libmvec's vector exp and log).
 template <typename V, typename Function>
 inline V each_lane(V x, Function f) {
-  if constexpr (IS_ELEMENT<V>) {
-    return f(x);
-  } else {
-    using T = ScalarOf<V>;
-    T in[LANE_COUNT], out[LANE_COUNT];
-    std::memcpy(in, &x, sizeof x);
+  using T = ScalarOf<V>;
+  T in[LANE_COUNT], out[LANE_COUNT];
+  std::memcpy(in, &x, sizeof x);
 #pragma omp simd
-    for (int64_t lane = 0; lane < LANE_COUNT; ++lane) out[lane] = f(in[lane]);
-    V result;
-    std::memcpy(&result, out, sizeof result);
-    return result;
-  }
+  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) out[lane] = f(in[lane]);
+  V result;
+  std::memcpy(&result, out, sizeof result);
+  return result;
 }
 
 template <typename V>
@@ -293,8 +261,7 @@ inline T exp_floor() {
 
 // The products below are sums of a few weighted columns. Bound by stores, they add up to four
 // columns per pass over the output (one store per four multiply-adds); columns of weight 0
-// (in every lane) are left out. GCC 12 runs `omp simd reduction` loops here one lane at a time
-// (scalar code over an array of lane sums), so the dot products keep explicit lanes.
+// (in every lane) are left out.
 template <typename V>
 struct WeightedColumns {
   std::vector<V> weights;
@@ -359,20 +326,14 @@ void weighted_sum(int64_t size, const WeightedColumns<V>& terms, V* __restrict o
   }
 }
 
-// How many rows a sum over rows keeps apart, in explicit lanes: LANE_COUNT for one element (its
-// rows are its vector lanes), 1 for a group (its lanes are already its elements).
-template <typename V>
-constexpr int64_t ROW_LANES = IS_ELEMENT<V> ? LANE_COUNT : 1;
-
 // The adjoint of a product term left ⊙ Σ_i weights[i] · columns[i], in one pass over the rows:
 //   results[i] = Σ_row left[row] · columns[i][row],   out[row] += left[row] · Σ_i weights[i] · columns[i][row].
 // Four columns per pass (a group of fewer is padded with weight 0 and the column ``left``, already
-// loaded); the dot products keep explicit lanes (GCC 12 runs `omp simd` reductions lane by lane).
+// loaded).
 template <typename V>
 void product_adjoint(int64_t size, const V* __restrict left, const WeightedColumns<V>& terms, V* results,
                      V* __restrict out) {
-  constexpr int64_t L = ROW_LANES<V>;
-  const int64_t count = terms.size(), whole = size - size % L;
+  const int64_t count = terms.size();
   for (int64_t first = 0; first < count; first += 4) {
     V w[4];
     const V* c[4];
@@ -383,20 +344,8 @@ void product_adjoint(int64_t size, const V* __restrict left, const WeightedColum
     }
     const V w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const V *__restrict c0 = c[0], *__restrict c1 = c[1], *__restrict c2 = c[2], *__restrict c3 = c[3];
-    V sums0[L] = {}, sums1[L] = {}, sums2[L] = {}, sums3[L] = {};
-    for (int64_t row = 0; row < whole; row += L)
-#pragma omp simd
-      for (int64_t lane = 0; lane < L; ++lane) {
-        const V l = left[row + lane], v0 = c0[row + lane], v1 = c1[row + lane], v2 = c2[row + lane],
-                v3 = c3[row + lane];
-        sums0[lane] += l * v0;
-        sums1[lane] += l * v1;
-        sums2[lane] += l * v2;
-        sums3[lane] += l * v3;
-        out[row + lane] += l * (w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3);
-      }
     V totals[4] = {};
-    for (int64_t row = whole; row < size; ++row) {
+    for (int64_t row = 0; row < size; ++row) {
       const V l = left[row], v0 = c0[row], v1 = c1[row], v2 = c2[row], v3 = c3[row];
       totals[0] += l * v0;
       totals[1] += l * v1;
@@ -404,32 +353,19 @@ void product_adjoint(int64_t size, const V* __restrict left, const WeightedColum
       totals[3] += l * v3;
       out[row] += l * (w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3);
     }
-    for (int64_t lane = 0; lane < L; ++lane) {
-      totals[0] += sums0[lane];
-      totals[1] += sums1[lane];
-      totals[2] += sums2[lane];
-      totals[3] += sums3[lane];
-    }
     for (int64_t i = 0; i < 4 && first + i < count; ++i) results[first + i] = totals[i];
   }
 }
 
-// Σ_row values[row] for row < size, in explicit lanes (GCC 12 runs `omp simd` reductions lane by lane).
+// Σ_row values[row] for row < size.
 template <typename V>
 V sum_rows(int64_t size, const V* __restrict values) {
-  constexpr int64_t L = ROW_LANES<V>;
-  const int64_t whole = size - size % L;
-  V sums[L] = {};
-  for (int64_t row = 0; row < whole; row += L)
-#pragma omp simd
-    for (int64_t lane = 0; lane < L; ++lane) sums[lane] += values[row + lane];
   V total{};
-  for (int64_t row = whole; row < size; ++row) total += values[row];
-  for (int64_t lane = 0; lane < L; ++lane) total += sums[lane];
+  for (int64_t row = 0; row < size; ++row) total += values[row];
   return total;
 }
 
-// One element's (or group's) pop totals and the replace and pop terms' shares (see the top of the file).
+// One group's pop totals and the replace and pop terms' shares (see the top of the file).
 template <typename V>
 struct PopTables {
   V *totals, *replaced_shares, *popped_shares;
@@ -442,7 +378,7 @@ struct Step {
   std::vector<V> ghat, rho, row_scale, rhat, right_offset, total, weights, mantissas, pop_offset, pushed_offset, dots;
   std::vector<V> row_unscale;                         // 2^e per row, undoing Ĝ's scaling: 2^e · total = Σ_c Ŝ R̂
   std::vector<Mask> right_present, pop_present;       // whether each offset is that of a nonempty sum
-  std::vector<V> lane_values, symbol_values;          // scratch of pop_weights
+  std::vector<V> symbol_values, symbol_sums;          // scratch of pop_weights
   std::vector<V> column_high, column_sums;            // scratch of exp_columns
   std::vector<V> padding;                             // POP_BLOCK rows the pop's padded blocks write to
   std::vector<V> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
@@ -571,24 +507,20 @@ void products(const Sizes& z, int64_t t, const V* shares, const std::vector<V>& 
 }
 
 // ŵ[r][k·N + (u,y)] for k = 0 … t−2 and L[y][r] (pop_offset), from γ'_t in the products.
-// (k, u, y) runs over k·N + u·S + y, a contiguous range of rows of column t−1. The sums and
-// maxima over (k, u) per symbol y run over P = S·ROW_LANES lanes at once (P is a multiple of S,
-// so lane p of every block of P holds y = p mod S, and a block is whole vectors of one
-// element's rows), then fold the lanes of each y; KN is a multiple of S, so only a tail of whole
-// (u, y) groups is left.
+// (k, u, y) runs over k·N + u·S + y, a contiguous range of rows of column t−1: the sums and
+// maxima over (k, u) per symbol y run over its blocks of S.
 template <typename V>
 void pop_weights(const Sizes& z, int64_t t, const V* alpha, Step<V>& s) {
   using T = ScalarOf<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), KN = (t - 1) * N;
-  const int64_t P = S * ROW_LANES<V>, whole = KN - KN % P;
   s.weights.resize(Q * KN);
   s.mantissas.resize(KN);
-  s.lane_values.resize(P);
   s.symbol_values.resize(S);
+  s.symbol_sums.resize(S);
   s.pop_offset.assign(S * Q, log_zero<V>());
   s.pop_present.assign(S * Q, MaskOf<V>{});
-  V* lanes = s.lane_values.data();
   V* per_symbol = s.symbol_values.data();
+  V* sums = s.symbol_sums.data();
   const T floor = exp_floor<T>();
   for (int64_t r = 0; r < Q; ++r) {
     V* __restrict weight = s.weights.data() + r * KN;
@@ -606,45 +538,29 @@ void pop_weights(const Sizes& z, int64_t t, const V* alpha, Step<V>& s) {
       const V scale = alpha[index] + (exponent * LN2<T> + rho[index] + offset);
       weight[index] = total[index] > 0 ? scale : log_zero<V>();
     }
-    // per_symbol[y] = max over (k, u) of weight (0 if every one is −∞), spread to the P lanes.
-    std::fill(lanes, lanes + P, log_zero<V>());
-    for (int64_t first = 0; first < whole; first += P)
-#pragma omp simd
-      for (int64_t p = 0; p < P; ++p) lanes[p] = weight[first + p] > lanes[p] ? weight[first + p] : lanes[p];
+    // per_symbol[y] = max over (k, u) of weight (0 if every one is −∞).
     std::fill(per_symbol, per_symbol + S, log_zero<V>());
-    for (int64_t first = 0; first < P; first += S)
-      for (int64_t y = 0; y < S; ++y) per_symbol[y] = larger(per_symbol[y], lanes[first + y]);
-    for (int64_t first = whole; first < KN; first += S)
-      for (int64_t y = 0; y < S; ++y) per_symbol[y] = larger(per_symbol[y], weight[first + y]);
+    for (int64_t first = 0; first < KN; first += S)
+      for (int64_t y = 0; y < S; ++y)
+        per_symbol[y] = weight[first + y] > per_symbol[y] ? weight[first + y] : per_symbol[y];
     for (int64_t y = 0; y < S; ++y) per_symbol[y] = per_symbol[y] == NEG<T> ? V{} : per_symbol[y];
-    for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
-    for (int64_t first = 0; first < whole; first += P)
+    for (int64_t first = 0; first < KN; first += S)
 #pragma omp simd
-      for (int64_t p = 0; p < P; ++p)
-        weight[first + p] = mantissa[first + p] * exp_flushed(weight[first + p] - lanes[p], floor);
-#pragma omp simd
-    for (int64_t index = whole; index < KN; ++index)
-      weight[index] = mantissa[index] * exp_flushed(weight[index] - lanes[index - whole], floor);
+      for (int64_t y = 0; y < S; ++y)
+        weight[first + y] = mantissa[first + y] * exp_flushed(weight[first + y] - per_symbol[y], floor);
     // L[y][r] = log Σ_{k,u} ŵ + max, and ŵ scaled to sum to 1 per y.
-    std::fill(lanes, lanes + P, V{});
-    for (int64_t first = 0; first < whole; first += P)
-#pragma omp simd
-      for (int64_t p = 0; p < P; ++p) lanes[p] += weight[first + p];
-    for (int64_t index = whole; index < KN; ++index) lanes[index - whole] += weight[index];
+    std::fill(sums, sums + S, V{});
+    for (int64_t first = 0; first < KN; first += S)
+      for (int64_t y = 0; y < S; ++y) sums[y] += weight[first + y];
     for (int64_t y = 0; y < S; ++y) {
-      V sum{};
-      for (int64_t p = y; p < P; p += S) sum += lanes[p];
+      const V sum = sums[y];
       const auto present = sum > 0;
       s.pop_offset[y * Q + r] = present ? log_of(sum) + per_symbol[y] : per_symbol[y];
       s.pop_present[y * Q + r] = present;
       per_symbol[y] = present ? T(1) / sum : V{};
     }
-    for (int64_t first = 0; first < P; first += S) std::copy(per_symbol, per_symbol + S, lanes + first);
-    for (int64_t first = 0; first < whole; first += P)
-#pragma omp simd
-      for (int64_t p = 0; p < P; ++p) weight[first + p] *= lanes[p];
-#pragma omp simd
-    for (int64_t index = whole; index < KN; ++index) weight[index] *= lanes[index - whole];
+    for (int64_t first = 0; first < KN; first += S)
+      for (int64_t y = 0; y < S; ++y) weight[first + y] *= per_symbol[y];
   }
 }
 
@@ -723,16 +639,14 @@ void pop_forward(const Sizes& z, int64_t t, const V* shares, Step<V>& s, V* pop_
 
 // The adjoint of pop_forward given ∂/∂(pop total) scaled_pop [(r, y)][row]: the shares' gradient
 // Ŝ ⊙ Σ_r ŵ scaled goes straight to log γ of column k, and ∂/∂ŵ = Σ_row Ŝ scaled times ŵ to
-// γ'_t, the row of column t−1 that holds (k, (u, y)) in product column N + r. The dot products
-// keep explicit lanes, as in product_adjoint.
+// γ'_t, the row of column t−1 that holds (k, (u, y)) in product column N + r.
 template <typename V>
 void pop_backward(const Sizes& z, int64_t t, const V* shares, const V* scaled_pop, Step<V>& s, V* grad_gamma,
                   V* grad_products) {
-  constexpr int64_t L = ROW_LANES<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, R = z.rows(t - 1), R2 = z.rows(t - 2);
   s.padding.resize(POP_BLOCK * R2);
   for (int64_t k = 0; k < t - 1; ++k) {
-    const int64_t Rk = z.rows(k), whole = Rk - Rk % L;
+    const int64_t Rk = z.rows(k);
     const V* share = shares + z.offset(k);
     V* grad_k = grad_gamma + z.offset(k);
     for (int64_t y = 0; y < S; ++y)
@@ -754,41 +668,27 @@ void pop_backward(const Sizes& z, int64_t t, const V* shares, const V* scaled_po
           const V *__restrict l0 = left[0], *__restrict l1 = left[1], *__restrict l2 = left[2];
           const V *__restrict v0 = right[0], *__restrict v1 = right[1], *__restrict v2 = right[2];
           V *__restrict o0 = out[0], *__restrict o1 = out[1], *__restrict o2 = out[2];
-          // sums[r][u][lane] = Σ over rows ≡ lane of Ŝ_u scaled_r
-          V sums[POP_BLOCK][POP_BLOCK][L] = {};
-          for (int64_t row = 0; row < whole; row += L)
-#pragma omp simd
-            for (int64_t lane = 0; lane < L; ++lane) {
-              const int64_t at = row + lane;
-              const V a0 = l0[at], a1 = l1[at], a2 = l2[at], b0 = v0[at], b1 = v1[at], b2 = v2[at];
-              sums[0][0][lane] += a0 * b0;
-              sums[0][1][lane] += a1 * b0;
-              sums[0][2][lane] += a2 * b0;
-              sums[1][0][lane] += a0 * b1;
-              sums[1][1][lane] += a1 * b1;
-              sums[1][2][lane] += a2 * b1;
-              sums[2][0][lane] += a0 * b2;
-              sums[2][1][lane] += a1 * b2;
-              sums[2][2][lane] += a2 * b2;
-              o0[at] += a0 * (w00 * b0 + w10 * b1 + w20 * b2);
-              o1[at] += a1 * (w01 * b0 + w11 * b1 + w21 * b2);
-              o2[at] += a2 * (w02 * b0 + w12 * b1 + w22 * b2);
-            }
+          // dots[r][u] = Σ_row Ŝ_u scaled_r
           V dots[POP_BLOCK][POP_BLOCK] = {};
-          for (int64_t at = whole; at < Rk; ++at) {
-            const V a[POP_BLOCK] = {l0[at], l1[at], l2[at]}, b[POP_BLOCK] = {v0[at], v1[at], v2[at]};
-            for (int64_t i = 0; i < POP_BLOCK; ++i)
-              for (int64_t j = 0; j < POP_BLOCK; ++j) dots[i][j] += a[j] * b[i];
-            o0[at] += a[0] * (w00 * b[0] + w10 * b[1] + w20 * b[2]);
-            o1[at] += a[1] * (w01 * b[0] + w11 * b[1] + w21 * b[2]);
-            o2[at] += a[2] * (w02 * b[0] + w12 * b[1] + w22 * b[2]);
+          for (int64_t at = 0; at < Rk; ++at) {
+            const V a0 = l0[at], a1 = l1[at], a2 = l2[at], b0 = v0[at], b1 = v1[at], b2 = v2[at];
+            dots[0][0] += a0 * b0;
+            dots[0][1] += a1 * b0;
+            dots[0][2] += a2 * b0;
+            dots[1][0] += a0 * b1;
+            dots[1][1] += a1 * b1;
+            dots[1][2] += a2 * b1;
+            dots[2][0] += a0 * b2;
+            dots[2][1] += a1 * b2;
+            dots[2][2] += a2 * b2;
+            o0[at] += a0 * (w00 * b0 + w10 * b1 + w20 * b2);
+            o1[at] += a1 * (w01 * b0 + w11 * b1 + w21 * b2);
+            o2[at] += a2 * (w02 * b0 + w12 * b1 + w22 * b2);
           }
           for (int64_t i = 0; i < block.count_r; ++i)
             for (int64_t j = 0; j < block.count_u; ++j) {
-              V dot = dots[i][j];
-              for (int64_t lane = 0; lane < L; ++lane) dot += sums[i][j][lane];
               const int64_t r = first_r + i, b = (first_u + j) * S + y;
-              grad_products[(N + r) * R + m + (k + 1) * N + b] += w[i][j] * dot;
+              grad_products[(N + r) * R + m + (k + 1) * N + b] += w[i][j] * dots[i][j];
             }
         }
   }
@@ -841,7 +741,7 @@ void initialize_element(const Sizes& z, const V* bottom, V* gamma, V* shares, V*
   make_shares(z, 0, gamma, alpha, weights, shares);
 }
 
-// Step t ≥ 1 of one element (or group): column t of gamma and shares, the pop totals at
+// Step t ≥ 1 of one group: column t of gamma and shares, the pop totals at
 // offset(t−2), α[t] and the reading r_t (N·m), from columns 0 … t−1 and the actions of step t.
 template <typename V>
 void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_replace, const V* step_pop,
@@ -1011,7 +911,7 @@ void forward_element(const Sizes& z, const V* push, const V* replace, const V* p
                  pushed + (t - 1) * m, readings + (t - 1) * N * m, gamma, shares, pops, alpha, s, weights);
 }
 
-// Scratch of the backward steps of one element (or group).
+// Scratch of the backward steps of one group.
 template <typename V>
 struct BackwardScratch {
   Step<V> step;
@@ -1019,7 +919,7 @@ struct BackwardScratch {
   std::vector<V> eta_popped, eta_popped_kept, eta_pushed, eta_zeros;  // per η row: its ∂/∂(pop total), 1 where kept, its push term's gradient
 };
 
-// Step t ≥ 1 of one element (or group) in reverse: given ∂r_t and the adjoints of column t and
+// Step t ≥ 1 of one group in reverse: given ∂r_t and the adjoints of column t and
 // α[t] (complete once steps t+1 … n have run), the gradients of step t's actions (added to
 // step_grad_*), and the adjoints it passes to columns 0 … t−1 and α[0 … t−1].
 template <typename V>
