@@ -42,9 +42,9 @@ from stacklm.errors import StacklmError
 from stacklm.evaluation.probabilities import ConditionalScores, score_outputs, second_token_log_probabilities
 from stacklm.evaluation.sampling import sample_outputs
 from stacklm.evaluation.settings import EvaluationSettings
+from stacklm.tasks.base import PartialAccuracyKind, Task
 from stacklm.tasks.example import Example
 
-PartialAccuracyKind = Literal["first_word", "second_word", "pos_main_word"]
 Match = Callable[[Sequence[str], Sequence[str]], bool]
 DecidedBy = Callable[[Sequence[str]], int]
 
@@ -57,6 +57,11 @@ class PartialAccuracy:
     kind: PartialAccuracyKind
     match: Match
     decided_by: DecidedBy
+
+    @classmethod
+    def of(cls, task: Task) -> PartialAccuracy:
+        """The task's own: ``Task.partial_accuracy_kind``, ``partial_match``, ``partial_decided_by``."""
+        return cls(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by)
 
     @property
     def exact(self) -> bool:

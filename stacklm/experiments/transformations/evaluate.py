@@ -107,5 +107,5 @@ def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: Evaluatio
 def task_evaluator(saved: SavedModel, task: Task, evaluation: EvaluationSettings, device: torch.device) -> TaskEvaluator:
     """The evaluator of a saved model, rebuilt on ``device``, with the task's partial accuracy."""
     model = rebuild_model(saved, task).to(device)
-    partial = PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by)
+    partial = PartialAccuracy.of(task)
     return TaskEvaluator(model, Vocabulary(saved.vocabulary), partial, evaluation, device)

@@ -168,7 +168,7 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
     torch.manual_seed(planned.seed)  # dropout
     checkpoint_scores = None
     if shared.evaluation.curve_examples > 0:
-        partial = PartialAccuracy(task.partial_accuracy_kind, task.partial_match, task.partial_decided_by)
+        partial = PartialAccuracy.of(task)
         evaluator = TaskEvaluator(model, vocabulary, partial, shared.evaluation, shared.device)
         checkpoint_scores = functools.partial(evaluator.checkpoint_scores, *shared.curve_sets)
     result = resumable_training(
