@@ -541,8 +541,7 @@ void pop_weights(const Sizes& z, int64_t t, const V* alpha, Step<V>& s) {
     // per_symbol[y] = max over (k, u) of weight (0 if every one is −∞).
     std::fill(per_symbol, per_symbol + S, log_zero<V>());
     for (int64_t first = 0; first < KN; first += S)
-      for (int64_t y = 0; y < S; ++y)
-        per_symbol[y] = weight[first + y] > per_symbol[y] ? weight[first + y] : per_symbol[y];
+      for (int64_t y = 0; y < S; ++y) per_symbol[y] = larger(per_symbol[y], weight[first + y]);
     for (int64_t y = 0; y < S; ++y) per_symbol[y] = per_symbol[y] == NEG<T> ? V{} : per_symbol[y];
     for (int64_t first = 0; first < KN; first += S)
 #pragma omp simd
