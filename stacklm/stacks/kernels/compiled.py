@@ -13,10 +13,13 @@ kernel (each log-sum-exp passes g·exp(term − result), from the same shifted p
 The γ rows of each new column are summed in real space relative to one scale per
 configuration, the largest of their terms' log offsets (as scaled forward algorithms for HMMs
 do), so they take no exp or log per row; their log γ is not kept past column 0 (``gamma`` holds log η).
-What it keeps for backward is O(B·n²·N²) (B rounded up to a multiple of eight): the columns of log η, the shares, each
-step's pop totals and the weights of its log-sum-exp of the replace and pop terms (five
-tensors of one size, each allocated apart: glibc serves blocks of up to 32 MB from its heap
-once freed, larger ones by mmap, whose fresh pages fault on every call), and α.
+What it keeps for backward is O(B·n²·N²) (B rounded up to a multiple of eight): the columns of log η, the shares, and
+each step's pops (three tensors of one size, each allocated apart: glibc serves blocks of up to
+32 MB from its heap once freed, larger ones by mmap, whose fresh pages fault on every call), and
+α. A step's pops are the pop totals of the η rows and, in the γ rows, the inverse of each row's
+sum of its replace and pop terms: the backward takes the adjoints of both terms' real totals
+from it and the terms' factors per configuration (recomputed), without a division. The pop
+totals of the γ rows live in scratch memory reused by every step, which stays in cache.
 
 The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
 at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the

@@ -15,9 +15,11 @@
 //   gamma:   log η[t][j, c] in the η rows; log γ[i→t][a, c] in the γ rows of column 0 only
 //            (the shares carry the γ rows of later columns: nothing reads their logs)
 //   shares:  Ŝ = γ[i→t][a, c] α[i][a] / α[t][c] ∈ [0, 1] (η rows: exp(log η − log α))
-//   pops, replaced_shares, popped_shares (PopTables): at offset(t−2), rows(t−2) rows of step
-//            t: the pop's real total P = Σ_{k,u} Ŝ_k ŵ, and the replace and pop terms' shares
-//            of column t (the log-sum-exp's weights, so the backward takes no exp or log there)
+//   pops:    at offset(t−2), rows(t−2) rows of step t: in the η rows the pop's real total
+//            P = Σ_{k,u} Ŝ_k ŵ, in the γ rows 1 / (the row's sum of the replace and pop terms
+//            relative to κ), or 0 where that sum is flushed: times the row's gradient and each
+//            term's factor, the adjoint of its real total (so the backward takes no exp, log or
+//            division there, and reads one table for the step's pop)
 // and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs. The shares are
 // also the weights of log α[t]'s log-sum-exp over the γ rows.
 // Step t of the forward, from column t−1 (Ĝ = exp(γ − log α[t−1] − ρ), ρ the row maximum):
@@ -365,12 +367,6 @@ V sum_rows(int64_t size, const V* __restrict values) {
   return total;
 }
 
-// One group's pop totals and the replace and pop terms' shares (see the top of the file).
-template <typename V>
-struct PopTables {
-  V *totals, *replaced_shares, *popped_shares;
-};
-
 // Quantities of step t that the forward computes and the backward recomputes.
 template <typename V>
 struct Step {
@@ -382,6 +378,7 @@ struct Step {
   std::vector<V> column_high, column_sums;            // scratch of exp_columns
   std::vector<V> padding;                             // POP_BLOCK rows the pop's padded blocks write to
   std::vector<V> push_terms, push_sums;               // the terms of log(α[t−1] Δ⁺_t) relative to their maximum, their sums
+  std::vector<V> pop_total;                           // P [(r, y)][row], rows(t−2) rows per target
   WeightedColumns<V> terms;
 };
 
@@ -740,22 +737,51 @@ void initialize_element(const Sizes& z, const V* bottom, V* gamma, V* shares, V*
   make_shares(z, 0, gamma, alpha, weights, shares);
 }
 
-// Step t ≥ 1 of one group: column t of gamma and shares, the pop totals at
-// offset(t−2), α[t] and the reading r_t (N·m), from columns 0 … t−1 and the actions of step t.
+// The scale of target (r, y)'s γ rows in column t: κ, the largest of the present terms' log
+// offsets (−∞ in a lane without any), and each term's factor exp(offset − κ) (0 where absent; the
+// push term's over its sum), all 0 where no lane has a term. The forward and the backward take
+// them from the same step quantities, so both get the same values.
 template <typename V>
-void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_replace, const V* step_pop,
-                  const V* step_pushed, V* reading, V* gamma, V* shares, PopTables<V> pops, V* alpha, Step<V>& s,
-                  std::vector<V>& weights) {
+struct ColumnScale {
+  V kappa, replaced, popped, pushed;
+};
+
+template <typename V>
+ColumnScale<V> column_scale(const Sizes& z, const Step<V>& s, int64_t target, bool has_pop) {
   using T = ScalarOf<V>;
   using Mask = MaskOf<V>;
+  const int64_t Q = z.states, S = z.symbols, r = target / S, y = target % S;
+  const V replaced_offset = s.right_offset[target], pushed_offset = s.pushed_offset[target];
+  const V popped_offset = has_pop ? s.pop_offset[y * Q + r] : V{};
+  const Mask has_replaced = s.right_present[target];
+  const Mask has_popped = has_pop ? s.pop_present[y * Q + r] : Mask{};
+  const auto has_pushed = pushed_offset != NEG<T>;
+  ColumnScale<V> scale{has_replaced ? replaced_offset : log_zero<V>(), V{}, V{}, V{}};
+  scale.kappa = has_popped ? larger(scale.kappa, popped_offset) : scale.kappa;
+  scale.kappa = has_pushed ? larger(scale.kappa, pushed_offset) : scale.kappa;
+  if (!any(scale.kappa != NEG<T>)) return scale;
+  scale.replaced = has_replaced ? exp_exact(replaced_offset - scale.kappa) : V{};
+  scale.popped = has_popped ? exp_exact(popped_offset - scale.kappa) : V{};
+  scale.pushed = has_pushed ? exp_exact(pushed_offset - scale.kappa) / s.push_sums[target] : V{};
+  return scale;
+}
+
+// Step t ≥ 1 of one group: column t of gamma and shares, step t's pops (η rows: P; γ rows: the
+// inverse of their sums) at offset(t−2), α[t] and the reading r_t (N·m), from columns 0 … t−1
+// and the actions of step t.
+template <typename V>
+void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_replace, const V* step_pop,
+                  const V* step_pushed, V* reading, V* gamma, V* shares, V* pops, V* alpha, Step<V>& s,
+                  std::vector<V>& weights) {
+  using T = ScalarOf<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector;
   const int64_t R = z.rows(t - 1), Rt = z.rows(t), R2 = t >= 2 ? z.rows(t - 2) : 0;
   row_weights(z, alpha, t, weights);  // rows i ≤ t−1 enter with weight α[i]
   products(z, t, shares, weights, alpha, step_push, step_replace, step_pop, s);
   const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
-  V* pop_total = pops.totals + saved;
-  V* replaced_shares = pops.replaced_shares + saved;
-  V* popped_shares = pops.popped_shares + saved;
+  V* step_pops = pops + saved;
+  s.pop_total.resize(N * R2);  // scratch of every step: stays in cache
+  V* pop_total = s.pop_total.data();
   if (t >= 2) {
     pop_weights(z, t, alpha, s);
     pop_forward(z, t, shares, s, pop_total);
@@ -769,8 +795,7 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
     V* out = column + target * Rt;
     const V* replaced_total = s.total.data() + target * R;
     const V* popped_total = pop_total + target * R2;
-    V* replaced_share = replaced_shares + target * R2;
-    V* popped_share = popped_shares + target * R2;
+    V* saved_pop = step_pops + target * R2;
     const V* rho = s.rho.data();
     const V* weight = weights.data();
     const V replaced_offset = s.right_offset[target];
@@ -804,9 +829,7 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
       const auto present = sum > 0;
       const V log_sum = log_of(present ? sum : splat<V>(1));
       out[row] = present ? base + log_sum : log_zero<V>();
-      const V inverse = T(1) / (present ? sum : splat<V>(1));
-      replaced_share[row] = replaced_term * inverse;
-      popped_share[row] = popped_term * inverse;
+      saved_pop[row] = popped_value;
     }
     // t = 1: the η rows have only the replace term.
 #pragma omp simd
@@ -834,23 +857,15 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
     // flushed to 0 below the smallest normal number (as the exps of the log-space terms were).
     // log γ of these rows is not kept: every reader takes the shares. A lane without any term
     // (κ = −∞) has factors 0, so its terms, their total and its shares are 0 and log α[t] −∞.
-    const Mask has_replaced = s.right_present[target];
-    const Mask has_popped = R2 > 0 ? s.pop_present[y * Q + r] : Mask{};
-    const auto has_pushed = pushed_offset != NEG<T>;
-    V kappa = has_replaced ? replaced_offset : log_zero<V>();
-    kappa = has_popped ? larger(kappa, popped_offset) : kappa;
-    kappa = has_pushed ? larger(kappa, pushed_offset) : kappa;
+    const ColumnScale<V> scale = column_scale(z, s, target, R2 > 0);
+    const V kappa = scale.kappa, replaced_factor = scale.replaced, popped_factor = scale.popped;
     V* share = shares + z.offset(t) + target * Rt;
     if (!any(kappa != NEG<T>)) {
       current_alpha[target] = log_zero<V>();
       std::fill(share, share + Rt, V{});
-      std::fill(replaced_share + m, replaced_share + std::max(m, R2), V{});
-      std::fill(popped_share + m, popped_share + std::max(m, R2), V{});
+      std::fill(saved_pop + m, saved_pop + std::max(m, R2), V{});
       continue;
     }
-    const V replaced_factor = has_replaced ? exp_exact(replaced_offset - kappa) : V{};
-    const V popped_factor = has_popped ? exp_exact(popped_offset - kappa) : V{};
-    const V pushed_factor = has_pushed ? exp_exact(pushed_offset - kappa) / s.push_sums[target] : V{};
     constexpr T smallest = std::numeric_limits<T>::min();
     const V* unscale = s.row_unscale.data();
 #pragma omp simd
@@ -860,14 +875,13 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
       const V sum = replaced_term + popped_term;
       const auto present = sum >= smallest;  // else its share is flushed, and so its gradient is 0
       const V inverse = T(1) / (present ? sum : splat<V>(1));
-      replaced_share[row] = present ? replaced_term * inverse : V{};
-      popped_share[row] = present ? popped_term * inverse : V{};
+      saved_pop[row] = present ? inverse : V{};
       share[row] = sum;
     }
 #pragma omp simd
     for (int64_t row = std::max(m, R2); row < R; ++row) share[row] = replaced_factor * (unscale[row] * replaced_total[row]);
 #pragma omp simd
-    for (int64_t a = 0; a < N; ++a) share[R + a] = pushed_factor * s.push_terms[a * N + target];
+    for (int64_t a = 0; a < N; ++a) share[R + a] = scale.pushed * s.push_terms[a * N + target];
     const V total = sum_rows(Rt - m, share + m);
     const auto kept = total > 0;
     if (!any(kept)) {
@@ -900,7 +914,7 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
 
 template <typename V>
 void forward_element(const Sizes& z, const V* push, const V* replace, const V* pop, const V* pushed,
-                     const V* bottom, V* readings, V* gamma, V* shares, PopTables<V> pops, V* alpha) {
+                     const V* bottom, V* readings, V* gamma, V* shares, V* pops, V* alpha) {
   const int64_t N = z.configs, Q = z.states, m = z.vector;
   initialize_element(z, bottom, gamma, shares, alpha);
   Step<V> s;
@@ -924,7 +938,7 @@ struct BackwardScratch {
 template <typename V>
 void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* step_push, const V* step_replace,
                    const V* step_pop, const V* step_pushed, const V* reading, const V* gamma, const V* shares,
-                   PopTables<const V> pops, const V* alpha, V* grad_gamma, V* grad_alpha, V* step_grad_push,
+                   const V* pops, const V* alpha, V* grad_gamma, V* grad_alpha, V* step_grad_push,
                    V* step_grad_replace, V* step_grad_pop, V* step_grad_pushed, BackwardScratch<V>& scratch) {
   using T = ScalarOf<V>;
   const int64_t N = z.configs, Q = z.states, S = z.symbols, m = z.vector, J = N + Q;
@@ -985,9 +999,7 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
   products(z, t, shares, weights, alpha, step_push, step_replace, step_pop, s);
   if (t >= 2) pop_weights(z, t, alpha, s);
   const int64_t saved = t >= 2 ? z.offset(t - 2) : 0;
-  const V* pop_total = pops.totals + saved;
-  const V* replaced_shares = pops.replaced_shares + saved;
-  const V* popped_shares = pops.popped_shares + saved;
+  const V* step_pops = pops + saved;
   // The target loop below writes every row of the replace columns and of scaled_pop; the pop
   // columns get pop_backward's sums at their γ rows only.
   grad_products.resize(J * R);
@@ -1000,38 +1012,33 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
     const V* grads = grad_column + target * Rt;
     for (int64_t a = 0; a < N; ++a) step_grad_push[a * N + target] += grads[R + a];
     const V* replaced_total = s.total.data() + target * R;
-    const V* replaced_share = replaced_shares + target * R2;
-    const V* popped_total = pop_total + target * R2;
-    const V* popped_share = popped_shares + target * R2;
+    const V* saved_pop = step_pops + target * R2;
     V* grad_replaced = grad_products.data() + target * R;
     V* scaled = scaled_pop.data() + target * R2;
-    // g·(share/P), or (g·share)/P where share/P overflows (P subnormal): a second pass, taken
-    // only where some row overflowed, so that the common case divides once per row.
-    V overflowed{};
+    // The γ rows with a pop term: the adjoint of each term's real total is g · (its factor)/(the
+    // row's sum), times 2^e for the replace total (see forward_step): no division. A term whose
+    // total is 0 gets 0 (the pop's: 0 where α(row) is 0; where P is 0 every product Ŝ ŵ that
+    // pop_backward multiplies it by is 0).
+    const ColumnScale<V> factors = column_scale(z, s, target, R2 > 0);
+    const V* unscale = s.row_unscale.data();
+    const V* weight = weights.data();
 #pragma omp simd
-    for (int64_t row = 0; row < R2; ++row) {
-      grad_replaced[row] = grads[row] * replaced_share[row];
-      const V ratio = popped_share[row] / popped_total[row];
-      const auto has_popped = popped_total[row] > 0;
-      scaled[row] = has_popped ? grads[row] * ratio : V{};
-      overflowed = has_popped & (ratio > std::numeric_limits<T>::max()) ? splat<V>(1) : overflowed;
+    for (int64_t row = m; row < R2; ++row) {
+      const V share = grads[row] * saved_pop[row];
+      grad_replaced[row] = replaced_total[row] > 0 ? share * (factors.replaced * unscale[row]) : V{};
+      scaled[row] = weight[row] != NEG<T> ? share * factors.popped : V{};
     }
-    if (any(overflowed != 0))
-      for (int64_t row = 0; row < R2; ++row) {
-        const V ratio = popped_share[row] / popped_total[row];
-        const auto overflow = (popped_total[row] > 0) & (ratio > std::numeric_limits<T>::max());
-        scaled[row] = overflow ? grads[row] * popped_share[row] / popped_total[row] : scaled[row];
-      }
+    // The other rows pass g to the log of their replace total (divided by the total below).
 #pragma omp simd
-    for (int64_t row = R2; row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : V{};
-    // η rows also hold the push of v_t: the same with a third term, the m rows at once
-    // (vector lanes, where each row took two scalar logs and three exps). A row whose
-    // gradient is 0, whose value is −∞ or whose terms are all −∞ keeps what the loop
-    // above gave it. R2 > 0 (t ≥ 2) puts every η row among the pop's rows.
+    for (int64_t row = std::max(m, R2); row < R; ++row) grad_replaced[row] = replaced_total[row] > 0 ? grads[row] : V{};
+    // η rows, with the push of v_t as a third term, in log space, the m rows at once (vector
+    // lanes, where each row took two scalar logs and three exps). A row whose gradient is 0,
+    // whose value is −∞ or whose terms are all −∞ passes 0. R2 > 0 (t ≥ 2) puts every η row
+    // among the pop's rows.
     const V popped_offset = R2 > 0 ? s.pop_offset[y * Q + r] : V{};
     V* popped_grads = scratch.eta_popped.data();
     V* popped_kept = scratch.eta_popped_kept.data();
-    const V* popped_or_zero = R2 > 0 ? popped_total : scratch.eta_zeros.data();  // t = 1: no pop
+    const V* popped_or_zero = R2 > 0 ? saved_pop : scratch.eta_zeros.data();  // t = 1: no pop
     const V *row_weights = weights.data(), *rho = s.rho.data();
     const V replaced_offset = s.right_offset[target], pushed_offset = s.pushed_offset[target];
     V* pushed_grads = scratch.eta_pushed.data();
@@ -1050,14 +1057,13 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
       const V replaced_term = exp_flushed(replaced - base, floor), popped_term = exp_flushed(popped - base, floor);
       const V term_share = exp_flushed(term - base, floor);
       const V scale = g / (used ? replaced_term + popped_term + term_share : splat<V>(1));
-      grad_replaced[row] = used ? scale * replaced_term : grad_replaced[row];
+      grad_replaced[row] = used ? scale * replaced_term : V{};
       popped_kept[row] = used & has_popped ? splat<V>(1) : V{};
       popped_grads[row] = scale * popped_term / popped_value;
       pushed_grads[row] = used & (term != NEG<T>) ? scale * term_share : V{};
     }
     for (int64_t row = 0; row < m; ++row) {
-      const auto kept = popped_kept[row] > 0;
-      if (any(kept)) scaled_pop[target * R2 + row] = kept ? popped_grads[row] : scaled_pop[target * R2 + row];
+      if (R2 > 0) scaled[row] = popped_kept[row] > 0 ? popped_grads[row] : V{};
       step_grad_pushed[row] += pushed_grads[row];
       grad_pushed_offset[target] += pushed_grads[row];
     }
@@ -1080,17 +1086,23 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
     grad_alpha[(t - 1) * N + c] += total;
   }
   if (t >= 2) pop_backward(z, t, shares, scaled_pop.data(), s, grad_gamma, grad_products.data());
-  // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total).
+  // The products over column t−1: ∂Ĝ = (g/total) R̂ᵀ, ∂R̂ = Ĝᵀ (g/total). The γ rows m … R2 − 1
+  // of the replace columns hold g/total already; the pop columns are 0 above row m + N.
   V* grad_previous = grad_gamma + z.offset(t - 1);
-  for (int64_t j = 0; j < J; ++j) {
-    V* g = grad_products.data() + j * R;
-    const V* total = s.total.data() + j * R;
+  const auto divide = [&](int64_t j, int64_t begin, int64_t end) {
+    V* __restrict g = grad_products.data() + j * R;
+    const V* __restrict total = s.total.data() + j * R;
 #pragma omp simd
-    for (int64_t row = 0; row < R; ++row) {
-      V quotient = g[row] / total[row];
+    for (int64_t row = begin; row < end; ++row) {
+      const V quotient = g[row] / total[row];
       g[row] = total[row] > 0 ? quotient : V{};
     }
+  };
+  for (int64_t j = 0; j < N; ++j) {
+    divide(j, 0, m);
+    divide(j, std::max(m, R2), R);
   }
+  for (int64_t j = N; j < J; ++j) divide(j, m + N, R);
   for (int64_t c = 0; c < N; ++c) {
     s.terms.reset(J);
     for (int64_t j = 0; j < J; ++j) s.terms.add(s.rhat[c * J + j], grad_products.data() + j * R, j);
@@ -1109,7 +1121,7 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
 
 template <typename V>
 void backward_element(const Sizes& z, const V* grad_readings, const V* push, const V* replace, const V* pop,
-                      const V* pushed, const V* readings, const V* gamma, const V* shares, PopTables<const V> pops,
+                      const V* pushed, const V* readings, const V* gamma, const V* shares, const V* pops,
                       const V* alpha, V* grad_push, V* grad_replace, V* grad_pop, V* grad_pushed, V* grad_bottom) {
   const int64_t N = z.configs, Q = z.states, m = z.vector, n = z.steps;
   std::vector<V> grad_gamma(z.table(), V{}), grad_alpha((n + 1) * N, V{});
@@ -1182,17 +1194,9 @@ Lane<T>* lanes_of(const at::Tensor& table, int64_t g) {
   return reinterpret_cast<Lane<T>*>(table.data_ptr<T>()) + g * size;
 }
 
-// Group g's part of the tables of lanes totals, replaced_shares, popped_shares (V: Lane<T>, or const Lane<T>).
-template <typename V>
-PopTables<V> pop_tables(const at::Tensor& totals, const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
-                        int64_t g) {
-  using T = ScalarOf<std::remove_const_t<V>>;
-  return {lanes_of<T>(totals, g), lanes_of<T>(replaced_shares, g), lanes_of<T>(popped_shares, g)};
-}
-
 // push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
-// Returns readings (B, n, N·m) and what the backward needs, in lanes: gamma, shares, pops,
-// replaced_shares, popped_shares (G, table, LANE_COUNT), alpha (G, n+1, N, LANE_COUNT), for
+// Returns readings (B, n, N·m) and what the backward needs, in lanes: gamma, shares, pops
+// (G, table, LANE_COUNT), alpha (G, n+1, N, LANE_COUNT), for
 // G = ⌈B / LANE_COUNT⌉ groups.
 std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                                       const at::Tensor& pushed, const at::Tensor& bottom) {
@@ -1210,8 +1214,6 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
   auto gamma = at::empty({groups, z.table(), LANE_COUNT}, options);
   auto shares = at::empty({groups, z.table(), LANE_COUNT}, options);
   auto pops = at::empty({groups, z.table(), LANE_COUNT}, options);
-  auto replaced_shares = at::empty({groups, z.table(), LANE_COUNT}, options);
-  auto popped_shares = at::empty({groups, z.table(), LANE_COUNT}, options);
   auto alpha = at::empty({groups, z.steps + 1, z.configs, LANE_COUNT}, options);
   AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
     using V = Lane<scalar_t>;
@@ -1228,25 +1230,24 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
         std::vector<V> reading_lanes(readings_size);
         forward_element<V>(z, push_lanes.data(), replace_lanes.data(), pop_lanes.data(), pushed_lanes.data(),
                            bottom_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                           lanes_of<scalar_t>(shares, g), pop_tables<V>(pops, replaced_shares, popped_shares, g),
+                           lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
                            lanes_of<scalar_t>(alpha, g));
         scatter(reading_lanes, z.batch, readings_size, first, readings.data_ptr<scalar_t>());
       }
     });
   });
-  return {readings, gamma, shares, pops, replaced_shares, popped_shares, alpha};
+  return {readings, gamma, shares, pops, alpha};
 }
 
 // Gradients of log push, replace, pop, pushed and bottom, given those of the readings.
 std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at::Tensor& push,
                                        const at::Tensor& replace, const at::Tensor& pop, const at::Tensor& pushed,
                                        const at::Tensor& readings, const at::Tensor& gamma, const at::Tensor& shares,
-                                       const at::Tensor& pops, const at::Tensor& replaced_shares,
-                                       const at::Tensor& popped_shares, const at::Tensor& alpha) {
+                                       const at::Tensor& pops, const at::Tensor& alpha) {
   check(grad_readings, 3, "grad_readings");
   const Sizes z = sizes_of(push, pop, pushed);
   const int64_t groups = group_count(z.batch);
-  for (const at::Tensor* table : {&gamma, &shares, &pops, &replaced_shares, &popped_shares})
+  for (const at::Tensor* table : {&gamma, &shares, &pops})
     TORCH_CHECK(table->dim() == 3 && table->size(0) == groups && table->size(1) == z.table() &&
                     table->size(2) == LANE_COUNT && table->is_contiguous(),
                 "the tables must be the forward's");
@@ -1272,7 +1273,7 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
         std::vector<V> grad_pushed_lanes(pushed_size, V{}), grad_bottom_lanes(z.vector, V{});
         backward_element<V>(z, grad_reading_lanes.data(), push_lanes.data(), replace_lanes.data(), pop_lanes.data(),
                             pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                            lanes_of<scalar_t>(shares, g), pop_tables<const V>(pops, replaced_shares, popped_shares, g),
+                            lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
                             lanes_of<scalar_t>(alpha, g), grad_push_lanes.data(), grad_replace_lanes.data(),
                             grad_pop_lanes.data(), grad_pushed_lanes.data(), grad_bottom_lanes.data());
         scatter(grad_push_lanes, z.batch, NN, first, grad_push.data_ptr<scalar_t>());
@@ -1288,7 +1289,7 @@ std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at
 
 // The same DP one step per call, for a controller that computes the actions of step t from
 // the reading of step t − 1 (a stack RNN). The tables of capacity n, in lanes as the
-// whole-sequence forward's (gamma, shares, pops, replaced_shares, popped_shares: (G, table,
+// whole-sequence forward's (gamma, shares, pops: (G, table,
 // LANE_COUNT), alpha: (G, n + 1, N, LANE_COUNT), G = ⌈B / LANE_COUNT⌉), are filled one column
 // per call; the backward of step t adds into the adjoint tables grad_gamma and grad_alpha (the
 // same shapes) and must run after those of steps t + 1 … n. A step's transitions come as the
@@ -1375,7 +1376,7 @@ struct Transitions {
 };
 
 // Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops,
-// replaced_shares, popped_shares, alpha, in lanes.
+// alpha, in lanes.
 std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, int64_t states, int64_t symbols) {
   check(bottom, 2, "bottom");
   Sizes z;
@@ -1388,14 +1389,14 @@ std::vector<at::Tensor> dvpda_start(const at::Tensor& bottom, int64_t capacity, 
   const int64_t groups = group_count(z.batch);
   auto options = bottom.options();
   std::vector<at::Tensor> tables;
-  for (int64_t i = 0; i < 5; ++i) tables.push_back(at::empty({groups, z.table(), LANE_COUNT}, options));
+  for (int64_t i = 0; i < 3; ++i) tables.push_back(at::empty({groups, z.table(), LANE_COUNT}, options));
   tables.push_back(at::empty({groups, z.steps + 1, z.configs, LANE_COUNT}, options));
   AT_DISPATCH_FLOATING_TYPES(bottom.scalar_type(), "dvpda_start", [&] {
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
       for (int64_t g = begin; g < end; ++g) {
         const auto bottom_lanes = gather(bottom.data_ptr<scalar_t>(), z.batch, z.vector, g * LANE_COUNT);
         initialize_element<Lane<scalar_t>>(z, bottom_lanes.data(), lanes_of<scalar_t>(tables[0], g),
-                                           lanes_of<scalar_t>(tables[1], g), lanes_of<scalar_t>(tables[5], g));
+                                           lanes_of<scalar_t>(tables[1], g), lanes_of<scalar_t>(tables[3], g));
       }
     });
   });
@@ -1412,14 +1413,14 @@ int64_t visited(bool ascending, int64_t begin, int64_t end, int64_t i) { return 
 // Step t: logits (B, N·(2N + Q)) and pushed (B, m) log weights; writes column t into the
 // tables and returns r_t (B, N·m).
 at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pushed, at::Tensor gamma,
-                      at::Tensor shares, at::Tensor pops, at::Tensor replaced_shares, at::Tensor popped_shares,
+                      at::Tensor shares, at::Tensor pops,
                       at::Tensor alpha) {
   check_logits(logits);
   check(pushed, 2, "pushed");
-  for (const at::Tensor& tensor : {pushed, gamma, shares, pops, replaced_shares, popped_shares, alpha})
+  for (const at::Tensor& tensor : {pushed, gamma, shares, pops, alpha})
     TORCH_CHECK(tensor.scalar_type() == logits.scalar_type(), "the dVPDA kernel needs one dtype for every input");
   const Sizes z = step_sizes(logits, pushed, alpha, t);
-  check_tables(z, {&gamma, &shares, &pops, &replaced_shares, &popped_shares});
+  check_tables(z, {&gamma, &shares, &pops});
   auto reading = at::empty({z.batch, z.configs * z.vector}, logits.options());
   AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_step", [&] {
     using V = Lane<scalar_t>;
@@ -1434,7 +1435,7 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pus
         const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.vector, first);
         forward_step<V>(z, t, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
                         pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                        lanes_of<scalar_t>(shares, g), pop_tables<V>(pops, replaced_shares, popped_shares, g),
+                        lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
                         lanes_of<scalar_t>(alpha, g), s, weights);
         scatter(reading_lanes, z.batch, Nm, first, reading.data_ptr<scalar_t>());
       }
@@ -1448,14 +1449,13 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pus
 std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_reading, const at::Tensor& logits,
                                             const at::Tensor& pushed, const at::Tensor& reading,
                                             const at::Tensor& gamma, const at::Tensor& shares, const at::Tensor& pops,
-                                            const at::Tensor& replaced_shares, const at::Tensor& popped_shares,
                                             const at::Tensor& alpha, at::Tensor grad_gamma, at::Tensor grad_alpha) {
   check(grad_reading, 2, "grad_reading");
   check(reading, 2, "reading");
   check(pushed, 2, "pushed");
   check_logits(logits);
   const Sizes z = step_sizes(logits, pushed, alpha, t);
-  check_tables(z, {&gamma, &shares, &pops, &replaced_shares, &popped_shares, &grad_gamma});
+  check_tables(z, {&gamma, &shares, &pops, &grad_gamma});
   TORCH_CHECK(grad_alpha.sizes() == alpha.sizes() && grad_alpha.is_contiguous(), "grad_alpha must be alpha's shape");
   auto grad_logits = at::empty({z.batch, logits.size(1)}, logits.options());
   auto grad_pushed = at::empty({z.batch, z.vector}, pushed.options());
@@ -1477,7 +1477,7 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
         backward_step<V>(z, t, grad_reading_lanes.data(), transitions.push.data(), transitions.replace.data(),
                          transitions.pop.data(), pushed_lanes.data(), reading_lanes.data(),
                          lanes_of<scalar_t>(gamma, g), lanes_of<scalar_t>(shares, g),
-                         pop_tables<const V>(pops, replaced_shares, popped_shares, g), lanes_of<scalar_t>(alpha, g),
+                         lanes_of<scalar_t>(pops, g), lanes_of<scalar_t>(alpha, g),
                          lanes_of<scalar_t>(grad_gamma, g), lanes_of<scalar_t>(grad_alpha, g), grads.push.data(),
                          grads.replace.data(), grads.pop.data(), grad_pushed_lanes.data(), scratch);
         grads.scatter(z, first, grad_logits.data_ptr<scalar_t>());
@@ -1497,16 +1497,14 @@ TORCH_LIBRARY(stacklm_dvpda, library) {
   library.def("forward(Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor bottom) -> Tensor[]");
   library.def(
       "backward(Tensor grad_readings, Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor readings, "
-      "Tensor gamma, Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, Tensor alpha) "
-      "-> Tensor[]");
+      "Tensor gamma, Tensor shares, Tensor pops, Tensor alpha) -> Tensor[]");
   library.def("start(Tensor bottom, int capacity, int states, int symbols) -> Tensor[]");
   library.def(
       "step(int t, Tensor logits, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, Tensor(c!) pops, "
-      "Tensor(d!) replaced_shares, Tensor(e!) popped_shares, Tensor(f!) alpha) -> Tensor");
+      "Tensor(d!) alpha) -> Tensor");
   library.def(
       "step_backward(int t, Tensor grad_reading, Tensor logits, Tensor pushed, Tensor reading, Tensor gamma, "
-      "Tensor shares, Tensor pops, Tensor replaced_shares, Tensor popped_shares, Tensor alpha, "
-      "Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]");
+      "Tensor shares, Tensor pops, Tensor alpha, Tensor(a!) grad_gamma, Tensor(b!) grad_alpha) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(stacklm_dvpda, CPU, library) {
