@@ -16,10 +16,11 @@ do), so they take no exp or log per row; their log γ is not kept past column 0 
 What it keeps for backward is O(B·n²·N²) (B rounded up to a multiple of eight): the columns of log η, the shares, and
 each step's pops (three tensors of one size, each allocated apart: glibc serves blocks of up to
 32 MB from its heap once freed, larger ones by mmap, whose fresh pages fault on every call), and
-α. A step's pops are the pop totals of the η rows and, in the γ rows, the inverse of each row's
-sum of its replace and pop terms: the backward takes the adjoints of both terms' real totals
-from it and the terms' factors per configuration (recomputed), without a division. The pop
-totals of the γ rows live in scratch memory reused by every step, which stays in cache.
+α. A step's pops are the pop totals of its η rows and the inverse of each configuration's total
+over the γ rows (m + 1 values per configuration and step; the γ rows' pop totals live in scratch
+memory reused by every step, which stays in cache): the backward takes the replace and pop
+terms' adjoints of a γ row from its share in column t, that inverse and the terms' factors per
+configuration (recomputed), as every gradient of a γ row is its share times a factor.
 
 The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
 at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the

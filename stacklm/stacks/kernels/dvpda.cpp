@@ -15,11 +15,11 @@
 //   gamma:   log η[t][j, c] in the η rows; log γ[i→t][a, c] in the γ rows of column 0 only
 //            (the shares carry the γ rows of later columns: nothing reads their logs)
 //   shares:  Ŝ = γ[i→t][a, c] α[i][a] / α[t][c] ∈ [0, 1] (η rows: exp(log η − log α))
-//   pops:    at offset(t−2), rows(t−2) rows of step t: in the η rows the pop's real total
-//            P = Σ_{k,u} Ŝ_k ŵ, in the γ rows 1 / (the row's sum of the replace and pop terms
-//            relative to κ), or 0 where that sum is flushed: times the row's gradient and each
-//            term's factor, the adjoint of its real total (so the backward takes no exp, log or
-//            division there, and reads one table for the step's pop)
+//   pops:    at offset(t−2), rows(t−2) rows of step t, of which it uses m + 1 per target: in
+//            the η rows the pop's real total P = Σ_{k,u} Ŝ_k ŵ (the γ rows' totals are kept
+//            only in scratch, in cache), in row m the inverse of the γ rows' total relative to κ
+//            (their shares Ŝ of column t over it are their sums, from which the backward takes
+//            the replace and pop terms' adjoints without an exp or a log)
 // and alpha (n+1, N) holds log α[t]. All O(n²·N²): what the backward needs. The shares are
 // also the weights of log α[t]'s log-sum-exp over the γ rows.
 // Step t of the forward, from column t−1 (Ĝ = exp(γ − log α[t−1] − ρ), ρ the row maximum):
@@ -766,9 +766,9 @@ ColumnScale<V> column_scale(const Sizes& z, const Step<V>& s, int64_t target, bo
   return scale;
 }
 
-// Step t ≥ 1 of one group: column t of gamma and shares, step t's pops (η rows: P; γ rows: the
-// inverse of their sums) at offset(t−2), α[t] and the reading r_t (N·m), from columns 0 … t−1
-// and the actions of step t.
+// Step t ≥ 1 of one group: column t of gamma and shares, step t's pops (η rows: P; row m: the
+// inverse of the γ rows' total) at offset(t−2), α[t] and the reading r_t (N·m), from columns
+// 0 … t−1 and the actions of step t.
 template <typename V>
 void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_replace, const V* step_pop,
                   const V* step_pushed, V* reading, V* gamma, V* shares, V* pops, V* alpha, Step<V>& s,
@@ -860,10 +860,10 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
     const ColumnScale<V> scale = column_scale(z, s, target, R2 > 0);
     const V kappa = scale.kappa, replaced_factor = scale.replaced, popped_factor = scale.popped;
     V* share = shares + z.offset(t) + target * Rt;
+    if (R2 > m) saved_pop[m] = V{};  // 1 / the column's total, where some lane has one (below)
     if (!any(kappa != NEG<T>)) {
       current_alpha[target] = log_zero<V>();
       std::fill(share, share + Rt, V{});
-      std::fill(saved_pop + m, saved_pop + std::max(m, R2), V{});
       continue;
     }
     constexpr T smallest = std::numeric_limits<T>::min();
@@ -872,11 +872,7 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
     for (int64_t row = m; row < R2; ++row) {
       const V replaced_term = replaced_factor * (unscale[row] * replaced_total[row]);
       const V popped_term = weight[row] != NEG<T> ? popped_factor * popped_total[row] : V{};
-      const V sum = replaced_term + popped_term;
-      const auto present = sum >= smallest;  // else its share is flushed, and so its gradient is 0
-      const V inverse = T(1) / (present ? sum : splat<V>(1));
-      saved_pop[row] = present ? inverse : V{};
-      share[row] = sum;
+      share[row] = replaced_term + popped_term;
     }
 #pragma omp simd
     for (int64_t row = std::max(m, R2); row < R; ++row) share[row] = replaced_factor * (unscale[row] * replaced_total[row]);
@@ -891,6 +887,7 @@ void forward_step(const Sizes& z, int64_t t, const V* step_push, const V* step_r
     }
     current_alpha[target] = kept ? kappa + log_of(total) : log_zero<V>();
     const V inverse = T(1) / (kept ? total : splat<V>(1));
+    if (R2 > m) saved_pop[m] = kept ? inverse : V{};
 #pragma omp simd
     for (int64_t row = m; row < Rt; ++row) {
       const V value = share[row] * inverse;
@@ -1016,17 +1013,22 @@ void backward_step(const Sizes& z, int64_t t, const V* grad_reading, const V* st
     V* grad_replaced = grad_products.data() + target * R;
     V* scaled = scaled_pop.data() + target * R2;
     // The γ rows with a pop term: the adjoint of each term's real total is g · (its factor)/(the
-    // row's sum), times 2^e for the replace total (see forward_step): no division. A term whose
-    // total is 0 gets 0 (the pop's: 0 where α(row) is 0; where P is 0 every product Ŝ ŵ that
-    // pop_backward multiplies it by is 0).
+    // row's sum relative to κ), times 2^e for the replace total (see forward_step). Every
+    // gradient g of such a row is its share Ŝ_t times a factor (α[t]'s log-sum-exp, the pops and
+    // products of later steps all pass Ŝ_t ⊙ …), and Ŝ_t = sum / total: g / sum = (g / Ŝ_t) / total,
+    // 0 where Ŝ_t was flushed. A term whose total is 0 gets 0 (the pop's: 0 where α(row) is 0;
+    // where P is 0 every product Ŝ ŵ that pop_backward multiplies it by is 0).
     const ColumnScale<V> factors = column_scale(z, s, target, R2 > 0);
     const V* unscale = s.row_unscale.data();
     const V* weight = weights.data();
+    const V* share = shares + z.offset(t) + target * Rt;
+    const V inverse_total = R2 > m ? saved_pop[m] : V{};
 #pragma omp simd
     for (int64_t row = m; row < R2; ++row) {
-      const V share = grads[row] * saved_pop[row];
-      grad_replaced[row] = replaced_total[row] > 0 ? share * (factors.replaced * unscale[row]) : V{};
-      scaled[row] = weight[row] != NEG<T> ? share * factors.popped : V{};
+      const V quotient = grads[row] / share[row];
+      const V per_sum = share[row] > 0 ? quotient * inverse_total : V{};
+      grad_replaced[row] = replaced_total[row] > 0 ? per_sum * (factors.replaced * unscale[row]) : V{};
+      scaled[row] = weight[row] != NEG<T> ? per_sum * factors.popped : V{};
     }
     // The other rows pass g to the log of their replace total (divided by the total below).
 #pragma omp simd
