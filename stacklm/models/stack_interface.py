@@ -9,6 +9,8 @@ linear, so the actions are ``actions_from_logits`` of their outputs side by side
 computes those in one product with the weights stacked (``input_weight``), its weight gradient
 deferred over the steps, and its compiled step hands them to the stack in parts (``step_parts``,
 ``sequence_next``: the dVPDA's action logits and log v_t apart, no operation between the steps).
+The dVPDA's whole-sequence readings on the compiled kernel take that one product too, as it is
+(``readings``: no split, log σ or concatenation around the kernel).
 
 Each kind of stack has a frozen spec (the sizes of the stack; the first field ``kind`` tags
 it in configs) and an interface module:
@@ -254,6 +256,14 @@ class VectorNondeterministicInterface(StackInterface):
         action_logits, pushed = logits.split([logits.size(-1) - vector_size, vector_size], dim=-1)  # (…, QS(2QS + Q)), (…, m)
         log_pushed = nn.functional.logsigmoid(pushed) if self.pushed_vector == "sigmoid" else pushed
         return VectorNondeterministicActions.from_logits(action_logits, log_pushed, spec.num_states, spec.num_symbols)
+
+    def readings(self, hidden: Tensor) -> Tensor:
+        """On the compiled kernel, from one product with the stacked weights (``input_weight``),
+        which the kernel reads as it is, log σ of the pushed part included (``packed_readings``)."""
+        if not self.stack.uses_compiled_kernel(hidden):
+            return super().readings(hidden)
+        outputs = nn.functional.linear(hidden, *self.input_weight())  # (B, n, QS(2QS + Q) + m)
+        return self.stack.packed_readings(outputs, log_sigmoid=self.pushed_vector == "sigmoid")
 
     def step_parts(self) -> tuple[list[int], bool]:
         """The action logits and the pushed vector apart, the latter as log v_t = log σ(W_v h + b_v)

@@ -21,7 +21,9 @@ Kernels. ``readings`` of a whole sequence from the empty stack, without a window
 the fast products, on the CPU, can run as one compiled kernel (``kernels/compiled.py``: the
 same DP and numerics, forward and backward, built at first use). ``kernel="compiled"``
 requires it (and raises if it cannot build), ``"torch"`` never uses it, ``"auto"`` (default)
-uses it where it applies and builds, and warns once if the build fails. The same kernel, one
+uses it where it applies and builds, and warns once if the build fails; ``packed_readings`` gives
+it a controller's whole output [logits; pushed part] in place (a stack-attention layer's one
+product, log σ of the pushed part in the kernel), ``readings`` packs the actions so. The same kernel, one
 step per call, runs ``sequence_state``'s states (a stack RNN's forward) and, without
 gradients, ``initial_state``'s (evaluation, sampling), under the same conditions. Incremental
 states with gradients (``pytorch_state``), chunks (``run``, an initial state), windows, other
@@ -291,16 +293,15 @@ class VectorNondeterministicStack(nn.Module, Stack[VectorNondeterministicActions
 
     def compiled_readings(self, actions: VectorNondeterministicActions) -> Tensor:
         """r_1 … r_n (B, n, Q·S·m) from the compiled kernel (``kernels/compiled.py``)."""
-        batch, steps = actions.pop.shape[:2]
-        configurations = self.sizes.num_configurations
-        bottom = self.log_bottom(actions.pop).unsqueeze(0).expand(batch, -1)
-        return compiled.compiled_readings(
-            actions.push.reshape(batch, steps, configurations, configurations),
-            actions.replace.reshape(batch, steps, configurations, configurations),
-            actions.pop.reshape(batch, steps, configurations, self.sizes.num_states),
-            actions.pushed,
-            bottom,
-        )
+        return self.packed_readings(torch.cat([actions.packed_logits(), actions.pushed], dim=-1), log_sigmoid=False)
+
+    def packed_readings(self, outputs: Tensor, log_sigmoid: bool) -> Tensor:
+        """r_1 … r_n (B, n, Q·S·m) from the compiled kernel, for the actions ``from_logits(logits, log v_t, …)``
+        of ``outputs`` = [logits; p] (B, n, Q·S·(2QS + Q) + m), with log v_t = log σ(p) where
+        ``log_sigmoid``, else p: the kernel reads them in place, and their gradient is one tensor."""
+        bottom = self.log_bottom(outputs).unsqueeze(0).expand(outputs.size(0), -1)  # (B, m)
+        sizes = self.sizes
+        return compiled.compiled_readings(outputs, bottom, sizes.num_states, sizes.num_symbols, log_sigmoid)
 
     def run(
         self, actions: VectorNondeterministicActions, initial: VectorNondeterministicState | None = None

@@ -226,6 +226,41 @@ def test_batches_of_any_size_equal_the_pytorch_dp(batch: int) -> None:
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))
 
 
+@pytest.mark.parametrize("batch", [9, 33])
+@pytest.mark.parametrize("log_sigmoid", [True, False])
+def test_packed_outputs_equal_their_actions_apart(batch: int, log_sigmoid: bool) -> None:
+    """``packed_readings`` of an input layer's whole output (B, n, N·(2N + Q) + m), read in place
+    with log σ of the pushed part in the kernel, equals the composition it replaces (split, log σ,
+    the actions' tensors apart) on the compiled kernel and the PyTorch DP: readings and the one
+    gradient of the output, and w₀'s."""
+    states, symbols, vector_size, steps = 3, 3, 5, 7
+    configurations = states * symbols
+    width = configurations * (2 * configurations + states)
+    generator = torch.Generator().manual_seed(batch)
+    output = 3.0 * torch.randn(batch, steps, width + vector_size, generator=generator, dtype=torch.float64)
+    compiled_stack, reference = stacks(states, symbols, vector_size)
+
+    def results(stack: VectorNondeterministicStack, packed: bool) -> tuple[Tensor, ...]:
+        stack.zero_grad()
+        leaf = output.clone().requires_grad_()
+        if packed:
+            readings = stack.packed_readings(leaf, log_sigmoid)
+        else:
+            logits, pushed = leaf.split([width, vector_size], dim=-1)
+            log_pushed = torch.nn.functional.logsigmoid(pushed) if log_sigmoid else pushed
+            actions = VectorNondeterministicActions.from_logits(logits.contiguous(), log_pushed.contiguous(), states, symbols)
+            readings = stack.readings(mapped(actions, Tensor.contiguous))
+        (readings * torch.linspace(-1, 1, readings.numel(), dtype=torch.float64).view_as(readings)).sum().backward()
+        return readings, leaf.grad, stack.bottom_logits.grad
+
+    got = results(compiled_stack, packed=True)
+    for expected, tolerance in ((results(compiled_stack, packed=False), 1e-12), (results(reference, packed=False), 1e-9)):
+        for value, reference_value in zip(got, expected):
+            torch.testing.assert_close(
+                value, reference_value, rtol=tolerance, atol=tolerance * max(1.0, reference_value.abs().max().item())
+            )
+
+
 LOGIT_SCALES = (0.1, 1.0, 10.0, 30.0)
 
 
@@ -509,19 +544,19 @@ def test_ops_declare_the_tables_they_write() -> None:
     def random(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=generator)
 
-    push, replace = random(batch, steps, configurations, configurations), random(batch, steps, configurations, configurations)
-    pop, pushed, bottom = random(batch, steps, configurations, states), random(batch, steps, vector_size), random(batch, vector_size)
-    readings, *saved = ops.forward(push, replace, pop, pushed, bottom)
+    width = configurations * (2 * configurations + states)
+    outputs, bottom = random(batch, steps, width + vector_size), random(batch, vector_size)
+    logits, pushed = outputs[..., :width], outputs[..., width:]
+    readings, *saved = ops.forward(outputs, bottom, states, symbols, True)
     *tables, alpha = ops.start(bottom, steps, states, symbols)
-    logits = torch.cat([push, replace, pop], dim=3)[:, 0].flatten(1)
-    reading = ops.step(1, logits, pushed[:, 0].contiguous(), *tables, alpha)
+    reading = ops.step(1, logits[:, 0], pushed[:, 0].contiguous(), *tables, alpha)
     grad_gamma, grad_alpha = random(*tables[0].shape), random(*alpha.shape)
     calls = [
-        (ops.forward, (push, replace, pop, pushed, bottom)),
-        (ops.backward, (random(*readings.shape), push, replace, pop, pushed, readings, *saved)),
+        (ops.forward, (outputs, bottom, states, symbols, True)),
+        (ops.backward, (random(*readings.shape), outputs, readings, *saved, states, symbols, True)),
         (ops.start, (bottom, steps, states, symbols)),
-        (ops.step, (2, logits, pushed[:, 1].contiguous(), *[table.clone() for table in tables], alpha.clone())),
-        (ops.step_backward, (1, random(*reading.shape), logits, pushed[:, 0].contiguous(), reading, *tables, alpha, grad_gamma, grad_alpha)),
+        (ops.step, (2, logits[:, 1], pushed[:, 1].contiguous(), *[table.clone() for table in tables], alpha.clone())),
+        (ops.step_backward, (1, random(*reading.shape), logits[:, 0], pushed[:, 0].contiguous(), reading, *tables, alpha, grad_gamma, grad_alpha)),
     ]  # fmt: skip
     for op, arguments in calls:
         with RecordedOps() as recorded:

@@ -22,6 +22,14 @@ memory reused by every step, which stays in cache): the backward takes the repla
 terms' adjoints of a γ row from its share in column t, that inverse and the terms' factors per
 configuration (recomputed), as every gradient of a γ row is its share times a factor.
 
+Both ops read the actions packed as a controller's linear layers give them (one gather in the
+kernel, any row stride, no copy): per step the N·(2N + Q) log transition weights, per
+configuration (q, x) its N push, N replace and Q pop weights (``NondeterministicActions.from_logits``);
+the whole-sequence op reads the pushed vector's part from the same rows, after them, and takes
+log v_t = log σ(x_t) of it itself where asked (a stack-attention layer's one product with the
+stacked input weights, :func:`compiled_readings`), so that its backward returns one gradient for
+that whole output.
+
 The same DP also runs one step per call (:func:`compiled_step`), for controllers whose actions
 at step t depend on the reading of step t − 1 (stack RNNs): the tables are allocated for the
 run's length once (:class:`StepTables`), in the groups of eight lanes of the whole-sequence
@@ -177,25 +185,30 @@ def available() -> tuple[bool, str]:
 
 class _CompiledReadings(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, bottom: Tensor) -> Tensor:
-        readings, *saved = torch.ops.stacklm_dvpda.forward(push, replace, pop, pushed, bottom)
-        ctx.save_for_backward(push, replace, pop, pushed, readings, *saved)
+    def forward(ctx: Any, logits: Tensor, bottom: Tensor, num_states: int, num_symbols: int, log_sigmoid: bool) -> Tensor:
+        readings, *saved = torch.ops.stacklm_dvpda.forward(logits, bottom, num_states, num_symbols, log_sigmoid)
+        ctx.save_for_backward(logits, readings, *saved)
+        ctx.arguments = num_states, num_symbols, log_sigmoid
         return readings
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, ...]:
-        return tuple(torch.ops.stacklm_dvpda.backward(grad.contiguous(), *ctx.saved_tensors))
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        grad_logits, grad_bottom = torch.ops.stacklm_dvpda.backward(grad.contiguous(), *ctx.saved_tensors, *ctx.arguments)
+        return grad_logits, grad_bottom, None, None, None
 
 
-def compiled_readings(push: Tensor, replace: Tensor, pop: Tensor, pushed: Tensor, bottom: Tensor) -> Tensor:
-    """r_1 … r_n (B, n, N·m) in the order (r, y, m), from log weights on the CPU.
+def compiled_readings(logits: Tensor, bottom: Tensor, num_states: int, num_symbols: int, log_sigmoid: bool) -> Tensor:
+    """r_1 … r_n (B, n, N·m) in the order (r, y, m), on the CPU, float32 or float64.
 
-    ``push``, ``replace`` (B, n, N, N) with N = (q, x) flattened; ``pop`` (B, n, N, Q);
-    ``pushed`` log v_t (B, n, m); ``bottom`` log v₀ (B, m). float32 or float64.
+    ``logits`` (B, n, N·(2N + Q) + m), N = Q·S: per step the N·(2N + Q) log transition weights,
+    per configuration (q, x) its N push, N replace and Q pop weights (the layout of
+    ``VectorNondeterministicActions.from_logits`` and of :func:`compiled_step`), then the pushed
+    vector's part: log v_t, or x_t with log v_t = log σ(x_t) taken in the kernel where
+    ``log_sigmoid`` (the stacked input layers' output as it is). ``bottom`` log v₀ (B, m).
+    The gradient of ``logits`` is one tensor of its shape (the pushed part's that of x_t).
     """
     load()
-    tensors = [tensor.contiguous() for tensor in (push, replace, pop, pushed, bottom)]
-    return _CompiledReadings.apply(*tensors)
+    return _CompiledReadings.apply(logits.contiguous(), bottom.contiguous(), num_states, num_symbols, log_sigmoid)
 
 
 LANE_COUNT = 8  # batch elements per group of the kernel's tables (``lanes.h``)

@@ -39,8 +39,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -1144,15 +1142,18 @@ void check(const at::Tensor& tensor, int64_t dims, const char* name) {
   TORCH_CHECK(tensor.is_contiguous(), name, " must be contiguous");
 }
 
-Sizes sizes_of(const at::Tensor& push, const at::Tensor& pop, const at::Tensor& pushed) {
+// The sizes of the whole-sequence ops' logits (B, n, N·(2N + Q) + m), m = `vector`.
+Sizes sizes_of(const at::Tensor& logits, int64_t vector, int64_t states, int64_t symbols) {
+  check(logits, 3, "logits");
   Sizes z;
-  z.batch = push.size(0);
-  z.steps = push.size(1);
-  z.configs = push.size(2);
-  z.states = pop.size(3);
-  TORCH_CHECK(z.states > 0 && z.configs % z.states == 0, "pop must be (B, n, N, Q) with Q dividing N");
-  z.symbols = z.configs / z.states;
-  z.vector = pushed.size(2);
+  z.batch = logits.size(0);
+  z.steps = logits.size(1);
+  z.states = states;
+  z.symbols = symbols;
+  z.configs = states * symbols;
+  z.vector = vector;
+  TORCH_CHECK(states > 0 && symbols > 0 && logits.size(2) == z.configs * (2 * z.configs + states) + vector,
+              "logits must be (B, n, N·(2N + Q) + m) with N = Q·S configurations");
   return z;
 }
 
@@ -1196,43 +1197,150 @@ Lane<T>* lanes_of(const at::Tensor& table, int64_t g) {
   return reinterpret_cast<Lane<T>*>(table.data_ptr<T>()) + g * size;
 }
 
-// push, replace (B, n, N, N), pop (B, n, N, Q), pushed (B, n, m), bottom (B, m): log weights.
-// Returns readings (B, n, N·m) and what the backward needs, in lanes: gamma, shares, pops
-// (G, table, LANE_COUNT), alpha (G, n+1, N, LANE_COUNT), for
+// log σ(x) = min(x, 0) − log(1 + exp(−|x|)) (= −softplus(−x), as torch.nn.functional.logsigmoid
+// computes it), lane by lane; log(1 + z) with Goldberg's correction, log(u)·z/(u − 1) for
+// u = 1 + z rounded, within a few ulp of log1p (z itself where u rounds to 1).
+template <typename V>
+inline V log_sigmoid_of(V x) {
+  using T = ScalarOf<V>;
+  const V z = exp_exact(-magnitude(x));
+  const V u = T(1) + z, d = u - T(1);
+  const V log1p = d == 0 ? z : log_of(u) * (z / d);
+  return smaller(x, V{}) - log1p;
+}
+
+// σ(−x) = d log σ(x) / dx, lane by lane.
+template <typename V>
+inline V sigmoid_of_negative(V x) {
+  using T = ScalarOf<V>;
+  const V z = exp_exact(-magnitude(x));
+  return (x < 0 ? splat<V>(1) : z) / (T(1) + z);
+}
+
+// One group's actions of `steps` steps, each kind contiguous and in lanes: push, replace
+// (steps, N, N), pop (steps, N, Q), pushed (steps, m). Every op reads them from packed logits:
+// element b's step s is the row at b·batch_stride + s·step_stride, N·(2N + Q) logits, per
+// configuration c its N push, N replace and Q pop log weights (``NondeterministicActions.from_logits``),
+// the layout the controllers' linear layers give (no copy); the pushed vector's part, log v_t or
+// x_t with log v_t = log σ(x_t), may follow in the same row. A lane past the batch holds 0, as
+// gather pads.
+template <typename T>
+struct Transitions {
+  std::vector<Lane<T>> push, replace, pop, pushed;
+
+  // visit(lanes, step, position in the step's row) for every transition of every step.
+  template <typename Visit>
+  void each(const Sizes& z, int64_t steps, Visit visit) {
+    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q;
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t c = 0; c < N; ++c) {
+        const int64_t row = c * width, at = s * N + c;
+        for (int64_t j = 0; j < N; ++j) visit(push[at * N + j], s, row + j);
+        for (int64_t j = 0; j < N; ++j) visit(replace[at * N + j], s, row + N + j);
+        for (int64_t k = 0; k < Q; ++k) visit(pop[at * Q + k], s, row + 2 * N + k);
+      }
+  }
+
+  void resize(const Sizes& z, int64_t steps) {
+    push.resize(steps * z.configs * z.configs);
+    replace.resize(steps * z.configs * z.configs);
+    pop.resize(steps * z.configs * z.states);
+    pushed.resize(steps * z.vector);
+  }
+
+  // The transitions of elements first, first + 1, … from `logits`, and log v_t from `pushed_from`
+  // (element b's step s at b·pushed_stride + s·step_stride), as log σ of what is there where
+  // `log_sigmoid`.
+  void gather(const Sizes& z, const T* logits, const T* pushed_from, int64_t batch_stride, int64_t pushed_stride,
+              int64_t step_stride, int64_t steps, int64_t first, bool log_sigmoid) {
+    const int64_t count = std::min(LANE_COUNT, z.batch - first);
+    resize(z, steps);
+    const T* rows[LANE_COUNT];
+    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = logits + (first + lane) * batch_stride;
+    each(z, steps, [&](Lane<T>& lanes, int64_t s, int64_t position) {
+      Lane<T> values{};
+      for (int64_t lane = 0; lane < count; ++lane) values[lane] = rows[lane][s * step_stride + position];
+      lanes = values;
+    });
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t j = 0; j < z.vector; ++j) {
+        const Lane<T> values = pushed_lanes(z, pushed_from, pushed_stride, s * step_stride + j, first);
+        pushed[s * z.vector + j] = log_sigmoid ? log_sigmoid_of(values) : values;
+      }
+  }
+
+  // The lanes of position `position` of elements first, first + 1, … (element b's at b·stride).
+  static Lane<T> pushed_lanes(const Sizes& z, const T* from, int64_t stride, int64_t position, int64_t first) {
+    const int64_t count = std::min(LANE_COUNT, z.batch - first);
+    Lane<T> values{};
+    for (int64_t lane = 0; lane < count; ++lane) values[lane] = from[(first + lane) * stride + position];
+    return values;
+  }
+
+  // Zeros of the same sizes, for the gradients.
+  void zero(const Sizes& z, int64_t steps) {
+    push.assign(steps * z.configs * z.configs, Lane<T>{});
+    replace.assign(steps * z.configs * z.configs, Lane<T>{});
+    pop.assign(steps * z.configs * z.states, Lane<T>{});
+    pushed.assign(steps * z.vector, Lane<T>{});
+  }
+
+  // The inverse of gather, for gradients (of the log weights) into rows of the same layout:
+  // the pushed part's gradient is that of log v_t, times σ(−x_t) where `log_sigmoid`, x_t read
+  // from `pushed_from` (the logits gather read).
+  void scatter(const Sizes& z, T* logits, T* pushed_to, const T* pushed_from, int64_t batch_stride,
+               int64_t pushed_stride, int64_t step_stride, int64_t steps, int64_t first, bool log_sigmoid) {
+    const int64_t count = std::min(LANE_COUNT, z.batch - first);
+    T* rows[LANE_COUNT];
+    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = logits + (first + lane) * batch_stride;
+    each(z, steps, [&](Lane<T>& lanes, int64_t s, int64_t position) {
+      const Lane<T> values = lanes;
+      for (int64_t lane = 0; lane < count; ++lane) rows[lane][s * step_stride + position] = values[lane];
+    });
+    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = pushed_to + (first + lane) * pushed_stride;
+    for (int64_t s = 0; s < steps; ++s)
+      for (int64_t j = 0; j < z.vector; ++j) {
+        const int64_t position = s * step_stride + j;
+        Lane<T> values = pushed[s * z.vector + j];
+        if (log_sigmoid) values *= sigmoid_of_negative(pushed_lanes(z, pushed_from, pushed_stride, position, first));
+        for (int64_t lane = 0; lane < count; ++lane) rows[lane][position] = values[lane];
+      }
+  }
+};
+
+// logits (B, n, N·(2N + Q) + m), contiguous: per step the transitions' log weights in the
+// layout of Transitions, then the pushed vector's part, log v_t, or x_t with log v_t = log σ(x_t)
+// where `log_sigmoid`; bottom (B, m): log v₀. Returns readings (B, n, N·m) and what the backward
+// needs, in lanes: gamma, shares, pops (G, table, LANE_COUNT), alpha (G, n+1, N, LANE_COUNT), for
 // G = ⌈B / LANE_COUNT⌉ groups.
-std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                                      const at::Tensor& pushed, const at::Tensor& bottom) {
-  check(push, 4, "push");
-  check(replace, 4, "replace");
-  check(pop, 4, "pop");
-  check(pushed, 3, "pushed");
+std::vector<at::Tensor> dvpda_forward(const at::Tensor& logits, const at::Tensor& bottom, int64_t states,
+                                      int64_t symbols, bool log_sigmoid) {
   check(bottom, 2, "bottom");
-  for (const at::Tensor* tensor : {&replace, &pop, &pushed, &bottom})
-    TORCH_CHECK(tensor->scalar_type() == push.scalar_type(), "the dVPDA kernel needs one dtype for every input");
-  const Sizes z = sizes_of(push, pop, pushed);
+  TORCH_CHECK(bottom.scalar_type() == logits.scalar_type(), "the dVPDA kernel needs one dtype for every input");
+  const Sizes z = sizes_of(logits, bottom.size(1), states, symbols);
+  TORCH_CHECK(bottom.size(0) == z.batch, "bottom must be (B, m)");
   const int64_t groups = group_count(z.batch);
-  auto options = push.options();
+  auto options = logits.options();
   auto readings = at::empty({z.batch, z.steps, z.configs * z.vector}, options);
   auto gamma = at::empty({groups, z.table(), LANE_COUNT}, options);
   auto shares = at::empty({groups, z.table(), LANE_COUNT}, options);
   auto pops = at::empty({groups, z.table(), LANE_COUNT}, options);
   auto alpha = at::empty({groups, z.steps + 1, z.configs, LANE_COUNT}, options);
-  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_forward", [&] {
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_forward", [&] {
     using V = Lane<scalar_t>;
-    const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
-    const int64_t readings_size = z.steps * z.configs * z.vector;
+    const int64_t width = logits.size(2), readings_size = z.steps * z.configs * z.vector;
+    const scalar_t* from = logits.data_ptr<scalar_t>();
+    const scalar_t* pushed_from = from + width - z.vector;
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      Transitions<scalar_t> transitions;
       for (int64_t g = begin; g < end; ++g) {
         const int64_t first = g * LANE_COUNT;
-        const auto push_lanes = gather(push.data_ptr<scalar_t>(), z.batch, NN, first);
-        const auto replace_lanes = gather(replace.data_ptr<scalar_t>(), z.batch, NN, first);
-        const auto pop_lanes = gather(pop.data_ptr<scalar_t>(), z.batch, NQ, first);
-        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.steps * z.vector, first);
+        transitions.gather(z, from, pushed_from, z.steps * width, z.steps * width, width, z.steps, first, log_sigmoid);
         const auto bottom_lanes = gather(bottom.data_ptr<scalar_t>(), z.batch, z.vector, first);
         std::vector<V> reading_lanes(readings_size);
-        forward_element<V>(z, push_lanes.data(), replace_lanes.data(), pop_lanes.data(), pushed_lanes.data(),
-                           bottom_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                           lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
+        forward_element<V>(z, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
+                           transitions.pushed.data(), bottom_lanes.data(), reading_lanes.data(),
+                           lanes_of<scalar_t>(gamma, g), lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
                            lanes_of<scalar_t>(alpha, g));
         scatter(reading_lanes, z.batch, readings_size, first, readings.data_ptr<scalar_t>());
       }
@@ -1241,52 +1349,52 @@ std::vector<at::Tensor> dvpda_forward(const at::Tensor& push, const at::Tensor& 
   return {readings, gamma, shares, pops, alpha};
 }
 
-// Gradients of log push, replace, pop, pushed and bottom, given those of the readings.
-std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at::Tensor& push,
-                                       const at::Tensor& replace, const at::Tensor& pop, const at::Tensor& pushed,
+// The gradients of the forward's logits (B, n, N·(2N + Q) + m; the pushed part's that of x_t
+// where `log_sigmoid`) and of bottom (B, m), given those of the readings.
+std::vector<at::Tensor> dvpda_backward(const at::Tensor& grad_readings, const at::Tensor& logits,
                                        const at::Tensor& readings, const at::Tensor& gamma, const at::Tensor& shares,
-                                       const at::Tensor& pops, const at::Tensor& alpha) {
+                                       const at::Tensor& pops, const at::Tensor& alpha, int64_t states,
+                                       int64_t symbols, bool log_sigmoid) {
   check(grad_readings, 3, "grad_readings");
-  const Sizes z = sizes_of(push, pop, pushed);
+  check(readings, 3, "readings");
+  const int64_t configs = states * symbols;
+  TORCH_CHECK(configs > 0 && readings.size(2) % configs == 0, "readings must be (B, n, N·m)");
+  const Sizes z = sizes_of(logits, readings.size(2) / configs, states, symbols);
+  TORCH_CHECK(grad_readings.sizes() == readings.sizes(), "grad_readings must be the readings' shape");
   const int64_t groups = group_count(z.batch);
   for (const at::Tensor* table : {&gamma, &shares, &pops})
     TORCH_CHECK(table->dim() == 3 && table->size(0) == groups && table->size(1) == z.table() &&
                     table->size(2) == LANE_COUNT && table->is_contiguous(),
                 "the tables must be the forward's");
-  auto grad_push = at::zeros_like(push);
-  auto grad_replace = at::zeros_like(replace);
-  auto grad_pop = at::zeros_like(pop);
-  auto grad_pushed = at::zeros_like(pushed);
-  auto grad_bottom = at::zeros({z.batch, z.vector}, push.options());
-  AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "dvpda_backward", [&] {
+  auto grad_logits = at::empty(logits.sizes(), logits.options());
+  auto grad_bottom = at::empty({z.batch, z.vector}, logits.options());
+  AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "dvpda_backward", [&] {
     using V = Lane<scalar_t>;
-    const int64_t NN = z.steps * z.configs * z.configs, NQ = z.steps * z.configs * z.states;
-    const int64_t readings_size = z.steps * z.configs * z.vector, pushed_size = z.steps * z.vector;
+    const int64_t width = logits.size(2), readings_size = z.steps * z.configs * z.vector;
+    const scalar_t* from = logits.data_ptr<scalar_t>();
+    const scalar_t* pushed_from = from + width - z.vector;
+    scalar_t* to = grad_logits.data_ptr<scalar_t>();
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      Transitions<scalar_t> transitions, grads;
       for (int64_t g = begin; g < end; ++g) {
         const int64_t first = g * LANE_COUNT;
+        transitions.gather(z, from, pushed_from, z.steps * width, z.steps * width, width, z.steps, first, log_sigmoid);
         const auto grad_reading_lanes = gather(grad_readings.data_ptr<scalar_t>(), z.batch, readings_size, first);
-        const auto push_lanes = gather(push.data_ptr<scalar_t>(), z.batch, NN, first);
-        const auto replace_lanes = gather(replace.data_ptr<scalar_t>(), z.batch, NN, first);
-        const auto pop_lanes = gather(pop.data_ptr<scalar_t>(), z.batch, NQ, first);
-        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, pushed_size, first);
         const auto reading_lanes = gather(readings.data_ptr<scalar_t>(), z.batch, readings_size, first);
-        std::vector<V> grad_push_lanes(NN, V{}), grad_replace_lanes(NN, V{}), grad_pop_lanes(NQ, V{});
-        std::vector<V> grad_pushed_lanes(pushed_size, V{}), grad_bottom_lanes(z.vector, V{});
-        backward_element<V>(z, grad_reading_lanes.data(), push_lanes.data(), replace_lanes.data(), pop_lanes.data(),
-                            pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
-                            lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
-                            lanes_of<scalar_t>(alpha, g), grad_push_lanes.data(), grad_replace_lanes.data(),
-                            grad_pop_lanes.data(), grad_pushed_lanes.data(), grad_bottom_lanes.data());
-        scatter(grad_push_lanes, z.batch, NN, first, grad_push.data_ptr<scalar_t>());
-        scatter(grad_replace_lanes, z.batch, NN, first, grad_replace.data_ptr<scalar_t>());
-        scatter(grad_pop_lanes, z.batch, NQ, first, grad_pop.data_ptr<scalar_t>());
-        scatter(grad_pushed_lanes, z.batch, pushed_size, first, grad_pushed.data_ptr<scalar_t>());
+        grads.zero(z, z.steps);
+        std::vector<V> grad_bottom_lanes(z.vector, V{});
+        backward_element<V>(z, grad_reading_lanes.data(), transitions.push.data(), transitions.replace.data(),
+                            transitions.pop.data(), transitions.pushed.data(), reading_lanes.data(),
+                            lanes_of<scalar_t>(gamma, g), lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
+                            lanes_of<scalar_t>(alpha, g), grads.push.data(), grads.replace.data(), grads.pop.data(),
+                            grads.pushed.data(), grad_bottom_lanes.data());
+        grads.scatter(z, to, to + width - z.vector, pushed_from, z.steps * width, z.steps * width, width, z.steps,
+                      first, log_sigmoid);
         scatter(grad_bottom_lanes, z.batch, z.vector, first, grad_bottom.data_ptr<scalar_t>());
       }
     });
   });
-  return {grad_push, grad_replace, grad_pop, grad_pushed, grad_bottom};
+  return {grad_logits, grad_bottom};
 }
 
 // The same DP one step per call, for a controller that computes the actions of step t from
@@ -1330,52 +1438,6 @@ void check_tables(const Sizes& z, std::initializer_list<const at::Tensor*> table
                     table->size(2) == LANE_COUNT && table->is_contiguous(),
                 "the tables must be (⌈B / ", LANE_COUNT, "⌉, table, ", LANE_COUNT, ") for ", z.steps, " steps");
 }
-
-// One group's push, replace and pop logits, each contiguous and in lanes, from rows first,
-// first + 1, … of the logits (a lane past the batch holds 0, as gather pads).
-template <typename T>
-struct Transitions {
-  std::vector<Lane<T>> push, replace, pop;
-
-  // The lanes' vector of position `index` of a row's N·(2N + Q) logits.
-  Lane<T>& at(const Sizes& z, int64_t index) {
-    const int64_t N = z.configs, Q = z.states, width = 2 * N + Q, c = index / width, j = index % width;
-    return j < N ? push[c * N + j] : j < 2 * N ? replace[c * N + j - N] : pop[c * Q + j - 2 * N];
-  }
-
-  void gather(const Sizes& z, const T* logits, int64_t row_stride, int64_t first) {
-    const int64_t N = z.configs, count = std::min(LANE_COUNT, z.batch - first);
-    push.resize(N * N);
-    replace.resize(N * N);
-    pop.resize(N * z.states);
-    const T* rows[LANE_COUNT];
-    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = logits + (first + lane) * row_stride;
-    for (int64_t index = 0; index < N * (2 * N + z.states); ++index) {
-      Lane<T> values{};
-      for (int64_t lane = 0; lane < count; ++lane) values[lane] = rows[lane][index];
-      at(z, index) = values;
-    }
-  }
-
-  // Zeros of the same sizes, for the gradients.
-  void zero(const Sizes& z) {
-    push.assign(z.configs * z.configs, Lane<T>{});
-    replace.assign(z.configs * z.configs, Lane<T>{});
-    pop.assign(z.configs * z.states, Lane<T>{});
-  }
-
-  // Writes the lanes of push, replace and pop into rows first, first + 1, … of `logits`
-  // (contiguous rows), in the logits' layout.
-  void scatter(const Sizes& z, int64_t first, T* logits) {
-    const int64_t N = z.configs, width = N * (2 * N + z.states), count = std::min(LANE_COUNT, z.batch - first);
-    T* rows[LANE_COUNT];
-    for (int64_t lane = 0; lane < count; ++lane) rows[lane] = logits + (first + lane) * width;
-    for (int64_t index = 0; index < width; ++index) {
-      const Lane<T> values = at(z, index);
-      for (int64_t lane = 0; lane < count; ++lane) rows[lane][index] = values[lane];
-    }
-  }
-};
 
 // Column 0 of tables for `capacity` steps, from log v₀ (B, m): gamma, shares, pops,
 // alpha, in lanes.
@@ -1433,10 +1495,10 @@ at::Tensor dvpda_step(int64_t t, const at::Tensor& logits, const at::Tensor& pus
       std::vector<V> weights, reading_lanes(Nm);
       for (int64_t i = begin; i < end; ++i) {
         const int64_t g = visited(t % 2 == 1, begin, end, i), first = g * LANE_COUNT;
-        transitions.gather(z, logits.data_ptr<scalar_t>(), row_stride, first);
-        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.vector, first);
+        transitions.gather(z, logits.data_ptr<scalar_t>(), pushed.data_ptr<scalar_t>(), row_stride, z.vector, 0, 1,
+                           first, false);
         forward_step<V>(z, t, transitions.push.data(), transitions.replace.data(), transitions.pop.data(),
-                        pushed_lanes.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
+                        transitions.pushed.data(), reading_lanes.data(), lanes_of<scalar_t>(gamma, g),
                         lanes_of<scalar_t>(shares, g), lanes_of<scalar_t>(pops, g),
                         lanes_of<scalar_t>(alpha, g), s, weights);
         scatter(reading_lanes, z.batch, Nm, first, reading.data_ptr<scalar_t>());
@@ -1467,23 +1529,21 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
     at::parallel_for(0, group_count(z.batch), 1, [&](int64_t begin, int64_t end) {
       BackwardScratch<V> scratch;
       Transitions<scalar_t> transitions, grads;
-      std::vector<V> grad_pushed_lanes;
       for (int64_t i = begin; i < end; ++i) {
         const int64_t g = visited(t % 2 == 0, begin, end, i), first = g * LANE_COUNT;
-        transitions.gather(z, logits.data_ptr<scalar_t>(), row_stride, first);
-        const auto pushed_lanes = gather(pushed.data_ptr<scalar_t>(), z.batch, z.vector, first);
+        transitions.gather(z, logits.data_ptr<scalar_t>(), pushed.data_ptr<scalar_t>(), row_stride, z.vector, 0, 1,
+                           first, false);
         const auto grad_reading_lanes = gather(grad_reading.data_ptr<scalar_t>(), z.batch, Nm, first);
         const auto reading_lanes = gather(reading.data_ptr<scalar_t>(), z.batch, Nm, first);
-        grads.zero(z);
-        grad_pushed_lanes.assign(z.vector, V{});
+        grads.zero(z, 1);
         backward_step<V>(z, t, grad_reading_lanes.data(), transitions.push.data(), transitions.replace.data(),
-                         transitions.pop.data(), pushed_lanes.data(), reading_lanes.data(),
+                         transitions.pop.data(), transitions.pushed.data(), reading_lanes.data(),
                          lanes_of<scalar_t>(gamma, g), lanes_of<scalar_t>(shares, g),
                          lanes_of<scalar_t>(pops, g), lanes_of<scalar_t>(alpha, g),
                          lanes_of<scalar_t>(grad_gamma, g), lanes_of<scalar_t>(grad_alpha, g), grads.push.data(),
-                         grads.replace.data(), grads.pop.data(), grad_pushed_lanes.data(), scratch);
-        grads.scatter(z, first, grad_logits.data_ptr<scalar_t>());
-        scatter(grad_pushed_lanes, z.batch, z.vector, first, grad_pushed.data_ptr<scalar_t>());
+                         grads.replace.data(), grads.pop.data(), grads.pushed.data(), scratch);
+        grads.scatter(z, grad_logits.data_ptr<scalar_t>(), grad_pushed.data_ptr<scalar_t>(),
+                      pushed.data_ptr<scalar_t>(), logits.size(1), z.vector, 0, 1, first, false);
       }
     });
   });
@@ -1496,10 +1556,10 @@ std::vector<at::Tensor> dvpda_step_backward(int64_t t, const at::Tensor& grad_re
 // for the CPU: registered without a dispatch key, an op is composite, and tracing (torch.compile,
 // functionalization, dispatch modes) would step into it and see neither the op nor its writes.
 TORCH_LIBRARY(stacklm_dvpda, library) {
-  library.def("forward(Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor bottom) -> Tensor[]");
+  library.def("forward(Tensor logits, Tensor bottom, int states, int symbols, bool log_sigmoid) -> Tensor[]");
   library.def(
-      "backward(Tensor grad_readings, Tensor push, Tensor replace, Tensor pop, Tensor pushed, Tensor readings, "
-      "Tensor gamma, Tensor shares, Tensor pops, Tensor alpha) -> Tensor[]");
+      "backward(Tensor grad_readings, Tensor logits, Tensor readings, Tensor gamma, Tensor shares, Tensor pops, "
+      "Tensor alpha, int states, int symbols, bool log_sigmoid) -> Tensor[]");
   library.def("start(Tensor bottom, int capacity, int states, int symbols) -> Tensor[]");
   library.def(
       "step(int t, Tensor logits, Tensor pushed, Tensor(a!) gamma, Tensor(b!) shares, Tensor(c!) pops, "
