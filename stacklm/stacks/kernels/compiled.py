@@ -211,17 +211,15 @@ def compiled_readings(logits: Tensor, bottom: Tensor, num_states: int, num_symbo
     return _CompiledReadings.apply(logits.contiguous(), bottom.contiguous(), num_states, num_symbols, log_sigmoid)
 
 
-LANE_COUNT = 8  # batch elements per group of the kernel's tables (``lanes.h``)
-
-
 class StepTables:
     """The tables of one run of at most ``capacity`` steps, filled one column per :func:`compiled_step`.
 
     ``log_bottom`` (B, m) is log v₀. ``steps`` counts the columns written after column 0.
-    ``columns`` are the (G, table, 8) tables of the columns (gamma first, then what the backward
-    reads), ``alpha`` (G, capacity + 1, N, 8): element b in lane b mod 8 of group b // 8,
-    G = ⌈B / 8⌉ (:func:`batch_of`, :func:`lanes_of`). The adjoint tables are made by the first
-    backward step of the run and dropped after step 1's.
+    ``columns`` are the (G, table, L) tables of the columns (gamma first, then what the backward
+    reads), ``alpha`` (G, capacity + 1, N, L): element b in lane b mod L of group b // L,
+    G = ⌈B / L⌉, L the kernel's lane count (``LANE_COUNT`` in ``lanes.h``: the tables' last
+    dimension, as ``start`` makes them; :func:`batch_of`, :func:`lanes_of`). The adjoint tables
+    are made by the first backward step of the run and dropped after step 1's.
     """
 
     def __init__(self, log_bottom: Tensor, capacity: int, num_states: int, num_symbols: int) -> None:
@@ -245,14 +243,14 @@ class StepTables:
 
     def prefix(self, steps: int, capacity: int) -> StepTables:
         """Tables of ``capacity`` steps holding a copy of columns 0 … ``steps`` (no gradients)."""
-        groups, _, configurations, _ = self.alpha.shape
+        groups, _, configurations, lanes = self.alpha.shape
         used = _table_size(steps, configurations, self.vector_size)
         tensors = []
         for table in self.columns:
-            copy = table.new_empty(groups, _table_size(capacity, configurations, self.vector_size), LANE_COUNT)
+            copy = table.new_empty(groups, _table_size(capacity, configurations, self.vector_size), lanes)
             copy[:, :used] = table[:, :used]
             tensors.append(copy)
-        alpha = self.alpha.new_empty(groups, capacity + 1, configurations, LANE_COUNT)
+        alpha = self.alpha.new_empty(groups, capacity + 1, configurations, lanes)
         alpha[:, : steps + 1] = self.alpha[:, : steps + 1]
         return self._replaced(tensors, alpha, self.batch_size, capacity, steps)
 
@@ -260,36 +258,36 @@ class StepTables:
         """``function`` applied to every table along the batch dimension, into tables of their own
         holding columns 0 … ``steps`` and room for one more step (a copy grows past it like any
         state): a copy of every prompt for each of V − 1 first tokens takes only what it reads."""
-        configurations = self.alpha.size(2)
+        configurations, lanes = self.alpha.shape[2:]
         used = _table_size(self.steps, configurations, self.vector_size)
         capacity = self.steps + 1
         tensors = []
         for table in self.columns:
-            part = lanes_of(function(batch_of(table[:, :used], self.batch_size)))  # (G', used, 8)
-            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size), LANE_COUNT)
+            part = lanes_of(function(batch_of(table[:, :used], self.batch_size)), lanes)  # (G', used, L)
+            copy = part.new_empty(part.size(0), _table_size(capacity, configurations, self.vector_size), lanes)
             copy[:, :used] = part
             tensors.append(copy)
         part = function(batch_of(self.alpha[:, : self.steps + 1], self.batch_size))  # (B', steps + 1, N)
         batch_size = part.size(0)
-        part = lanes_of(part)  # (G', steps + 1, N, 8)
-        alpha = part.new_empty(part.size(0), capacity + 1, configurations, LANE_COUNT)
+        part = lanes_of(part, lanes)  # (G', steps + 1, N, L)
+        alpha = part.new_empty(part.size(0), capacity + 1, configurations, lanes)
         alpha[:, : self.steps + 1] = part
         return self._replaced(tensors, alpha, batch_size, capacity, self.steps)
 
 
 def batch_of(lanes: Tensor, batch_size: int) -> Tensor:
-    """(B, …) from the lanes (⌈B / 8⌉, …, 8) of the kernel's tables: element b is lane b mod 8 of group b // 8."""
+    """(B, …) from the lanes (⌈B / L⌉, …, L) of the kernel's tables: element b is lane b mod L of group b // L."""
     batch_first = lanes.movedim(-1, 1)  # (G, 8, …)
     return batch_first.reshape(-1, *batch_first.shape[2:])[:batch_size]
 
 
-def lanes_of(batch: Tensor) -> Tensor:
-    """(⌈B / 8⌉, …, 8) from (B, …), the inverse of :func:`batch_of`; a last group of fewer
-    elements repeats its last one in the lanes past the batch (a valid state, whose results are dropped)."""
-    padding = -batch.size(0) % LANE_COUNT
+def lanes_of(batch: Tensor, lanes: int) -> Tensor:
+    """(⌈B / L⌉, …, L) from (B, …), L = ``lanes``, the inverse of :func:`batch_of`; a last group of
+    fewer elements repeats its last one in the lanes past the batch (a valid state, whose results are dropped)."""
+    padding = -batch.size(0) % lanes
     if padding:
         batch = torch.cat([batch, batch[-1:].expand(padding, *batch.shape[1:])])
-    return batch.reshape(-1, LANE_COUNT, *batch.shape[1:]).movedim(1, -1)
+    return batch.reshape(-1, lanes, *batch.shape[1:]).movedim(1, -1)
 
 
 def _table_size(steps: int, configurations: int, vector_size: int) -> int:
