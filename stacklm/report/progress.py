@@ -6,7 +6,8 @@ metadata: ``stacklm.tracking.records``), and ``stacklm evaluate`` may have score
 the curve so far, as ``CheckpointRecord``s; ``checkpoint_table`` turns both into the same
 columns, so that one table, one page and one figure (``stacklm.report.curves``) serve both.
 
-Per run: its state (``TRAINING``; ended: ``CONVERGED``, when the last checkpoints brought no new
+Per run: its state (``UNFINISHED``: training, or stopped and resumable from its state — a
+reader of the files cannot tell which; ended: ``CONVERGED``, when the last checkpoints brought no new
 best, as ``stacklm.training.schedule.should_stop`` decides, else ``MAX_EPOCHS``; ``EVALUATED``),
 its best validation cross-entropy so far and, at that checkpoint (the parameters the run keeps),
 the generalization curves' FA and PA on the curve sample: the test set, and the generalization
@@ -37,7 +38,7 @@ from stacklm.training.config import TrainConfig
 from stacklm.training.loop import CheckpointRecord
 from stacklm.training.schedule import ScheduleState, should_stop
 
-TRAINING = "training"
+UNFINISHED = "unfinished"  # training, or stopped: its files cannot tell
 CONVERGED = "converged (stopped early)"
 MAX_EPOCHS = "max epochs"
 EVALUATED = "evaluated"
@@ -54,7 +55,7 @@ class RunProgress:
     index: int  # the trial (search) or the seed (final)
     learning_rate: float | None  # the run's initial learning rate; None where its HP.json was not read
     tokens_per_batch: int | None  # B
-    state: str  # TRAINING, CONVERGED, MAX_EPOCHS or EVALUATED
+    state: str  # UNFINISHED, CONVERGED, MAX_EPOCHS or EVALUATED
     training_s: float  # training time so far (at the last save of a run in training)
     curve: pd.DataFrame = field(repr=False)  # CHECKPOINT_SCHEMA's columns, one row per checkpoint so far
     whole_sets: dict[str, float] | None = None  # CURVE_SCORES name → its value on the whole set (metrics.parquet)
@@ -126,7 +127,7 @@ def training_run(state_path: Path, task: str, architecture: str, phase: str, ind
         stopped_early, training_s = bool(counters["stopped_early"]), float(counters["wall_time_s"])
     except (KeyError, TypeError, ValueError) as error:
         raise located(state_path, None, f"not a training state of this stacklm ({type(error).__name__}: {error})") from None
-    return RunProgress(task, architecture, phase, index, learning_rate, tokens_per_batch, CONVERGED if stopped_early else TRAINING,
+    return RunProgress(task, architecture, phase, index, learning_rate, tokens_per_batch, CONVERGED if stopped_early else UNFINISHED,
                        training_s, curve, source=state_path)  # fmt: skip
 
 
@@ -190,7 +191,8 @@ def render_page(runs: Sequence[RunProgress], results: Path, warnings: Sequence[s
     parts = [
         f"# Training progress of `{results}`\n",
         f"{len(runs)} training runs, as of their newest file ({newest_file_time(runs)}), written by `stacklm progress`. Ended runs are read from"
-        " `train.parquet` (and `metrics.parquet` once evaluated), runs in training from their checkpoint (a checkpoint every"
+        " `train.parquet` (and `metrics.parquet` once evaluated), unfinished runs (in training, or stopped and resumable: the files"
+        " cannot tell which) from their state, as of their last checkpoint (a checkpoint every"
         " `training.examples_per_checkpoint` examples). FA and PA are at each run's best checkpoint (lowest validation cross-entropy),"
         " on the generalization curves' sample of the test and generalization sets, or on the whole sets once `stacklm evaluate`"
         " has scored the run (DuSell & Cotterell (2025) §5).\n",
@@ -203,7 +205,7 @@ def render_page(runs: Sequence[RunProgress], results: Path, warnings: Sequence[s
     for run in runs:
         lines = "\n".join(checkpoint_line(row) for _, row in run.curve.iterrows()) or "no checkpoint yet"
         rate = f"learning rate {number(run.learning_rate, '.3g')}, B = {number(run.tokens_per_batch, 'd')}"
-        hours = f"{run.training_s / 3600:.1f} h" + (" so far" if run.state == TRAINING else "")
+        hours = f"{run.training_s / 3600:.1f} h" + (" so far" if run.state == UNFINISHED else "")
         parts.append(f"## {run.name} ({rate}; {run.state}, {hours})\n\n```\n{lines}\n```\n")
     return "\n".join(parts)
 

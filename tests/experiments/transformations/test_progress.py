@@ -15,7 +15,7 @@ from stacklm.data.examples import write_examples
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.experiments.transformations import dag
 from stacklm.experiments.transformations.progress import find_runs
-from stacklm.report.progress import CONVERGED, EVALUATED, MAX_EPOCHS, TRAINING, table_row
+from stacklm.report.progress import CONVERGED, EVALUATED, MAX_EPOCHS, UNFINISHED, table_row
 from stacklm.tasks import get_task
 from stacklm.tracking.records import CHECKPOINT_SCHEMA, CURVE_SCORES, checkpoint_table
 from stacklm.training import checkpoint
@@ -114,7 +114,7 @@ def test_every_run_is_shown_as_its_files_hold_it(run_dir: Path) -> None:
     records = pd.DataFrame([record | record["scores"] for record in payload["curve"]])
     assert len(records) == 2 and payload["counters"]["batch_index"] > 0  # killed inside its epoch
     assert not path(run_dir, dag.RUN_CURVE, "search", 2).exists()
-    assert table_row(killed) == [TASK, "Tf", "search trial 2", "0.002", "300", "2", TRAINING,
+    assert table_row(killed) == [TASK, "Tf", "search trial 2", "0.002", "300", "2", UNFINISHED,
                                  f"{payload['counters']['wall_time_s'] / 3600:.1f}", *expected_row(records)]  # fmt: skip
 
     metrics = pq.read_table(path(run_dir, dag.RUN_METRICS, "final", 1)).to_pylist()
@@ -143,7 +143,7 @@ def test_the_page_the_figure_and_stdout(run_dir: Path, tmp_path: Path, capsys: p
     assert output.out.startswith(f"3 runs, {sum(len(run.curve) for run in find_runs(run_dir)[0])} checkpoints -> {page}")
     text = page.read_text()
     assert "![FA (solid) and PA (dashed) at every checkpoint so far](progress-curves.png)" in text
-    assert "## Tf, search trial 2 (learning rate 0.002, B = 300; training, " in text
+    assert "## Tf, search trial 2 (learning rate 0.002, B = 300; unfinished, " in text
     killed = checkpoint.load(state_of(run_dir, "search", 2))["curve"]
     for record in killed:
         assert f"checkpoint {record['checkpoint']}: epoch {record['epoch']} step {record['step']} examples {record['examples_seen']} " in text
@@ -153,7 +153,7 @@ def test_the_page_the_figure_and_stdout(run_dir: Path, tmp_path: Path, capsys: p
     assert cli.main(["progress", str(run_dir)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| task | architecture | run |") and len(table) == 2 + 3
-    assert "| search trial 2 |" in table[3] and "| training |" in table[3]
+    assert "| search trial 2 |" in table[3] and "| unfinished |" in table[3]
 
 
 def test_a_folder_without_results_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
