@@ -23,7 +23,7 @@ terms' adjoints of a γ row from its share in column t, that inverse and the ter
 configuration (recomputed), as every gradient of a γ row is its share times a factor.
 
 Both ops read the actions packed as a controller's linear layers give them (one gather in the
-kernel, any row stride, no copy): per step the N·(2N + Q) log transition weights, per
+kernel, no copy; the one-step op at any row stride, the whole-sequence op from contiguous rows): per step the N·(2N + Q) log transition weights, per
 configuration (q, x) its N push, N replace and Q pop weights (``NondeterministicActions.from_logits``);
 the whole-sequence op reads the pushed vector's part from the same rows, after them, and takes
 log v_t = log σ(x_t) of it itself where asked (a stack-attention layer's one product with the
