@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +16,8 @@ import pytest
 from torch.utils import cpp_extension
 
 from stacklm.stacks.kernels import compiled
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_header_whose_content_changes_changes_the_build_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -40,3 +47,67 @@ def test_every_header_the_sources_include_is_hashed() -> None:
     included = {name for source in compiled.SOURCES for name in re.findall(r'^#include "([^"]+)"', source.read_text(), re.MULTILINE)}
     assert included == {header.name for header in compiled.HEADERS}
     assert all(header.is_file() and header.parent == compiled.SOURCE.parent for header in compiled.HEADERS)
+
+
+BUILD_S = 900  # the longest a real build may take on a loaded machine here (49 s on two cores)
+
+
+def start_build(tmp_path: Path, code: str = "compiled.load()") -> subprocess.Popen[str]:
+    """A process building the kernels from nothing into ``tmp_path`` ($TORCH_EXTENSIONS_DIR), in a
+    process group of its own (as a job's processes are), once its build is under way: it has said
+    so and holds torch's own lock file."""
+    environment = os.environ | {"PYTHONPATH": str(ROOT), "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", f"from stacklm.stacks.kernels import compiled\n{code}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True,
+    )  # fmt: skip
+    assert process.stderr is not None
+    assert process.stderr.readline() == "building the compiled kernels (first use, about a minute)…\n"
+    deadline = time.monotonic() + 60
+    while not (folder_of(tmp_path) / "lock").exists():
+        assert time.monotonic() < deadline, "the build took no lock of torch's within a minute"
+        time.sleep(0.05)
+    return process
+
+
+def folder_of(extensions: Path) -> Path:
+    """The build folder of this checkout under ``extensions`` ($TORCH_EXTENSIONS_DIR)."""
+    return extensions / compiled.build_directory().name
+
+
+def test_a_killed_build_is_taken_over_by_the_next(tmp_path: Path) -> None:
+    """Killed during its first build (SIGKILL from a scheduler), a process leaves torch's lock file
+    behind; the next load takes the folder over and builds, where it used to wait forever."""
+    killed = start_build(tmp_path)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.communicate()
+    assert (folder_of(tmp_path) / "lock").exists()
+    environment = os.environ | {"PYTHONPATH": str(ROOT), "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    try:
+        after = subprocess.run(
+            [sys.executable, "-c", "from stacklm.stacks.kernels import compiled\ncompiled.load()\nprint('loaded')"],
+            capture_output=True, text=True, env=environment, timeout=BUILD_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the load after a killed build did not end within {BUILD_S} s")
+    assert after.returncode == 0, after.stderr
+    assert after.stdout == "loaded\n"
+    assert f"taking over {folder_of(tmp_path)} for the compiled kernels' build: its lock was left by process {killed.pid} on " in after.stderr
+    assert "building the compiled kernels (first use, about a minute)…" in after.stderr
+    assert not (folder_of(tmp_path) / "lock").exists()
+
+
+def test_sigterm_during_the_build_ends_the_process_without_falling_back(tmp_path: Path) -> None:
+    """SIGTERM to a job's processes during the build stops the compiler; the command ends instead of
+    training on with the PyTorch fallback (whose dropout draws other masks), even where a training
+    run's handler only sets a stop flag."""
+    code = "import signal\nsignal.signal(signal.SIGTERM, lambda number, frame: None)\nprint(compiled.available())"
+    building = start_build(tmp_path, code)
+    os.killpg(building.pid, signal.SIGTERM)
+    try:
+        output, error = building.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(building.pid, signal.SIGKILL)
+        pytest.fail("a SIGTERM left the build running")
+    assert building.returncode != 0 and output == "", output
+    assert f"BuildInterrupted: SIGTERM while waiting for or running the compiled kernels' build in {folder_of(tmp_path)}" in error

@@ -40,8 +40,9 @@ shared by the run. A (B, 0) tensor passed from step to step orders them in autog
 backward of step t runs after those of steps t + 1 … n, which complete the adjoints it reads.
 
 The extension is built with ``torch.utils.cpp_extension.load`` at first use (``-O3
--fopenmp`` and a digest of the headers, :func:`compile_flags`; the system C++ compiler; 10–20 s
-on two cores) into a folder of this checkout's
+-fopenmp`` and a digest of the headers, :func:`compile_flags`; the system C++ compiler; about a
+minute on two cores, several on loaded ones; one process at a time, under the folder's lock,
+:func:`load`) into a folder of this checkout's
 own (:func:`build_directory`) under ``$TORCH_EXTENSIONS_DIR`` or, without it,
 ``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME`` respected); later processes load the
 built library. :func:`load` raises if the build fails;
@@ -54,16 +55,22 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
+from stacklm.build_lock import build_lock
+from stacklm.errors import StacklmError
+
 NAME = "stacklm_kernels"
 SOURCE = Path(__file__).with_name("dvpda.cpp")
 SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp"), Path(__file__).with_name("recurrent.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``), attention (``stacklm.models.transformer_attention``) and the stack RNNs' step (``stacklm.models.recurrent``)
 HEADERS = [Path(__file__).with_name("lanes.h")]  # included by the sources (``#include "…"``)
+
+BUILD_WAIT_S = 20 * 60  # how long a process waits for another's build: a first build took 3.5 min on a loaded machine
 
 _loaded = False
 _error: BaseException | None = None
@@ -124,9 +131,21 @@ def compile_flags() -> list[str]:
     return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags(), f"-DSTACKLM_HEADERS_DIGEST={headers_digest()}"]
 
 
+def is_built(directory: Path) -> bool:
+    """Whether ``directory`` holds the library, newer than every source and header (else loading builds it)."""
+    library = directory / f"{extension_name()}.so"
+    return library.is_file() and all(library.stat().st_mtime >= path.stat().st_mtime for path in [*SOURCES, *HEADERS])
+
+
 def load() -> None:
     """Build (once per source and compiler flags) and load the kernels, and keep freed memory with
-    the process (:func:`keep_freed_memory`); raises if it cannot build."""
+    the process (:func:`keep_freed_memory`); raises if it cannot build.
+
+    The build holds the lock of its folder (``stacklm.build_lock``): a process that finds it
+    held says so and waits at most ``BUILD_WAIT_S``, and a lock left by a killed build is taken
+    over. SIGTERM while waiting or building raises ``BuildInterrupted``, and a wait that runs out
+    ``BuildLockTimeout``: ``StacklmError``s, which end the command rather than fall back to the
+    PyTorch code (whose dropout draws other masks). A build says so on stderr."""
     global _loaded, _error
     if _loaded:
         return
@@ -135,17 +154,22 @@ def load() -> None:
     from torch.utils import cpp_extension
 
     directory = build_directory()
-    directory.mkdir(parents=True, exist_ok=True)
     try:
-        cpp_extension.load(
-            name=extension_name(),
-            sources=[str(source) for source in SOURCES],
-            extra_cflags=compile_flags(),
-            extra_ldflags=["-fopenmp", "-lmvec"],
-            build_directory=str(directory),
-            is_python_module=False,
-            verbose=False,
-        )
+        with build_lock(directory, "the compiled kernels' build", BUILD_WAIT_S):
+            (directory / "lock").unlink(missing_ok=True)  # torch's own lock: under ours, only a killed build leaves it, and torch would wait on it forever
+            if not is_built(directory):
+                print("building the compiled kernels (first use, about a minute)…", file=sys.stderr, flush=True)
+            cpp_extension.load(
+                name=extension_name(),
+                sources=[str(source) for source in SOURCES],
+                extra_cflags=compile_flags(),
+                extra_ldflags=["-fopenmp", "-lmvec"],
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=False,
+            )
+    except StacklmError:  # the lock's: a SIGTERM, or a wait that ran out; the command ends
+        raise
     except Exception as error:  # the compiler's output is in the exception
         _error = error
         raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {error}") from error
