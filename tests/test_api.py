@@ -2,6 +2,7 @@
 settings file) writes a run that ``stacklm.load_run`` gives back; the README's example runs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,25 @@ def test_the_readme_example_runs(project: Path) -> None:
     result = subprocess.run([sys.executable, "-c", readme_example()], cwd=project, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("Tf ")
+
+
+def readme_by_hand_commands() -> list[str]:
+    """The commands of the README's by-hand example (the shell block after the Python API's), continuations joined."""
+    section = README.read_text().split("\n## Python API\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [command for command in block.replace("\\\n", " ").splitlines() if command.strip()]
+
+
+def test_the_readme_by_hand_example_trains_a_toy_run_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    """It writes nowhere under the pipeline's results/, and trains a toy scale: a thousand examples, one epoch."""
+    commands = readme_by_hand_commands()
+    assert [command.split()[:2] for command in commands] == [["stacklm", "data"], ["stacklm", "train"]]
+    outs = [command.split("--out ", 1)[1].split()[0] for command in commands]
+    assert all(not out.startswith("results") for out in outs), outs
+    environment = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(README.parent)}
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert len((tmp_path / outs[0] / "train.tsv").read_text().splitlines()) <= 1000
+    run = stacklm.load_run(tmp_path / outs[1])
+    assert run.curve["epoch"].max() == 1
