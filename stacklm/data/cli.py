@@ -1,8 +1,8 @@
 """``stacklm data ...``: the data stage's subcommands (one per workflow rule) and two user tools.
 
-    stacklm data generate   --task T --seed S [--train N ...] --out DIR [--validation-file F --generalization-file F]
+    stacklm data generate   --task T --seed S [--train N ...] --out DIR [--train-file F --validation-file F ...]
     stacklm data transform  --task T --rule hierarchical|linear   < sources   > targets
-    stacklm data fetch      --task T --split validation|generalization [--mirror DIR] --out FILE
+    stacklm data fetch      --task T --split train|validation|test|generalization [--mirror DIR] --out FILE
     stacklm data repair     --task T --input FILE --out FILE
     stacklm data summarize  --task T --data DIR --out FILE.parquet
     stacklm data report     --out FILE SUMMARY.parquet ...
@@ -22,7 +22,7 @@ from stacklm.data.dataset import make_splits, write_dataset
 from stacklm.data.examples import read_examples, write_examples
 from stacklm.data.splits import SPLITS, SplitSizes
 from stacklm.data.summary import describe, summarize_folder, write_parquet
-from stacklm.data.upstream import fetch_bytes, read_upstream, repair_example, upstream_file
+from stacklm.data.upstream import UPSTREAM_SPLITS, fetch_bytes, read_upstream, repair_example, upstream_file
 from stacklm.data.weights import estimate_weights, grammar_texts, write_grammar_files
 from stacklm.errors import StacklmError, UsageError, located
 from stacklm.grammars import grammar_path
@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     defaults = SplitSizes()
     for split in ("train", "validation", "test", "generalization"):
         generate.add_argument(f"--{split}", type=int, default=getattr(defaults, split), help=f"number of {split} examples (default {getattr(defaults, split)})")
-    generate.add_argument("--validation-file", type=Path, help="take validation examples from this upstream file")
-    generate.add_argument("--generalization-file", type=Path, help="take generalization examples from this upstream file")
+    for split in SPLITS:
+        generate.add_argument(f"--{split}-file", type=Path, help=f"take the {split} examples from this upstream file (its first --{split} lines)")
     generate.add_argument("--out", type=Path, required=True, help="output folder")
     generate.set_defaults(func=_generate)
 
@@ -51,9 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     transform.add_argument("--rule", choices=("hierarchical", "linear"), default="hierarchical")
     transform.set_defaults(func=_transform)
 
-    fetch = commands.add_parser("fetch", help="an upstream file, by URL or from a mirror folder, sha256-checked")
+    fetch = commands.add_parser("fetch", help="an upstream file, by URL or from a mirror folder, checked against its pinned git blob id")
     _task(fetch)
-    fetch.add_argument("--split", choices=("validation", "generalization"), required=True)
+    fetch.add_argument("--split", choices=UPSTREAM_SPLITS, required=True)
     fetch.add_argument("--mirror", type=Path, help="folder laid out as <mirror>/<task>/<upstream file name>")
     fetch.add_argument("--out", type=Path, required=True)
     fetch.set_defaults(func=_fetch)
@@ -93,10 +93,8 @@ def _generate(args: argparse.Namespace) -> int:
         sizes = SplitSizes(**{split: getattr(args, split) for split in SPLITS})
     except ValueError as error:
         raise UsageError(f"--{error}") from None
-    given = {"validation": args.validation_file, "generalization": args.generalization_file}
-    if any(given.values()) and not all(given.values()):
-        raise StacklmError("--validation-file and --generalization-file go together")
-    upstream = {split: read_examples(path) for split, path in given.items()} if all(given.values()) else None
+    given = {split: path for split in SPLITS if (path := getattr(args, f"{split}_file")) is not None}
+    upstream = {split: read_examples(path) for split, path in given.items()}
     splits = make_splits(task, sizes, args.seed, upstream, {split: str(path) for split, path in given.items()})
     for path in write_dataset(task, splits, args.out):
         print(path)
@@ -120,7 +118,8 @@ def _transform(args: argparse.Namespace) -> int:
 def _fetch(args: argparse.Namespace) -> int:
     data = fetch_bytes(args.task, args.split, args.mirror)
     write_bytes_atomically(args.out, data)
-    print(f"{args.out}: {upstream_file(args.task, args.split).url} (sha256 ok)")
+    file = upstream_file(args.task, args.split)
+    print(f"{args.out}: {file.origin} (git blob {file.blob} ok)")
     return 0
 
 

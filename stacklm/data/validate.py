@@ -6,32 +6,40 @@ For each example of task T:
 - generalization examples carry the transform marker, an ambiguity-breaking sentence, and the
   linear transformation as third field; other splits have no third field and no
   ambiguity-breaking transform example;
-- no sentence occurs twice, within a split or across splits (so no generalization input occurs
-  in train, validation or test).
+- no source (sentence and marker) of a drawn split occurs twice, within a split or across
+  splits (so no generalization input occurs in train, validation or test); a sentence may
+  occur under both markers, as in upstream's files. Upstream's own splits are taken as upstream
+  wrote them (McCoy's ``question.test`` repeats a source): each line is checked, their
+  uniqueness is not.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from stacklm.errors import StacklmError, located
 from stacklm.tasks import Task
 from stacklm.tasks.example import Example
 
 
-def validate_splits(task: Task, splits: Mapping[str, Sequence[Example]], origins: Mapping[str, str]) -> None:
+def validate_splits(task: Task, splits: Mapping[str, Sequence[Example]], origins: Mapping[str, str],
+                    drawn: Collection[str] | None = None) -> None:
     """Raise at the first example that breaks a rule of the module docstring; ``origins`` maps
-    each split to the file it came from (or will be written to)."""
-    first_seen: dict[tuple[str, ...], tuple[str, int]] = {}
+    each split to the file it came from (or will be written to); ``drawn`` names the splits
+    drawn by stacklm (default: all), whose sources must be unique."""
+    drawn = set(splits) if drawn is None else set(drawn)
+    first_seen: dict[tuple[str, ...], tuple[str, str, int]] = {}
     for split, examples in splits.items():
         origin = origins[split]
         for number, example in enumerate(examples, start=1):
             _check(task, split, example, origin, number)
-            sentence = example.source[:-1]
-            if sentence in first_seen:
-                other, other_number = first_seen[sentence]
-                raise located(origin, number, f"sentence also at {other}:{other_number}: {' '.join(sentence)!r}")
-            first_seen[sentence] = (origin, number)
+            source = example.source
+            if source in first_seen:
+                other_split, other, other_number = first_seen[source]
+                if split in drawn or other_split in drawn:
+                    raise located(origin, number, f"source also at {other}:{other_number}: {' '.join(source)!r}")
+            else:
+                first_seen[source] = (split, origin, number)
 
 
 def _check(task: Task, split: str, example: Example, origin: str, number: int) -> None:

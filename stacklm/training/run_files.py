@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 import torch
 
+from stacklm.data.dataset import drawn_splits
 from stacklm.data.examples import read_examples
 from stacklm.data.splits import SPLITS
 from stacklm.data.validate import validate_splits
@@ -45,7 +46,7 @@ def read_splits(data_dir: str | Path, task: Task) -> dict[str, list[Example]]:
     for split, examples in splits.items():
         if not examples:
             raise located(paths[split], None, "no examples: the file is empty")
-    validate_splits(task, splits, {split: str(path) for split, path in paths.items()})
+    validate_splits(task, splits, {split: str(path) for split, path in paths.items()}, drawn_splits(data_dir))
     return splits
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
 
 import pytest
 
 from stacklm.data.examples import format_example, parse_line
-from stacklm.data.upstream import UPSTREAM, fetch_bytes, repair_example
+from stacklm.data.upstream import (UPSTREAM, UPSTREAM_LINES, UPSTREAM_SPLITS, UpstreamFile, fetch_bytes, git_blob_id, mirror_path,
+                                  read_upstream, repair_example)
 from stacklm.errors import StacklmError
 from stacklm.tasks.example import Example
 
@@ -37,14 +39,58 @@ def test_repair_rule():
     assert repair_example(plural) == plural
 
 
-def test_every_task_pins_both_files_and_the_mirror_is_checked(upstream_dir, tmp_path):
+def test_every_task_pins_all_four_splits_and_each_reference_copy_matches(upstream_dir):
+    """Every file of ../shared/upstream is its pinned blob (and sha256); the three train files
+    no copy exists of are pinned by blob id only."""
+    unavailable = set()
     for task, files in UPSTREAM.items():
-        assert set(files) == {"validation", "generalization"}
-        for split in files:
-            assert len(fetch_bytes(task, split, upstream_dir)) > 0
+        assert set(files) == set(UPSTREAM_SPLITS)
+        for split, file in files.items():
+            if not mirror_path(task, split, upstream_dir).is_file():
+                unavailable.add((task, split))
+                continue
+            data = fetch_bytes(task, split, upstream_dir)
+            assert data.count(b"\n") == UPSTREAM_LINES[split]
+    assert unavailable == {("tense-reinflection", "train"), ("tense-reinflection-do", "train"), ("question-formation-have", "train")}
+    assert all(UPSTREAM[task][split].sha256 is None for task, split in unavailable)
+
+
+def test_git_blob_id_is_what_git_hash_object_prints(tmp_path):
+    """Against git itself, on bytes no upstream file holds."""
+    path = tmp_path / "file.tsv"
+    for data in (b"", b"a b . quest\ta b ?\n", "der Löwe .\r\n".encode("utf-8") * 1000):
+        path.write_bytes(data)
+        expected = subprocess.run(["git", "hash-object", str(path)], check=True, capture_output=True, text=True).stdout.strip()
+        assert git_blob_id(data) == expected
+
+
+def synthetic_pin(data: bytes, sha256: str | None) -> UpstreamFile:
+    return UpstreamFile("someone/somewhere", "0" * 40, "data/question.train", git_blob_id(data), sha256)
+
+
+def test_a_tampered_truncated_or_crlf_copy_is_refused_naming_the_file_and_both_hashes(tmp_path):
+    good = b"my yak does smile . decl\tmy yak does smile .\nyour newt doesn't read . quest\tdoesn't your newt read ?\n"
+    pin = synthetic_pin(good, hashlib.sha256(good).hexdigest())
+    pin.check(good, "question.train")
+    for bad in (good.replace(b"yak", b"newt"), good[:-10], good.replace(b"\n", b"\r\n")):
+        with pytest.raises(StacklmError, match=rf"copy/question.train: git blob id {git_blob_id(bad)} does not match the pinned {pin.blob}"):
+            pin.check(bad, "copy/question.train")
+    wrong_sha = synthetic_pin(good, "f" * 64)
+    with pytest.raises(StacklmError, match=rf"question.train: sha256 {hashlib.sha256(good).hexdigest()} does not match the pinned f{{64}}"):
+        wrong_sha.check(good, "question.train")
+
+
+def test_the_mirror_is_checked(tmp_path):
     (tmp_path / "passivization").mkdir()
     (tmp_path / "passivization" / "passiv_en_nps.dev").write_text("changed\n")
-    with pytest.raises(StacklmError, match="passiv_en_nps.dev: sha256 .* does not match the pinned e2024b0c"):
+    with pytest.raises(StacklmError, match="passiv_en_nps.dev: git blob id .* does not match the pinned 333f5de1be03"):
         fetch_bytes("passivization", "validation", tmp_path)
-    with pytest.raises(StacklmError, match="passiv_en_nps.gen: upstream mirror file not found"):
-        fetch_bytes("passivization", "generalization", tmp_path)
+    with pytest.raises(StacklmError, match="passiv_en_nps.train: upstream mirror file not found .*git blob 78eb857c738f"):
+        fetch_bytes("passivization", "train", tmp_path)
+
+
+def test_the_paper_corrected_every_german_passivization_split(upstream_dir):
+    """App. A's repair applies to train and test too: upstream's test carries the bug in 290 lines."""
+    for split, buggy in (("test", 290),):
+        examples = read_upstream("german-passivization", split, upstream_dir)
+        assert sum(repair_example(example) != example for example in examples) == buggy

@@ -57,5 +57,28 @@ def test_ambiguity_breaking_and_duplicate_examples_are_refused():
     with pytest.raises(StacklmError, match=r"generalization.tsv:1: .*must be an ambiguity-breaking transform example"):
         validate_splits(TASK, with_example("generalization", 0, replace(identity, linear=identity.target)), ORIGINS)
     duplicate = with_example("test", 0, SPLITS.train[5])
-    with pytest.raises(StacklmError, match=r"test.tsv:1: sentence also at train.tsv:6"):
+    with pytest.raises(StacklmError, match=r"test.tsv:1: source also at train.tsv:6"):
         validate_splits(TASK, duplicate, ORIGINS)
+
+
+def flip_marker(example):
+    """The same sentence under the other marker, with that marker's target."""
+    parse = TASK.parse(example.source[:-1])
+    marker = TASK.identity_marker if example.marker == TASK.transform_marker else TASK.transform_marker
+    return TASK.example(parse, marker, with_linear=False)
+
+
+def test_a_sentence_may_occur_under_both_markers_but_a_source_only_once():
+    train = next(e for e in SPLITS.train if not TASK.is_ambiguity_breaking(TASK.parse(e.source[:-1])))
+    validate_splits(TASK, with_example("test", 0, flip_marker(train)), ORIGINS)
+    with pytest.raises(StacklmError, match=r"test.tsv:1: source also at train.tsv"):
+        validate_splits(TASK, with_example("test", 0, train), ORIGINS)
+
+
+def test_upstream_splits_may_repeat_a_source_but_a_drawn_split_may_not_repeat_theirs():
+    repeated = with_example("test", 1, SPLITS.test[0])
+    validate_splits(TASK, repeated, ORIGINS, drawn=("train",))
+    with pytest.raises(StacklmError, match=r"test.tsv:2: source also at test.tsv:1"):
+        validate_splits(TASK, repeated, ORIGINS, drawn=("test",))
+    with pytest.raises(StacklmError, match=r"test.tsv:1: source also at train.tsv:6"):
+        validate_splits(TASK, with_example("test", 0, SPLITS.train[5]), ORIGINS, drawn=("train",))

@@ -234,7 +234,8 @@ def test_schedule_defaults_are_the_papers() -> None:
     assert shipped["model"]["reference"] == {"pushed_vector": "raw", "initialization": "reference"}
     assert shipped["search"]["tokens_per_batch"] == {"low": 512, "high": 2048}
     assert shipped["search"]["learning_rate"] == {"low": 1e-5, "high": 1e-3}
-    assert shipped["search"]["max_epochs"] is None and shipped["final"]["max_epochs"] is None  # to convergence (reference §12.2)
+    # Search trials at most 5 epochs (DuSell & Cotterell (2025) §5, the authors' later search script); finals to convergence.
+    assert shipped["search"]["max_epochs"] == 5 and shipped["final"]["max_epochs"] is None
 
 
 def test_search_draws_are_uniform_integers_and_log_uniform_rates() -> None:

@@ -23,10 +23,23 @@ def test_full_config_has_the_papers_settings(settings: ResolvedSettings) -> None
     assert len(settings.tasks) == 7
     assert {"Tf", "Tf+Nd+Nd", "RNN+Sup+R", "LSTM+Nd+R", "Tf+Syn", "Tf+Nd+Syn"} <= set(settings.architectures)
     assert settings.search.trials == 10
-    assert settings.search.max_epochs is None  # each trial to convergence, as the authors' search script
+    assert settings.search.max_epochs == 5  # DuSell & Cotterell (2025) §5, and the authors' later search script
+    assert settings.data.source == "upstream"  # the paper's data
     assert settings.search.tokens_per_batch == IntegerRange(512, 2048)
     assert settings.search.learning_rate == LogRange(1e-5, 1e-3)
     assert settings.final == FinalSettings(seeds=(1, 2, 3, 4, 5), max_epochs=None)
+
+
+def test_the_table1_presets_follow_the_papers_protocol(config: dict[str, Any]) -> None:
+    """10 trials of at most 5 epochs, 5 seeds on McCoy et al.'s files; the extra arm fixes the
+    first run's selected hyperparameters with a one-point search."""
+    table1 = resolution.resolve({**copy.deepcopy(config), "preset": "table1"})
+    assert (table1.tasks, table1.architectures) == (("question-formation",), ("Tf", "Tf+Nd", "Tf+Sup", "LSTM"))
+    assert (table1.data.source, table1.search.trials, table1.search.max_epochs, table1.final.seeds) == ("upstream", 10, 5, (1, 2, 3, 4, 5))
+    fixed = resolution.resolve({**copy.deepcopy(config), "preset": "table1-fixed-hp"})
+    assert (fixed.architectures, fixed.search.trials, fixed.final.seeds) == (("Tf",), 1, (1, 2, 3))
+    assert fixed.search.learning_rate.low == fixed.search.learning_rate.high == pytest.approx(6.1e-4, rel=1e-3)
+    assert fixed.search.tokens_per_batch == IntegerRange(643, 643)
 
 
 @pytest.mark.parametrize("preset", ["small", "ci"])

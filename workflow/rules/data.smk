@@ -8,7 +8,7 @@ rule data_fetch:
     params:
         options=data_stage.fetch_options(SETTINGS.data),
     wildcard_constraints:
-        split="validation|generalization",
+        split="train|validation|test|generalization",
     log:
         "logs/data/fetch/{task}/{split}.log",
     conda:
@@ -23,7 +23,7 @@ rule data_repair:
     output:
         data_stage.UPSTREAM_REPAIRED,
     wildcard_constraints:
-        split="validation|generalization",
+        split="train|validation|test|generalization",
     log:
         "logs/data/repair/{task}/{split}.log",
     conda:

@@ -2,7 +2,7 @@
 
 Paths of the stage (Snakemake patterns):
 
-    results/upstream/{task}/{split}.tsv            upstream file, sha256-checked (rule data_fetch)
+    results/upstream/{task}/{split}.tsv            upstream file, blob-id-checked (rule data_fetch)
     results/upstream/{task}/{split}.repaired.tsv   after the German passivization repair (data_repair)
     results/data/{task}/{split}.tsv                the four splits (data_generate)
     results/data/{task}/construction.json          construction counts (data_generate)
@@ -15,7 +15,8 @@ from __future__ import annotations
 import shlex
 
 from stacklm.data.splits import SPLITS
-from stacklm.data.upstream import REPAIRED_TASKS, UPSTREAM_SPLITS
+from stacklm.data.upstream import REPAIRED_TASKS, UPSTREAM_SPLITS, mirror_path
+from stacklm.errors import StacklmError
 from stacklm.experiments.transformations.settings import DataSettings, TransformationsSettings
 
 UPSTREAM_RAW = "results/upstream/{task}/{split}.tsv"
@@ -32,10 +33,28 @@ def upstream_path(task: str, split: str) -> str:
     return (UPSTREAM_REPAIRED if task in REPAIRED_TASKS else UPSTREAM_RAW).format(task=task, split=split)
 
 
-def generate_inputs(data: DataSettings, task: str) -> dict[str, str]:
+def upstream_splits(data: DataSettings, task: str) -> tuple[str, ...]:
+    """The splits of ``task`` taken from upstream files: none for ``generate``; for ``upstream``
+    every split, but one whose file the mirror lacks is drawn instead (``data.missing:
+    generate``) or stops the run here, when the DAG is built, naming the file."""
     if data.source == "generate":
-        return {}
-    return {split: upstream_path(task, split) for split in UPSTREAM_SPLITS}
+        return ()
+    if data.upstream_mirror is None:
+        return UPSTREAM_SPLITS
+    splits = []
+    for split in UPSTREAM_SPLITS:
+        path = mirror_path(task, split, data.upstream_mirror)
+        if path.is_file():
+            splits.append(split)
+        elif data.missing == "error":
+            raise StacklmError(f"config key 'data.upstream_mirror': {path} not found ({task}'s upstream {split} file); put it there, "
+                               f"or set data.upstream_mirror: null to download it, or data.missing: generate to draw that split "
+                               f"from the grammar instead")
+    return tuple(splits)
+
+
+def generate_inputs(data: DataSettings, task: str) -> dict[str, str]:
+    return {split: upstream_path(task, split) for split in upstream_splits(data, task)}
 
 
 def generate_options(data: DataSettings, task: str) -> str:

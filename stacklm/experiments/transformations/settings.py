@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from stacklm.data.splits import SplitSizes
+from stacklm.data.upstream import UPSTREAM_LINES
 from stacklm.errors import StacklmError
 from stacklm.tasks import TASK_NAMES
-
-UPSTREAM_LINES = {"validation": 1_000, "generalization": 10_000}  # every task's pinned upstream files
 
 # DuSell & Cotterell (2025), Tables 1-7, plus the syntax-infused transformers of Sundararaman et al. (2019).
 PAPER_ARCHITECTURES: tuple[str, ...] = (
@@ -30,12 +29,17 @@ PAPER_ARCHITECTURES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class DataSettings:
-    """The ``data`` section: where the four splits of every task come from, and their sizes."""
+    """The ``data`` section: where the four splits of every task come from, and their sizes.
 
-    source: Literal["generate", "upstream"] = "generate"
+    ``upstream`` (the paper's data) takes every split from the pinned upstream files, the first
+    ``sizes`` lines of each; a file the mirror lacks stops the run, unless ``missing`` is
+    ``generate``: then that split is drawn from the grammar."""
+
+    source: Literal["generate", "upstream"] = "upstream"
     seed: int = 1
     sizes: SplitSizes = field(default_factory=SplitSizes)
     upstream_mirror: str | None = None  # folder <mirror>/<task>/<upstream file>; None: download
+    missing: Literal["error", "generate"] = "error"
 
     def __post_init__(self) -> None:
         if self.source == "upstream":
@@ -74,7 +78,7 @@ class SearchSettings:
     """The ``search`` section: the random search per task x architecture (App. D)."""
 
     trials: int = 10
-    max_epochs: int | None = None  # None: each trial to convergence, as the authors' search script does
+    max_epochs: int | None = 5  # DuSell & Cotterell (2025) §5, and the authors' later search script; None: to convergence
     tokens_per_batch: IntegerRange = IntegerRange(512, 2048)
     learning_rate: LogRange = LogRange(1.0e-5, 1.0e-3)
     salt: int = 0

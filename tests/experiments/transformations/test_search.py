@@ -30,7 +30,7 @@ def test_draw_is_a_pure_function_of_task_architecture_trial(settings: ResolvedSe
         search_stage.draw_hyperparameters(replace(search, salt=1), "question-formation", "Tf+Nd", 3),
     }
     assert first not in others and len(others) == 4
-    assert first.max_epochs is None  # the search's: to convergence
+    assert first.max_epochs == 5  # the search's: at most 5 epochs (DuSell & Cotterell (2025) §5)
 
 
 def test_draw_follows_the_distributions_of_appendix_d(settings: ResolvedSettings) -> None:
