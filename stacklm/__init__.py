@@ -24,3 +24,8 @@ def __getattr__(name: str) -> Any:
     from stacklm import api
 
     return getattr(api, name)
+
+
+def __dir__() -> list[str]:
+    """The module's names and the API's, which load at first use (``dir(stacklm)`` lists them without loading torch)."""
+    return sorted({*globals(), *PUBLIC})

@@ -44,6 +44,12 @@ def test_import_stacklm_loads_no_torch_until_the_api_is_used() -> None:
     probe = "import sys, stacklm; print('torch' in sys.modules); stacklm.load_run; print('torch' in sys.modules)"
     answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert answer.stdout.split() == ["False", "True"]
+
+
+def test_dir_lists_the_api_without_loading_it() -> None:
+    probe = "import sys, stacklm; print(' '.join(dir(stacklm))); print('torch' in sys.modules)"
+    names, loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert set(stacklm.PUBLIC) | {"__version__"} <= set(names.split()) and loaded == "False"
     with pytest.raises(AttributeError, match="no attribute 'train'"):
         stacklm.train  # noqa: B018
 

@@ -35,3 +35,19 @@ def test_no_tracked_file_names_a_paper_by_its_local_seed_number() -> None:
 def test_bearing_syntactic_fruit_is_credited_to_dusell_and_cotterell() -> None:
     found = [f"{name}:{number}: {line.strip()}" for name, number, line in tracked_lines() if MISCREDIT.search(line)]
     assert found == []
+
+
+def test_the_license_and_the_citation_file_cover_the_code_and_credit_the_papers() -> None:
+    import yaml
+
+    import stacklm
+
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and citation["license"] == "MIT" and citation["version"] == stacklm.__version__
+    credited = {reference["title"]: [author["family-names"] for author in reference["authors"]] for reference in citation["references"]}
+    assert credited["Bearing Syntactic Fruit with Stack-Augmented Neural Networks"] == ["DuSell", "Cotterell"]
+    assert credited["Learning Hierarchical Structures with Differentiable Nondeterministic Stacks"] == ["DuSell", "Chiang"]
+    assert any(title.startswith("Syntax-Infused Transformer") and authors[0] == "Sundararaman" for title, authors in credited.items())
+    notice = (ROOT / "NOTICE.md").read_text()
+    assert "tommccoy1/rnn-hierarchical-biases" in notice and "sebschu/multilingual-transformations" in notice and "none stated" in notice

@@ -52,6 +52,13 @@ def test_the_commands_of_small_jobs_import_no_torch_pandas_or_mlflow(argv: tuple
     assert loaded_modules(*argv) & {"torch", "pandas", "mlflow"} == set()
 
 
+def test_train_help_imports_no_torch_and_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """`stacklm train --help` answered in 7 s, importing torch and the Parquet records to print options."""
+    assert loaded_modules("train") & {"torch", "pandas", "mlflow"} == set()
+    train = cli.build_parser(["train"])._subparsers._group_actions[0].choices["train"]  # type: ignore[union-attr]
+    assert [action.dest for action in train._actions if action.help is None] == []
+
+
 def test_evaluate_imports_no_sympy() -> None:
     """Sizing a model needs SymPy, rebuilding a saved one does not: each of the hundreds of evaluation
     jobs would pay 0.4 CPU-seconds for it (stacklm.models.sizing loads it at the first count)."""

@@ -176,7 +176,9 @@ def train(
     state = TrainingState(schedule=ScheduleState.initial(config))
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         state = _restore(checkpoint_path, fingerprint, model, optimizer, device)
-        progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}, after")
+        checkpoints = len(state.curve)
+        progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}, "
+                      f"after {checkpoints} checkpoint{'' if checkpoints == 1 else 's'}{':' if checkpoints else ''}")
         for record in state.curve:
             progress.line(f"  {record.describe()}")
     session_start = time.monotonic()

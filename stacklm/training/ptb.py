@@ -220,7 +220,8 @@ def train(
     state, position = _State(best_parameters=_copy(model.state_dict())), EpochPosition()
     if checkpoint_path is not None and Path(checkpoint_path).exists():
         state, position = _restore(checkpoint_path, fingerprint, model, optimizer, schedule, train_chunks)
-        progress.line(f"resuming from {checkpoint_path} after epoch {len(state.records)}, chunk {position.chunk}, after")
+        epochs = len(state.records)
+        progress.line(f"resuming from {checkpoint_path} at epoch {epochs + 1}, chunk {position.chunk}, after {epochs} epoch{'' if epochs == 1 else 's'}{':' if epochs else ''}")
         for record in state.records:
             progress.line(f"  {record.describe()}")
     while not state.finished and len(state.records) < max_epochs:

@@ -56,7 +56,8 @@ def test_a_resumed_run_logs_the_checkpoints_of_its_earlier_sessions(tmp_path: Pa
     toy_run(checkpoint=tmp_path / "ckpt.pt", log=again)
     live = [line.split(" next learning rate ")[0] for line in first.getvalue().splitlines() if line.startswith("checkpoint ")]
     resumed = again.getvalue().splitlines()
-    assert len(live) == 8 and resumed[0].startswith(f"resuming from {tmp_path / 'ckpt.pt'}")
+    assert len(live) == 8 and resumed[0].startswith(f"resuming from {tmp_path / 'ckpt.pt'}: epoch ")
+    assert resumed[0].endswith(", after 8 checkpoints:")  # the lines below
     assert resumed[1:] == [f"  {line}" for line in live]
 
 

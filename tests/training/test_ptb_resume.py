@@ -105,7 +105,7 @@ def test_a_finished_run_resumed_trains_no_more_and_holds_the_best_epoch(tmp_path
     assert_same_run((first, first_model), (again, again_model))
     assert path.stat().st_mtime_ns == stamp and "epoch 5:" not in lines.getvalue()
     resumed = [line for line in lines.getvalue().splitlines() if line.strip()]
-    assert resumed[0] == f"resuming from {path} after epoch {len(first.epochs)}, chunk 0, after"
+    assert resumed[0] == f"resuming from {path} at epoch {len(first.epochs) + 1}, chunk 0, after {len(first.epochs)} epochs:"
     earlier = [line.removesuffix(" — stopping early") for line in first_lines.getvalue().splitlines() if line.startswith("epoch ") and ": learning rate" in line]
     assert len(earlier) == len(first.epochs) and resumed[1:] == [f"  {line}" for line in earlier]
 

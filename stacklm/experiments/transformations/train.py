@@ -32,33 +32,27 @@ import argparse
 import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO
-
-import torch
+from typing import TYPE_CHECKING, Any, TextIO
 
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
-from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator, curve_subset
 from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import add_resource_arguments, per_run, train_each
 from stacklm.models.options import ModelOptions, ModelSettings
-from stacklm.models.registry import build_model
 from stacklm.settings_file import build, read_json, read_settings
-from stacklm.tasks import Task, get_task
-from stacklm.tasks.example import Example
-from stacklm.tracking import live
-from stacklm.tracking.finished_run import run_metadata, save_trained_model
-from stacklm.tracking.records import curve_table, data_version, write_table
-from stacklm.tracking.runs import task_run_identity
+from stacklm.tasks import TASK_NAMES, Task, get_task
 from stacklm.training.config import Hyperparameters, TrainingSettings
-from stacklm.training.loop import StopRequest
-from stacklm.training.resumable import resumable_training
-from stacklm.training.run_files import choose_device, read_splits, set_threads, split_paths, token_features
+
+if TYPE_CHECKING:  # torch, the models and the Parquet records load when the command runs: `stacklm train --help` answers at once
+    import torch
+
+    from stacklm.tasks.example import Example
+    from stacklm.training.loop import StopRequest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train")
-    parser.add_argument("--task", required=True)
+    parser.add_argument("--task", required=True, help=f"one of {', '.join(TASK_NAMES)}")
     parser.add_argument("--architecture", required=True, nargs="+", help="registry name, e.g. Tf+Nd: one for every run, or one per seed")
     parser.add_argument("--data-dir", required=True, type=Path, help="the task's {train,validation,test,generalization}.tsv")
     parser.add_argument("--out", required=True, type=Path, nargs="+", help="run directory, one per seed: model.pt, train.parquet")
@@ -71,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, nargs="+", default=[1], help="parameters, dropout and shuffling (default: 1); several: a run each")
     parser.add_argument("--settings", type=Path, help="the workflow's resolved settings; default: the paper's")
     parser.add_argument("--checkpoint", type=Path, nargs="+", help="resumable training state, one per seed; default: RUN_DIR/checkpoint.pt")
-    parser.add_argument("--phase", choices=("search", "final"), default="final")
+    parser.add_argument("--phase", choices=("search", "final"), default="final",
+                        help="search: a trial of the hyperparameter search (with --trial); final: a run with the chosen hyperparameters (default)")
     parser.add_argument("--trial", type=int, nargs="+", default=None, help="trial number of a search run, one per seed")
     parser.add_argument("--log", type=Path, nargs="+", help="a file per seed for its run's progress lines; default: stderr")
     add_resource_arguments(parser)
@@ -112,6 +107,10 @@ class SharedInputs:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stacklm.evaluation.metrics import curve_subset
+    from stacklm.tracking.records import data_version
+    from stacklm.training.run_files import choose_device, read_splits, set_threads, split_paths
+
     planned = planned_runs(args)
     settings = read_settings(args.settings) if args.settings is not None else None
     evaluation = settings.section("evaluation", EvaluationSettings) if settings is not None else EvaluationSettings()
@@ -138,6 +137,17 @@ def run(args: argparse.Namespace) -> int:
 
 def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_request: StopRequest, stream: TextIO | None) -> None:
     """Train one run and write its ``model.pt`` and ``train.parquet``."""
+    import torch
+
+    from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
+    from stacklm.models.registry import build_model
+    from stacklm.tracking import live
+    from stacklm.tracking.finished_run import run_metadata, save_trained_model
+    from stacklm.tracking.records import curve_table, write_table
+    from stacklm.tracking.runs import task_run_identity
+    from stacklm.training.resumable import resumable_training
+    from stacklm.training.run_files import token_features
+
     architecture, hyperparameters = planned.architecture, planned.hyperparameters
     config = shared.training.train_config(hyperparameters)
     run_settings: dict[str, Any] = {
