@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -81,7 +82,9 @@ def build(cls: type[SettingsT], data: Any, key: str = "", source: str | Path | N
     type or one that ``cls`` refuses raises a ``StacklmError`` naming the key under ``key``
     (``config key 'training.max_epochs': ...``), and ``source``, the file, when given.
 
-    An integer stands for a ``float`` as it is (JSON and YAML write 60 and 60.0 alike; the
+    A ``float`` must be finite: NaN and infinity are refused by key, where a NaN dropout or
+    learning rate would only fail later, in every job that reads it. An integer stands for a
+    ``float`` as it is (JSON and YAML write 60 and 60.0 alike; the
     settings files are written back unchanged)."""
     try:
         return _build(cls, data, key) if dataclasses.is_dataclass(cls) else _value(cls, data, key)
@@ -153,6 +156,8 @@ def _value(hint: Any, value: Any, key: str) -> Any:
     if hint is float:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _refused(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value):  # YAML's .nan and .inf, JSON's NaN and Infinity
+            raise _refused(key, f"expected a finite number, got {value!r}")
         return value
     if hint in (int, str, bool):
         if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):

@@ -107,6 +107,8 @@ def test_build_keeps_an_integer_given_for_a_float() -> None:
         ({"inner": {"count": 1}, "limit": "none"}, "config key 'outer.limit': expected int, got 'none'"),
         ({"inner": {"count": 1}, "limit": -1}, "config key 'outer': limit must not be negative, got -1"),
         ({"inner": 3}, "config key 'outer.inner': expected a mapping of Inner's keys, got 3"),
+        ({"inner": {"count": 1, "rate": float("nan")}}, "config key 'outer.inner.rate': expected a finite number, got nan"),
+        ({"inner": {"count": 1, "rate": float("-inf")}}, "config key 'outer.inner.rate': expected a finite number, got -inf"),
     ],
 )
 def test_build_names_the_key_of_every_bad_value(data: dict, message: str) -> None:
@@ -127,3 +129,17 @@ def test_a_section_of_a_settings_file_is_built_naming_the_file(tmp_path: Path) -
         read_settings(path).section("training", TrainingSettings)
     with pytest.raises(StacklmError, match="not 'tracking'"):
         read_settings(path).section("tracking", TrainingSettings)
+
+
+@pytest.mark.parametrize(("key", "value"), [("search.learning_rate.high", ".nan"), ("model.dropout", ".nan"),
+                                            ("training.gradient_clip_norm", ".inf"), ("report.min_test_accuracy", ".nan")])
+def test_the_resolved_settings_refuse_nan_and_infinity_by_key(config: dict, key: str, value: str) -> None:
+    """`stacklm hparams` wrote a NaN learning rate into a trial file (not JSON); a NaN dropout ended every train job in a traceback."""
+    *sections, name = key.split(".")
+    user: dict = {}
+    inner = user
+    for section in sections:
+        inner = inner.setdefault(section, {})
+    inner[name] = yaml.safe_load(value)
+    with pytest.raises(StacklmError, match=f"config key '{key}': expected a finite number"):
+        resolution.resolve(config, user)
