@@ -78,6 +78,7 @@ EXAMPLES: dict[str, str] = {
     "data summarize": "stacklm data summarize --task question-formation --data results/data/question-formation --out summary.parquet",
     "data report": "stacklm data report results/data/*/summary.parquet --out results/data/report.txt",
     "data estimate-weights": "stacklm data estimate-weights --task question-formation --mirror ../upstream",
+    "data compare": "stacklm data compare --task question-formation results/data/question-formation/train.tsv ../shared/upstream/question-formation/question.train",
     "cfl": "stacklm cfl generate --language dyck-2 --split test --seed 0 --out dyck-2/test.tsv",
     "cfl generate": "stacklm cfl generate --language dyck-2 --split test --seed 0 --out dyck-2/test.tsv",
     "cfl train": "stacklm cfl train --language dyck-2 --architecture cfl/NS --learning-rate 0.005 --restart 1"

@@ -7,6 +7,7 @@
     stacklm data summarize  --task T --data DIR --out FILE.parquet
     stacklm data report     --out FILE SUMMARY.parquet ...
     stacklm data estimate-weights --task T [--mirror DIR] [--iterations K] [--out-dir DIR]
+    stacklm data compare    --task T A B [--split S] [--seeds S1 S2]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from stacklm.atomic import write_bytes_atomically
+from stacklm.data.compare import NOISE_SEEDS, compare, format_comparison, read_dataset
 from stacklm.data.dataset import make_splits, write_dataset
 from stacklm.data.examples import read_examples, write_examples
 from stacklm.data.splits import SPLITS, SplitSizes
@@ -81,6 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     weights.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
     weights.add_argument("--out-dir", type=Path, help="where to write the two grammar files (default: the packaged grammars)")
     weights.set_defaults(func=_estimate_weights)
+
+    comparison = commands.add_parser("compare", help="two datasets' construction profiles side by side, their total variation and the generator's seed noise")
+    _task(comparison)
+    comparison.add_argument("datasets", type=Path, nargs=2, metavar="A|B", help="a data folder (<split>.tsv files) or one split file, ours or upstream's")
+    comparison.add_argument("--split", choices=SPLITS, help="the split of a single file whose name does not say it")
+    comparison.add_argument("--seeds", type=int, nargs=2, default=NOISE_SEEDS, help=f"the generator's two seeds for the noise (default {NOISE_SEEDS[0]} {NOISE_SEEDS[1]})")
+    comparison.set_defaults(func=_compare)
 
 
 def _task(parser: argparse.ArgumentParser) -> None:
@@ -156,4 +165,13 @@ def _estimate_weights(args: argparse.Namespace) -> int:
     texts = grammar_texts(task, in_distribution, generalization, title, f"{origin.repository}@{origin.commit[:12]}", args.iterations)
     for path in write_grammar_files(texts, args.out_dir or Path(str(grammar_path(task.grammar_name))).parent):
         print(path)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    task = get_task(args.task)
+    first, second = (read_dataset(path, args.split) for path in args.datasets)
+    seeds = tuple(args.seeds)
+    comparisons = compare(task, first, second, seeds)
+    print("\n\n".join(format_comparison(comparison, tuple(map(str, args.datasets)), seeds) for comparison in comparisons))
     return 0

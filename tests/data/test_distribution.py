@@ -14,17 +14,12 @@ from collections import Counter
 
 import pytest
 
+from stacklm.data.compare import total_variation
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.tasks import TASK_NAMES, get_task
 
 GENERALIZATION_TOLERANCE = 0.03
 IN_DISTRIBUTION_TOLERANCE = {"subject": 0.05, "object": 0.05, "marker": 0.05, "length": 0.07}
-
-
-def total_variation(first: Counter, second: Counter) -> float:
-    """TV(p, q) = ½ Σ_x |p(x) − q(x)|."""
-    first_total, second_total = sum(first.values()), sum(second.values())
-    return sum(abs(first[key] / first_total - second[key] / second_total) for key in first.keys() | second.keys()) / 2
 
 
 def statistics(task, examples) -> dict[str, Counter]:
