@@ -30,7 +30,7 @@ from stacklm.atomic import write_text_atomically
 from stacklm.errors import located
 from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import add_resource_arguments
-from stacklm.experiments.transformations.evaluate import TaskData, task_evaluator
+from stacklm.experiments.transformations.evaluate import TaskData, add_other_data_argument, task_evaluator
 from stacklm.settings_file import build
 from stacklm.tasks import get_task
 from stacklm.tracking.records import RunMetadata, write_table
@@ -61,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--markdown", required=True, type=Path, help="the Markdown page to write")
     parser.add_argument("--parquet", type=Path, help="the rows, written as Parquet too")
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders of one task, each with its model.pt")
+    add_other_data_argument(parser)
     add_resource_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[ConstructionRow] = []
     data: TaskData | None = None
     for folder in tqdm(args.runs, desc="scoring runs", unit="run", file=sys.stderr):
-        saved, data = checked_run(folder, args.data_dir, data)
+        saved, data = checked_run(folder, args.data_dir, data, args.other_data)
         rows += construction_rows(folder, saved, data, device)
     assert data is not None  # argparse requires one run or more
     write_text_atomically(args.markdown, render_page(rows, data))
@@ -80,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def checked_run(folder: Path, data_dir: Path, data: TaskData | None) -> tuple[SavedModel, TaskData]:
+def checked_run(folder: Path, data_dir: Path, data: TaskData | None, other_data: bool = False) -> tuple[SavedModel, TaskData]:
     """``folder/model.pt`` and the task's data (that of the first run, read when first needed):
-    a run of another task than the first, or trained on other data, is an error naming it."""
+    a run of another task than the first, or trained on other data (unless ``other_data``), is
+    an error naming it."""
     saved = load_model(folder / "model.pt")
     if data is None:
-        data = TaskData(get_task(saved.task), data_dir)
+        data = TaskData(get_task(saved.task), data_dir, other_data)
         if not data.task.generalization_constructions:
             raise located(folder / "model.pt", None, f"a run of {saved.task!r}, whose generalization set has no constructions"
                           " (question formation's have: the relative clause on the subject)")
@@ -132,7 +134,8 @@ def render_page(rows: Sequence[ConstructionRow], data: TaskData) -> str:
         f"# {data.task.name}: the generalization set by construction\n\n"
         f"Expected full accuracy (FA) and partial accuracy (PA) under the hierarchical and the linear rule (DuSell & Cotterell (2025) §5),"
         f" computed as `stacklm evaluate` computes them, on the examples of each construction of the generalization set of"
-        f" `{data.directory}`, for each run's best model (written by `stacklm constructions`). PA is the task's partial accuracy"
+        f" `{data.directory}`{' (runs trained on other data)' if data.other_data else ''}, for each run's best model (written by"
+        " `stacklm constructions`). PA is the task's partial accuracy"
         " (question formation: the probability of the reference's first word, the fronted auxiliary). A run's FA and PA on the"
         " whole set are the count-weighted means of its rows.\n\n"
         f"{legend}\n{markdown_table(rows)}"

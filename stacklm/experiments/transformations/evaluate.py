@@ -3,11 +3,17 @@
 
     stacklm evaluate --task T --run RUN_DIR... --data-dir results/data/T
         --settings results/settings/evaluate.json --out RUN_DIR/metrics.parquet... [--log LOG...]
-        [--device cpu|cuda] [--threads N]
+        [--other-data] [--device cpu|cuda] [--threads N]
 
 Reads ``RUN_DIR/model.pt`` (written by ``stacklm train``), scores the validation, test and
 generalization splits (``stacklm.evaluation.metrics``) and writes ``metrics.parquet``, the
 source of truth; MLflow never sees the job (``stacklm tracking sync`` mirrors the file later).
+
+The data must be the data the run was trained on (their data versions agree), unless
+``--other-data`` asks to score it on other data (e.g. a model trained on generated data on
+McCoy et al.'s generalization set): then every row's ``config`` records the scored data
+(``scored_data``: its folder and data version). The data pass the task's checks, so every
+token is in the model's vocabulary (the task's).
 
 Several ``--run``s are evaluated one after another in this process, which reads torch, the
 settings and the data once: each with its own ``--out`` and ``--log`` (a file for its errors;
@@ -47,8 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--settings", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path, nargs="+", help="metrics.parquet to write, one per run")
     parser.add_argument("--log", type=Path, nargs="+", help="a file per run for its errors; default: stderr")
+    add_other_data_argument(parser)
     add_resource_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_other_data_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--other-data", action="store_true",
+                        help="score on --data-dir although the runs were trained on other data (recorded in the results)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     evaluation = settings.section("evaluation", EvaluationSettings)
     device = choose_device(args.device)
     set_threads(args.threads)
-    data = TaskData(get_task(args.task), args.data_dir)
+    data = TaskData(get_task(args.task), args.data_dir, args.other_data)
 
     def evaluate(run: EvaluatedRun, stream: TextIO | None) -> None:
         evaluate_run(run.run, run.out, data, evaluation, device)
@@ -69,10 +81,12 @@ def run(args: argparse.Namespace) -> int:
 @dataclass(frozen=True)
 class TaskData:
     """The task and its data directory, whose files are read once, when a run first needs them
-    (after its ``model.pt``, so that a bad model file is named before missing data)."""
+    (after its ``model.pt``, so that a bad model file is named before missing data);
+    ``other_data``: runs trained on other data may be scored on it."""
 
     task: Task
     directory: Path
+    other_data: bool = False
 
     @functools.cached_property
     def version(self) -> str:
@@ -83,10 +97,15 @@ class TaskData:
         return read_splits(self.directory, self.task)
 
     def check_version(self, run_dir: Path, trained_on: str) -> None:
-        """That ``run_dir`` was trained on this data (``trained_on``: its data version)."""
-        if self.version != trained_on:
+        """That ``run_dir`` was trained on this data (``trained_on``: its data version), unless
+        ``other_data``."""
+        if self.version != trained_on and not self.other_data:
             raise StacklmError(f"the data in {self.directory} differs from the data {run_dir} was trained on"
-                               f" (sha256 {self.version[:12]} ≠ {trained_on[:12]})")
+                               f" (sha256 {self.version[:12]} ≠ {trained_on[:12]}); --other-data scores it all the same")
+
+    def scored_data(self) -> dict[str, str]:
+        """What the rows record of the data scored, with ``--other-data``."""
+        return {"directory": str(self.directory), "data_version": self.version}
 
 
 def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: EvaluationSettings, device: torch.device) -> None:
@@ -97,8 +116,11 @@ def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: Evaluatio
         raise StacklmError(f"{run_dir / 'model.pt'} was trained on {saved.task!r}, not on --task {task.name!r}")
     # the run's settings, with the evaluation settings this command used
     metadata = RunMetadata(**saved.metadata)
-    metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | {"evaluation": asdict(evaluation)}, sort_keys=True))
     data.check_version(run_dir, metadata.data_version)
+    recorded = {"evaluation": asdict(evaluation)}
+    if data.other_data:
+        recorded["scored_data"] = data.scored_data()
+    metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | recorded, sort_keys=True))
     evaluator = task_evaluator(saved, task, evaluation, device)
     rows = evaluator.evaluate(data.splits["validation"], data.splits["test"], data.splits["generalization"])
     write_table(metrics_table(rows, metadata), out)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from stacklm.data.dataset import make_splits, write_dataset
 from stacklm.data.examples import write_examples
+from stacklm.data.upstream import read_upstream
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.errors import StacklmError
 from stacklm.experiments.transformations import constructions as constructions_command
@@ -102,3 +104,33 @@ def test_a_missing_model_other_data_and_other_tasks_are_named(runs: dict[str, Pa
     with pytest.raises(StacklmError, match="a run of 'tense-reinflection', whose generalization set has no constructions"):
         constructions(runs["tense data"], runs["tense"], out=tmp_path)
     assert not (tmp_path / "constructions.md").exists()
+
+
+def upstream_data(directory: Path, upstream_dir: Path) -> Path:
+    """A data folder of McCoy et al.'s real files (their first lines), as the upstream source writes it."""
+    task = get_task("question-formation")
+    upstream = {split: read_upstream(task.name, split, upstream_dir) for split in ("train", "validation", "test", "generalization")}
+    splits = make_splits(task, SIZES, 1, upstream)
+    write_dataset(task, splits, directory)
+    return directory
+
+
+def test_a_run_is_scored_on_other_data_only_when_asked_and_the_rows_say_so(runs: dict[str, Path], tmp_path: Path, upstream_dir: Path) -> None:
+    """A model trained on generated data, scored on McCoy et al.'s real generalization set."""
+    real = upstream_data(tmp_path / "mccoy", upstream_dir)
+    common = ["--task", "question-formation", "--data-dir", str(real), "--settings", str(runs["1"].parent / "settings.json"), "--device", "cpu",
+              "--threads", "1", "--run", str(runs["1"]), "--out", str(tmp_path / "metrics.parquet")]
+    with pytest.raises(StacklmError, match=re.escape(f"the data in {real} differs from the data {runs['1']} was trained on") + ".*--other-data"):
+        run("evaluate", *common)
+    assert run("evaluate", *common, "--other-data") == 0
+    rows = pq.read_table(tmp_path / "metrics.parquet").to_pylist()
+    own = pq.read_table(runs["1"] / "metrics.parquet").to_pylist()
+    assert {row["data_version"] for row in rows} == {own[0]["data_version"]}  # the data it was trained on
+    scored = {json.dumps(json.loads(row["config"])["scored_data"], sort_keys=True) for row in rows}
+    assert len(scored) == 1 and json.loads(scored.pop())["directory"] == str(real)
+    assert "scored_data" not in json.loads(own[0]["config"])
+    generalization = {(row["rule"], row["metric"]): row["value"] for row in rows if row["split"] == "generalization"}
+    assert generalization != {(row["rule"], row["metric"]): row["value"] for row in own if row["split"] == "generalization"}
+    assert run("constructions", "--data-dir", str(real), "--markdown", str(tmp_path / "c.md"), "--device", "cpu", "--threads", "1",
+               "--other-data", str(runs["1"])) == 0
+    assert f"`{real}` (runs trained on other data)" in (tmp_path / "c.md").read_text()
