@@ -100,6 +100,7 @@ class SharedInputs:
     evaluation: EvaluationSettings
     options: ModelOptions
     data_version: str
+    data_origins: dict[str, str]  # split -> "upstream" (an upstream file) or "drawn" (by stacklm's grammars)
     training_strings: list[list[int]]
     validation_strings: list[list[int]]
     curve_sets: tuple[list[Example], list[Example]]  # the fixed test and generalization subsets of the curves
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         evaluation=evaluation,
         options=(settings.section("model", ModelSettings) if settings is not None else ModelSettings()).options(),
         data_version=data_version(split_paths(args.data_dir)),
+        data_origins=data_origins(args.data_dir),
         training_strings=[vocabulary.encode(example.language_model_string()) for example in splits["train"]],
         validation_strings=[vocabulary.encode(example.language_model_string()) for example in splits["validation"]],
         curve_sets=(curve_subset(splits["test"], evaluation.curve_examples), curve_subset(splits["generalization"], evaluation.curve_examples)),
@@ -161,6 +163,7 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
         "train_config": asdict(config),
         "training": asdict(shared.training),
         "evaluation": asdict(shared.evaluation),
+        "data": shared.data_origins,
     }
     determining = ("task", "architecture", "seed", "hyperparameters", "model", "train_config")
     fingerprint_source = {key: run_settings[key] for key in determining} | {
@@ -212,6 +215,15 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
     )
     save_trained_model(planned.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
     write_table(curve_table(result.curve, metadata), planned.out / "train.parquet")
+
+
+def data_origins(data_dir: Path) -> dict[str, str]:
+    """Where each split of ``data_dir`` came from, as the run's settings record it."""
+    from stacklm.data.dataset import drawn_splits
+    from stacklm.data.splits import SPLITS
+
+    drawn = drawn_splits(data_dir)
+    return {split: "drawn" if split in drawn else "upstream" for split in SPLITS}
 
 
 def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:

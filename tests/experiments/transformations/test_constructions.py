@@ -129,8 +129,16 @@ def test_a_run_is_scored_on_other_data_only_when_asked_and_the_rows_say_so(runs:
     scored = {json.dumps(json.loads(row["config"])["scored_data"], sort_keys=True) for row in rows}
     assert len(scored) == 1 and json.loads(scored.pop())["directory"] == str(real)
     assert "scored_data" not in json.loads(own[0]["config"])
+    assert json.loads(own[0]["config"])["data"] == dict.fromkeys(("train", "validation", "test", "generalization"), "drawn")
     generalization = {(row["rule"], row["metric"]): row["value"] for row in rows if row["split"] == "generalization"}
     assert generalization != {(row["rule"], row["metric"]): row["value"] for row in own if row["split"] == "generalization"}
     assert run("constructions", "--data-dir", str(real), "--markdown", str(tmp_path / "c.md"), "--device", "cpu", "--threads", "1",
                "--other-data", str(runs["1"])) == 0
     assert f"`{real}` (runs trained on other data)" in (tmp_path / "c.md").read_text()
+
+
+def test_a_run_records_which_splits_of_its_data_are_upstream_files(tmp_path: Path, upstream_dir: Path) -> None:
+    real = upstream_data(tmp_path / "mccoy", upstream_dir)
+    run_dir = train_and_evaluate(tmp_path, "question-formation", real, 1)
+    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    assert json.loads(rows[0]["config"])["data"] == dict.fromkeys(("train", "validation", "test", "generalization"), "upstream")
