@@ -56,6 +56,18 @@ def load(path: str | Path) -> dict[str, Any]:
     return stored["content"]
 
 
+def load_parameters(model: torch.nn.Module, parameters: Any, path: str | Path) -> None:
+    """``model.load_state_dict(parameters)``, the parameters read from ``path``; parameters that do
+    not fit the model (a tensor missing, extra, cut or transposed) are a one-line ``StacklmError``
+    naming the file and the first misfit."""
+    try:
+        model.load_state_dict(parameters)
+    except (RuntimeError, TypeError, AttributeError) as error:
+        details = [line.strip() for line in str(error).splitlines() if line.strip()]
+        misfit = details[1] if len(details) > 1 else details[0] if details else type(error).__name__
+        raise located(path, None, f"its parameters do not fit the model it describes ({misfit[:300]}); {ADVICE}") from None
+
+
 def _reason(error: Exception) -> str:
     """The first line of ``error``: torch's weights-only refusal names the global it refused."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

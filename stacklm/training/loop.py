@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from stacklm.errors import StacklmError
+from stacklm.errors import StacklmError, located
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.batching import Batch, epoch_groups, make_batch, validation_groups
 from stacklm.training.config import TrainConfig
@@ -323,22 +323,32 @@ def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch
 
 
 def _restore(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> TrainingState:
+    """The training state saved at ``path``, its model and optimizer states loaded into ``model`` and
+    ``optimizer``; a state of another run, or one that does not fit this run's model (a missing key,
+    a reshaped tensor), is a one-line ``StacklmError`` naming the file."""
     payload: dict[str, Any] = checkpoint_file.load(path)
+    if "fingerprint" not in payload:
+        raise located(path, None, "this checkpoint holds no fingerprint, so no run can tell it as its own; delete it to start this run afresh")
     if payload["fingerprint"] != fingerprint:
         raise StacklmError(
             f"{path}: this checkpoint belongs to another run (its fingerprint differs from this run's config, seed and data); "
             "delete it to start this run afresh"
         )
-    model.load_state_dict(payload["model"])
-    model.to(device)
-    optimizer.load_state_dict(payload["optimizer"])
-    torch.set_rng_state(payload["rng_cpu"])
-    if payload["rng_cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(payload["rng_cuda"])
-    return TrainingState(
-        schedule=ScheduleState(**payload["schedule"]),
-        curve=[CheckpointRecord(**record) for record in payload["curve"]],
-        best_parameters=payload["best_parameters"],
-        step_rows=payload.get("step_rows", []),  # absent from states saved before after_step existed
-        **payload["counters"],
-    )
+    checkpoint_file.load_parameters(model, payload.get("model"), path)
+    try:
+        model.to(device)
+        optimizer.load_state_dict(payload["optimizer"])
+        state = TrainingState(
+            schedule=ScheduleState(**payload["schedule"]),
+            curve=[CheckpointRecord(**record) for record in payload["curve"]],
+            best_parameters=payload["best_parameters"],
+            step_rows=payload.get("step_rows", []),  # absent from states saved before after_step existed
+            **payload["counters"],
+        )
+        torch.set_rng_state(payload["rng_cpu"])
+        if payload["rng_cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(payload["rng_cuda"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise located(path, None, f"not the training state of this run's model ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                                  f"{checkpoint_file.ADVICE}") from None
+    return state

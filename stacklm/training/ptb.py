@@ -352,8 +352,8 @@ def _restore(
             f"{path}: this checkpoint belongs to another run (its fingerprint differs from this run's model, draw and data); "
             "delete it to start this run afresh"
         )
+    checkpoint_file.load_parameters(model, payload.get("model"), path)
     try:
-        model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         schedule.load_state_dict(payload["schedule"])
         state = _State(
@@ -370,7 +370,8 @@ def _restore(
         position = EpochPosition(saved["chunk"], saved["total_nll"], saved["targets"], carried)
         torch.set_rng_state(payload["rng_cpu"])
     except (KeyError, TypeError, RuntimeError, ValueError) as error:
-        raise located(path, None, f"not the training state of this PTB model ({type(error).__name__}: {error}); {checkpoint_file.ADVICE}") from None
+        raise located(path, None, f"not the training state of this PTB model ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
+                                  f"{checkpoint_file.ADVICE}") from None
     if payload["rng_cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(payload["rng_cuda"])
     return state, position
@@ -444,4 +445,5 @@ def load_ptb_model(path: str | Path) -> SavedPtbModel:
         raise located(path, None, f"not a PTB model file of this stacklm ({type(error).__name__}: {error}); {checkpoint_file.ADVICE}") from None
     if len(saved.vocabulary) + 1 != saved.config.vocabulary_size:
         raise located(path, None, f"{len(saved.vocabulary)} tokens and <eos> for a model of V = {saved.config.vocabulary_size}; {checkpoint_file.ADVICE}")
+    checkpoint_file.load_parameters(PtbLanguageModel(saved.config), saved.parameters, path)  # a misfit named here, not as a traceback in .model()
     return saved

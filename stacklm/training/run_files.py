@@ -78,6 +78,7 @@ class SavedModel:
     parameters: dict[str, torch.Tensor]
     metadata: dict[str, Any]  # RunMetadata fields
     settings: dict[str, Any]  # the run's resolved settings
+    source: str = ""  # the file it was loaded from (not saved), which errors name
 
 
 MODEL_CONFIGS = {config.__name__: config for config in get_args(ModelConfig)}
@@ -86,7 +87,7 @@ MODEL_CONFIGS = {config.__name__: config for config in get_args(ModelConfig)}
 def save_model(path: str | Path, saved: SavedModel) -> None:
     """``saved`` as tensors and plain values (``stacklm.training.checkpoint``): the model config
     as its class name and fields, so that loading rebuilds it without unpickling an object."""
-    content = dict(saved.__dict__)
+    content = {name: value for name, value in saved.__dict__.items() if name != "source"}
     content["vocabulary"] = list(saved.vocabulary)
     content["model_config"] = {"class": type(saved.model_config).__name__, "fields": json.loads(json.dumps(asdict(saved.model_config)))}
     checkpoint_file.save(path, content)
@@ -100,7 +101,7 @@ def load_model(path: str | Path) -> SavedModel:
         config = content["model_config"]
         content["model_config"] = build(MODEL_CONFIGS[config["class"]], config["fields"], "model_config")
         content["vocabulary"] = tuple(content["vocabulary"])
-        return SavedModel(**content)
+        return SavedModel(**content, source=str(path))
     except (KeyError, TypeError, StacklmError) as error:
         raise located(path, None, f"not a model file of this stacklm ({error}); delete it, and `stacklm train` writes it again") from None
 
@@ -108,5 +109,5 @@ def load_model(path: str | Path) -> SavedModel:
 def rebuild_model(saved: SavedModel, task: Task) -> LanguageModel:
     """The trained model of ``saved``, in eval mode, on the CPU."""
     model = model_for_config(saved.model_config, token_features(saved.architecture, task, saved.vocabulary))
-    model.load_state_dict(saved.parameters)
+    checkpoint_file.load_parameters(model, saved.parameters, saved.source)
     return model.eval()

@@ -23,7 +23,8 @@ from stacklm.models.registry import build_model
 from stacklm.training import checkpoint
 from stacklm.training.loop import train
 from stacklm.training.progress import Progress
-from stacklm.training.run_files import SavedModel, load_model, save_model
+from stacklm.tasks import get_task
+from stacklm.training.run_files import SavedModel, load_model, rebuild_model, save_model
 from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
 
 
@@ -113,3 +114,58 @@ def test_an_empty_garbage_or_truncated_checkpoint_names_the_file_and_what_to_do(
     path.write_bytes(content)
     with pytest.raises(StacklmError, match=f"^{path}: not a stacklm file that loads safely .*; delete it, and the job that wrote it writes it again"):
         checkpoint.load(path)
+
+
+@pytest.mark.parametrize("change", ["transposed", "cut", "missing"])
+def test_a_model_file_whose_parameters_do_not_fit_names_it_in_one_line(tmp_path: Path, change: str) -> None:
+    saved = small_saved_model()
+    name, tensor = next((name, tensor) for name, tensor in saved.parameters.items() if tensor.dim() == 2 and tensor.size(0) != tensor.size(1))
+    parameters = dict(saved.parameters)
+    if change == "missing":
+        del parameters[name]
+    else:
+        parameters[name] = tensor.t().contiguous() if change == "transposed" else tensor[:-1].clone()
+    path = tmp_path / "model.pt"
+    save_model(path, SavedModel(**{**saved.__dict__, "parameters": parameters}))
+    with pytest.raises(StacklmError) as refused:
+        rebuild_model(load_model(path), get_task("question-formation"))
+    message = str(refused.value)
+    assert message.startswith(f"{path}: its parameters do not fit the model it describes (") and "\n" not in message
+    assert name in message and message.endswith("; delete it, and the job that wrote it writes it again")
+
+
+def toy_state(tmp_path: Path) -> Path:
+    """The training state of a finished toy run."""
+    path = tmp_path / "state.pt"
+    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, checkpoint_path=path,
+          fingerprint="f", progress=Progress(io.StringIO()))
+    return path
+
+
+def resume(path: Path) -> None:
+    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, checkpoint_path=path,
+          fingerprint="f", progress=Progress(io.StringIO()))
+
+
+def test_a_training_state_whose_model_does_not_fit_names_it_in_one_line(tmp_path: Path) -> None:
+    path = toy_state(tmp_path)
+    payload = checkpoint.load(path)
+    name, tensor = next((name, tensor) for name, tensor in payload["model"].items() if tensor.dim() == 2 and tensor.size(0) != tensor.size(1))
+    payload["model"][name] = tensor.t().contiguous()
+    checkpoint.save(path, payload)
+    with pytest.raises(StacklmError) as refused:
+        resume(path)
+    assert str(refused.value).startswith(f"{path}: its parameters do not fit the model it describes (size mismatch for {name}: ")
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("key", ["fingerprint", "optimizer", "counters"])
+def test_a_training_state_without_a_key_names_it_in_one_line(tmp_path: Path, key: str) -> None:
+    path = toy_state(tmp_path)
+    payload = checkpoint.load(path)
+    del payload[key]
+    checkpoint.save(path, payload)
+    with pytest.raises(StacklmError) as refused:
+        resume(path)
+    assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)
+    assert ("holds no fingerprint" if key == "fingerprint" else f"(KeyError: '{key}')") in str(refused.value)

@@ -177,6 +177,20 @@ def test_the_saved_model_loads_without_code_and_rebuilds_the_trained_model(tmp_p
         load_ptb_model(tmp_path / "missing.pt")
 
 
+def test_a_saved_model_whose_parameters_do_not_fit_names_the_file_in_one_line(tmp_path) -> None:
+    from stacklm.training.ptb import SavedPtbModel, load_ptb_model, save_ptb_model
+
+    model, _ = model_and_stream()
+    parameters = model.state_dict()
+    name = next(name for name, tensor in parameters.items() if tensor.dim() == 2 and tensor.size(0) != tensor.size(1))
+    parameters[name] = parameters[name].t().contiguous()
+    save_ptb_model(tmp_path / "model.pt", SavedPtbModel(model.config, ("a", "b", "c", "d", "<unk>"), parameters, {}, 1e-4, 12.5))
+    with pytest.raises(StacklmError) as refused:
+        load_ptb_model(tmp_path / "model.pt")
+    assert str(refused.value).startswith(f"{tmp_path / 'model.pt'}: its parameters do not fit the model it describes (size mismatch for {name}")
+    assert "\n" not in str(refused.value)
+
+
 def test_a_diverged_run_resumed_from_its_state_stays_stopped(monkeypatch, tmp_path) -> None:
     model, stream = model_and_stream()
     split = chunks(stream, EOS, batch_size=4, bptt=4)

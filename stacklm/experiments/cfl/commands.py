@@ -62,6 +62,7 @@ from stacklm.models.registry import build_model, get_architecture, model_for_con
 from stacklm.settings_file import read_settings
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
+from stacklm.training.checkpoint import load_parameters
 from stacklm.training.config import TrainingSettings, cfl_train_config
 from stacklm.training.loop import StopRequest
 from stacklm.training.resumable import resumable_training
@@ -261,7 +262,7 @@ def evaluate_run(
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | used, sort_keys=True))
     language = LANGUAGES[saved.task]
     model = model_for_config(saved.model_config)
-    model.load_state_dict(saved.parameters)
+    load_parameters(model, saved.parameters, saved.source)
     model = model.eval().to(device)
     scores = score_cfl_dataset(model, test, eos_index=language.eos, tokens_per_batch=evaluation.tokens_per_batch, device=device)
     rows = [
