@@ -48,11 +48,16 @@ def job_counts(output: str) -> dict[str, int]:
 # Then its 10 PTB restarts train in one job and are evaluated in one: 10 ptb_train and 10 ptb_evaluate jobs become
 # ptb_train_group1 and ptb_evaluate_group1 (133 -> 115). Then its MLflow mirrors, a job per kind of experiment: 13
 # tracking_sync jobs become tracking_sync_group1 (the 7 tasks), group2 (the 5 CFL languages) and group3 (PTB) (115 -> 105).
+# Then the paper's data by default (data.source: upstream, downloaded): the full settings fetch the 4 splits of each of
+# the 7 tasks (28 data_fetch) and repair German passivization's 4 (data_repair) (4,587 -> 4,619); the table1 preset fetches
+# question formation's 4, and follows the paper's protocol, 10 trials and 5 seeds: 4 x (10 + 5) = 60 train and
+# 4 x 5 = 20 evaluate jobs (60 -> 108).
 DAG_JOBS: dict[str | None, dict[str, int]] = {
     None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
            "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
-           "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "total": 4587},
+           "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
+           "data_fetch": 28, "data_repair": 4, "total": 4619},
     "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "data_summarize": 7, "hparams_group1": 7,
               "tracking": 1, "data_report": 1, "select_group1": 7, "train_final_group1": 7,
               "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "aggregate": 1, "report": 1, "html": 7,
@@ -66,9 +71,9 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
     "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
            "total": 32},
-    "table1": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 4, "tracking": 1, "data_report": 1,
-               "train": 24, "select": 4, "curves": 1, "evaluate": 12, "aggregate": 1, "tracking_sync": 1, "report": 1,
-               "html": 1, "all": 1, "total": 60},
+    "table1": {"data_fetch": 4, "data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 4, "tracking": 1, "data_report": 1,
+               "train": 60, "select": 4, "curves": 1, "evaluate": 20, "aggregate": 1, "tracking_sync": 1, "report": 1,
+               "html": 1, "all": 1, "total": 108},
 }
 
 
@@ -78,16 +83,16 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
 # architectures (dag.architecture_groups), and its MLflow mirror's (tracking_sync_group1, of its one
 # task); every other rule keeps its jobs. The ci preset's 2 architectures x 2 trials and x 2 seeds
 # become 2 jobs each (8 -> 4 training jobs, 4 -> 2 evaluations), its 2 hparams and 2 select jobs 1
-# each (32 -> 24 in all); table1's 4 x 3 and 4 x 3, 6 jobs each (24 -> 12, 12 -> 6), its 4 hparams
-# and 4 select jobs 2 each (60 -> 38).
+# each (32 -> 24 in all); table1's 4 x 10 search runs in 20 jobs, its 4 x 5 final runs in 10 (60 -> 30), their
+# 20 evaluations in 10, its 4 hparams and 4 select jobs 2 each (108 -> 64).
 GROUPED_JOBS: dict[str, dict[str, int]] = {
     "ci": {"train_search_group1": 1, "train_search_group2": 1, "train_final_group1": 1, "train_final_group2": 1,
            "evaluate_final_group1": 1, "evaluate_final_group2": 1, "hparams_group1": 1, "select_group1": 1, "tracking_sync_group1": 1,
            "total": 24},
-    "table1": {**{f"train_{phase}_group{number}": 1 for phase in ("search", "final") for number in range(1, 7)},
-               **{f"evaluate_final_group{number}": 1 for number in range(1, 7)},
+    "table1": {**{f"train_search_group{number}": 1 for number in range(1, 21)}, **{f"train_final_group{number}": 1 for number in range(1, 11)},
+               **{f"evaluate_final_group{number}": 1 for number in range(1, 11)},
                **{f"{command}_group{number}": 1 for command in ("hparams", "select") for number in (1, 2)}, "tracking_sync_group1": 1,
-               "total": 38},
+               "total": 64},
 }
 
 
@@ -118,7 +123,8 @@ def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_k
     assert (" --out results/runs/question-formation/tf/final/1 results/runs/question-formation/tf/final/2"
             " --log logs/train/question-formation/tf/final/1.log logs/train/question-formation/tf/final/2.log") in final
     assert final.endswith("> logs/train/question-formation/final/group1.log 2>&1")
-    search = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase search" in line and "--architecture Tf Tf " in line)
+    search = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase search" in line and "--architecture Tf Tf " in line
+                  and " --trial 1 2 " in line)
     assert f"--seed {transformations.run_seed('search', 1)} {transformations.run_seed('search', 2)} --trial 1 2 " in search  # seeds no final run takes
     assert "--hparams results/search/question-formation/tf/trial1.json results/search/question-formation/tf/trial2.json " in search
     evaluation = next(line for line in commands if line.startswith("Shell command: stacklm evaluate") and "/tf/final/1 " in line)
@@ -323,3 +329,22 @@ def test_a_users_configfile_key_wins_over_the_presets(workflow_copy: Callable[[d
     assert counts["train"] == pairs * (3 + len(ci["final"]["seeds"]))  # 3 search trials, the preset's seeds
     searched = re.findall(r"wildcards: task=question-formation, architecture=tf, phase=search, index=(\d+)", output)
     assert sorted(searched) == ["1", "2", "3"]
+
+
+def test_the_ci_preset_on_the_upstream_source_takes_every_split_from_the_mirror(workflow_copy: Callable[[dict[str, Any]], Path], upstream_dir: Path) -> None:
+    """The data stage of a ``data.source: upstream`` run of the ci preset, the reference copies as
+    mirror: each split is the first lines of McCoy et al.'s file (the generalization split with its
+    linear targets added), and the data folder counts them as upstream's."""
+    sizes = {"train": 200, "validation": 50, "test": 2000, "generalization": 50}  # test: McCoy's repeated source (lines 443, 1999) included
+    directory = workflow_copy({"preset": "ci", "data": {"source": "upstream", "upstream_mirror": str(upstream_dir), "sizes": sizes}})
+    result = run_snakemake(directory, "--cores", "2", "--configfile", "test.yaml", "--", "results/data/question-formation/summary.parquet")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    data = directory / "results/data/question-formation"
+    names = {"train": "question.train", "validation": "question.dev", "test": "question.test"}
+    for split, name in names.items():
+        lines = (upstream_dir / "question-formation" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        assert (data / f"{split}.tsv").read_text(encoding="utf-8") == "".join(lines[: sizes[split]])
+    upstream_generalization = (upstream_dir / "question-formation/question.gen").read_text(encoding="utf-8").splitlines()[:50]
+    assert [line.rsplit("\t", 1)[0] for line in (data / "generalization.tsv").read_text(encoding="utf-8").splitlines()] == upstream_generalization
+    assert json.loads((data / "construction.json").read_text()) == {f"upstream {split}": size for split, size in sizes.items()}
+    assert "git blob a3e63ea44122" in (directory / "logs/data/fetch/question-formation/train.log").read_text()
