@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from stacklm.tracking.mlflow_mirror import KEY_TAG, TrackingSettings
-from stacklm.tracking.runs import CHECKPOINT_PLACE, CURVE_NAMES
+from stacklm.tracking.runs import CHECKPOINT_PLACE, curve_name
 
 ENVIRONMENT = "STACKLM_LIVE_MLFLOW"
 LIVE_TAG = "stacklm.live"
@@ -84,8 +84,8 @@ def watch(
 
 def curve_points(record: Mapping[str, Any]) -> list[tuple[str, float]]:
     """The curves' values at one checkpoint of the state, named as the finished run's curves."""
-    measured = [(CURVE_NAMES.get(column, column), value) for column, value in record.items() if column not in (*CHECKPOINT_PLACE, "scores")]
-    return measured + list(record.get("scores", {}).items())
+    measured = [(column, value) for column, value in record.items() if column not in (*CHECKPOINT_PLACE, "scores")]
+    return [(curve_name(column), value) for column, value in measured + list(record.get("scores", {}).items())]
 
 
 def wait_while(running: Callable[[], bool], seconds: float) -> None:

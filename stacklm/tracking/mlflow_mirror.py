@@ -4,9 +4,11 @@ One MLflow experiment per task and per CFL language; one MLflow run per stacklm 
 ``stacklm.run`` with its key (``task/architecture/phase/trial-or-seed``), ``stacklm.folder``
 with its folder, ``stacklm.digest`` with the sha256 of the Parquet files it was built from,
 and named short (``Tf+Nd final seed-1``: the experiment already says the task). Its artifacts
-are the run's files (model, Parquet records, job logs), copied into the store; with
+are the run's files (model, Parquet records, job logs), copied into the store, and a run with
+results has its model logged as an MLflow model (``stacklm.tracking.logged_model``: it loads
+with ``mlflow.pytorch.load_model``, and the experiment's Models tab lists it); with
 ``tracking.artifacts: false`` (a remote store, large files) the folder tag alone leads to
-them. Its start and end are the training's, not the mirror's. Training and
+them, and no model is logged. Its start and end are the training's, not the mirror's. Training and
 evaluation jobs never touch MLflow (``ecosystem.md`` §4): ``stacklm tracking sync`` mirrors an
 experiment's finished runs in one serial job, skipping each run whose key and digest are already
 there and replacing one whose Parquet changed, so that a rerun costs one search of the store.
@@ -20,11 +22,14 @@ serially, and ``sync`` refuses a SQLite store that does not exist yet.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections import defaultdict
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ContextManager, Iterator, Literal, Mapping, Sequence, TypeVar
 
 from stacklm.errors import StacklmError
 
@@ -35,6 +40,7 @@ SQLITE_PREFIX = "sqlite:///"
 SEARCH_PAGE_RUNS = 1000  # runs per page of the one search of an experiment's existing runs
 
 Result = TypeVar("Result")
+ModelKind = Literal["task", "cfl", "ptb"]  # the experiment that wrote a model file, which says how to rebuild it
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,14 @@ class TrackingSettings:
 
 
 @dataclass(frozen=True)
+class ModelFile:
+    """A run's ``model.pt``, logged as an MLflow model (``stacklm.tracking.logged_model``)."""
+
+    path: Path
+    kind: ModelKind
+
+
+@dataclass(frozen=True)
 class MirroredRun:
     """What MLflow shows of one stacklm run, built from its Parquet files (``stacklm.tracking.runs``)."""
 
@@ -75,11 +89,12 @@ class MirroredRun:
     params: Mapping[str, str]
     metrics: Mapping[str, float]  # logged at step 0
     curves: Mapping[str, Sequence[tuple[int, float]]]  # name → (step, value) points
-    tags: Mapping[str, str]  # task, architecture … and mlflow.source.git.commit
+    tags: Mapping[str, str]  # task, architecture … and the source tags (mlflow.source.name, .type, .git.commit)
     folder: Path  # the run's folder (tag stacklm.folder)
     files: Sequence[tuple[Path, str]]  # (file, artifact folder: "" for the top, logs/train …) copied as artifacts
     start_ms: int  # when training started and ended, ms since the epoch
     end_ms: int
+    model: ModelFile | None  # a run with results: its model.pt, logged as an MLflow model with the artifacts
 
 
 def initialize_store(settings: TrackingSettings, experiments: Sequence[str]) -> list[str]:
@@ -146,18 +161,22 @@ def _sync(client: Any, settings: TrackingSettings, experiment: str, runs: Sequen
     existing = _runs_by_key(client, experiment_id)
     manifest: dict[str, str] = {}
     created = 0
-    for run in tqdm(runs, desc=experiment, unit="run", file=sys.stderr, mininterval=10):
-        digest = f"{run.digest}+artifacts" if settings.artifacts else run.digest  # a changed choice replaces the run
-        found = existing.get(run.key, [])
-        kept = next((old for old in found if old.data.tags.get(DIGEST_TAG) == digest), None)
-        for old in found:
-            if old is not kept:
-                client.delete_run(old.info.run_id)
-        if kept is None:
-            manifest[run.key] = _create(client, experiment_id, run, digest, settings.artifacts)
-            created += 1
-        else:
-            manifest[run.key] = kept.info.run_id
+    models = settings.artifacts and any(run.model is not None for run in runs)
+    code: ContextManager[Path | None] = package_code() if models else nullcontext()
+    with code as package:
+        for run in tqdm(runs, desc=experiment, unit="run", file=sys.stderr, mininterval=10):
+            # the files and the model, or the folder tag alone: a changed choice (or a run mirrored before models were) replaces the run
+            digest = f"{run.digest}+artifacts+model" if settings.artifacts else run.digest
+            found = existing.get(run.key, [])
+            kept = next((old for old in found if old.data.tags.get(DIGEST_TAG) == digest), None)
+            for old in found:
+                if old is not kept:
+                    _delete(client, experiment_id, old.info.run_id)
+            if kept is None:
+                manifest[run.key] = _create(client, experiment_id, run, digest, package)
+                created += 1
+            else:
+                manifest[run.key] = kept.info.run_id
     print(f"{experiment}: {created} runs created, {len(runs) - created} unchanged, in {client.tracking_uri}", file=sys.stderr)
     return manifest
 
@@ -176,7 +195,25 @@ def _runs_by_key(client: Any, experiment_id: str) -> dict[str, list[Any]]:
             return found
 
 
-def _create(client: Any, experiment_id: str, run: MirroredRun, digest: str, artifacts: bool) -> str:
+@contextmanager
+def package_code() -> Iterator[Path]:
+    """A copy of the ``stacklm`` package without its bytecode caches: the code logged with each model."""
+    with tempfile.TemporaryDirectory(prefix="stacklm-code-") as folder:
+        copy = Path(folder) / "stacklm"
+        shutil.copytree(Path(__file__).resolve().parents[1], copy, ignore=shutil.ignore_patterns("__pycache__"))
+        yield copy
+
+
+def _delete(client: Any, experiment_id: str, run_id: str) -> None:
+    """Delete the run and the models logged from it (else the Models tab keeps listing them)."""
+    for model in client.search_logged_models([experiment_id], filter_string=f"source_run_id = '{run_id}'"):
+        client.delete_logged_model(model.model_id)
+    client.delete_run(run_id)
+
+
+def _create(client: Any, experiment_id: str, run: MirroredRun, digest: str, code: Path | None) -> str:
+    """Create the MLflow run of ``run``; with ``code`` (the artifacts are on: :func:`package_code`),
+    its files as artifacts and its model, where it has one, as an MLflow model."""
     from mlflow.entities import Metric, Param
 
     tags = {KEY_TAG: run.key, FOLDER_TAG: str(run.folder.resolve()), **run.tags}
@@ -188,8 +225,12 @@ def _create(client: Any, experiment_id: str, run: MirroredRun, digest: str, arti
         client.log_batch(run_id, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
         client.log_batch(run_id, metrics=metrics[start : start + 1000])
-    for path, folder in run.files if artifacts else ():
+    for path, folder in run.files if code is not None else ():
         client.log_artifact(run_id, str(path), folder or None)
+    if code is not None and run.model is not None:
+        from stacklm.tracking.logged_model import log_trained_model  # imports torch: only for a model to log
+
+        log_trained_model(client.tracking_uri, run_id, run.model, code, {KEY_TAG: run.key})
     client.set_tag(run_id, DIGEST_TAG, digest)  # last: a run cut short has no digest, and the next sync replaces it
     client.set_terminated(run_id, end_time=run.end_ms)
     return run_id

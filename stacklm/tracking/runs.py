@@ -9,10 +9,10 @@ for a final run, its ``metrics.parquet``:
 - metrics: ``best_validation_cross_entropy``, ``steps`` and ``epochs`` (of the last checkpoint),
   ``wall_time_s``, ``tokens_per_s``; every metric of ``metrics.parquet`` by its
   :func:`metric_name` (``test/full_accuracy``);
-- curves by examples seen: every number ``train.parquet`` holds per checkpoint
-  (``validation_cross_entropy``, ``train_loss``, ``learning_rate``, the generalization curves'
-  accuracies where scored);
-- tags: task, architecture, phase, trial or seed, and ``mlflow.source.git.commit``.
+- curves by examples seen, each named :func:`curve_name` (``curve/validation_cross_entropy``):
+  every number ``train.parquet`` holds per checkpoint (validation cross-entropy, training loss,
+  learning rate, the generalization curves' accuracies where scored);
+- tags: task, architecture, phase, trial or seed, and the source tags.
 
 A CFL run (``stacklm cfl train``) is mirrored from its ``train.parquet`` and, for the selected
 run of a (language, model) pair, the pair's evaluation Parquet (``stacklm cfl evaluate``):
@@ -20,8 +20,8 @@ run of a (language, model) pair, the pair's evaluation Parquet (``stacklm cfl ev
 - params: as a task run's (``model.*`` built, ``settings.*`` the rest);
 - metrics: ``best_validation_cross_entropy_above_truth`` (Δ), ``epochs``, ``wall_time_s``,
   ``test_cross_entropy_above_truth``;
-- curves: validation Δ by epoch, test Δ by length;
-- tags: language, model, setting and the commit.
+- curves: validation Δ by epoch, test Δ by length (``curve/…``);
+- tags: language, model, setting and the source tags.
 
 A PTB restart (``stacklm ptb train``, ``stacklm ptb evaluate``; DuSell & Chiang (2022) §5.2) is
 mirrored from its ``train.parquet`` and ``metrics.parquet``:
@@ -30,14 +30,23 @@ mirrored from its ``train.parquet`` and ``metrics.parquet``:
 - metrics: ``best_validation_perplexity``, ``epochs``, ``wall_time_s``, ``tokens_per_s``,
   ``validation/perplexity``, ``test/perplexity``, ``syntaxgym/sg_score``, each suite's accuracy
   (``syntaxgym/suite/<suite>``) and each circuit's score (``syntaxgym/circuit/<circuit>``);
-- curves by epoch: ``validation_perplexity``, ``train_loss``, ``learning_rate`` (a diverged
-  epoch's non-finite values left out);
-- tags: model, restart and the commit.
+- curves by epoch: ``curve/validation_perplexity``, ``curve/train_loss``, ``curve/learning_rate``
+  (a diverged epoch's non-finite values left out);
+- tags: model, restart and the source tags.
+
+One name per quantity: a curve's name starts with ``curve/``, so that no curve (whose last point
+the MLflow runs table shows) stands beside a final metric of a similar name
+(``validation/perplexity``, the best epoch's, against the curve's last epoch). The source tags
+are those the MLflow UI shows as the run's Source and Version: ``mlflow.source.name`` (the
+command that trained it, ``stacklm train``), ``mlflow.source.type`` (``LOCAL``) and
+``mlflow.source.git.commit`` (where the run's ``code_version`` names one).
 
 Each run carries its key (:func:`task_run_key`, :func:`cfl_run_key`, :func:`ptb_run_key`), a short name without the
 experiment's, the sha256 of the bytes of the Parquet files it was built from (so that
 ``stacklm tracking sync`` skips runs whose files did not change), and its files as artifacts:
-``model.pt`` and the Parquet files, and the jobs' logs where given. Training ended when
+``model.pt`` and the Parquet files, and the jobs' logs where given; a run with results (a task's
+final run, a CFL language's selected run, an evaluated PTB restart) names its ``model.pt`` as the
+model to log as an MLflow model (``stacklm.tracking.logged_model``). Training ended when
 ``train.parquet`` was written (its modification time) and started ``wall_time_s`` before.
 """
 
@@ -56,7 +65,7 @@ import pyarrow.parquet as pq
 
 from stacklm.errors import StacklmError
 from stacklm.evaluation.cfl_metric import DELTA
-from stacklm.tracking.mlflow_mirror import MirroredRun
+from stacklm.tracking.mlflow_mirror import MirroredRun, ModelFile, ModelKind
 from stacklm.tracking.records import BUILT_MODEL, METADATA_SCHEMA, commit
 
 Row = dict[str, Any]
@@ -64,7 +73,10 @@ TIMINGS = ("wall_time_s", "tokens_per_s")
 # Columns of train.parquet that place a checkpoint rather than measure it; every other number is a curve.
 CHECKPOINT_PLACE = ("checkpoint", "epoch", "step", "examples_seen", "is_best")
 CURVE_NAMES = {"learning_rate_used": "learning_rate"}  # the MLflow names of before
+CURVE_PREFIX = "curve/"
 MODEL_FILE = "model.pt"
+SOURCE_TYPE = "LOCAL"  # MLflow's source type of a run started on this machine
+SOURCE_COMMANDS: dict[ModelKind, str] = {"task": "stacklm train", "cfl": "stacklm cfl train", "ptb": "stacklm ptb train"}
 Build = Callable[[str, "Records", "Records | None", Sequence[tuple[Path, str]]], MirroredRun]
 
 
@@ -122,6 +134,19 @@ def flat_params(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             params[f"{prefix}{key}"] = json.dumps(value) if not isinstance(value, str) else value
     return params
+
+
+def curve_name(column: str) -> str:
+    """The MLflow name of the curve of ``train.parquet``'s ``column`` (``curve/learning_rate``)."""
+    return CURVE_PREFIX + CURVE_NAMES.get(column, column)
+
+
+def source_tags(kind: ModelKind, code_version: str) -> dict[str, str]:
+    """The tags the MLflow UI shows as a run's Source and Version; the commit where ``code_version`` names one."""
+    source = commit(code_version)
+    return {"mlflow.source.name": SOURCE_COMMANDS[kind], "mlflow.source.type": SOURCE_TYPE} | (
+        {"mlflow.source.git.commit": source} if source is not None else {}
+    )
 
 
 def metric_name(row: Row) -> str:
@@ -227,25 +252,34 @@ def _digest(curve: Records, metrics: Records | None) -> str:
 
 
 def _mirrored(
-    name: str, short_name: str, tags: dict[str, str], curve: Records, results: Records | None, logs: Sequence[tuple[Path, str]], **shown: Any
+    kind: ModelKind,
+    name: str,
+    short_name: str,
+    tags: dict[str, str],
+    curve: Records,
+    results: Records | None,
+    logs: Sequence[tuple[Path, str]],
+    **shown: Any,
 ) -> MirroredRun:
-    """What task and CFL runs share: params from the config, the commit, times and files;
-    ``results`` are the run's metrics (a task's final run) or evaluation (a selected CFL run)."""
+    """What every run shares: params from the config, the source tags, times and files;
+    ``results`` are the run's metrics (a task's final run, a PTB restart) or evaluation (a
+    selected CFL run), and a run with results has its ``model.pt`` logged as a model."""
     first = curve.rows[0]
     config = json.loads(first["config"])
     details = {column: first[column] for column in METADATA_SCHEMA.names if column not in (*TIMINGS, "config")}
     built = config.pop(BUILT_MODEL, {})
-    source = commit(first["code_version"])
-    files = [curve.path.parent / MODEL_FILE, curve.path, *([results.path] if results is not None else [])]
+    model = curve.path.parent / MODEL_FILE
+    files = [model, curve.path, *([results.path] if results is not None else [])]
     end_ms = round(curve.written_s * 1000)
     return MirroredRun(
         key=name,
         name=short_name,
         digest=_digest(curve, results),
         params=flat_params(details) | flat_params(built, "model.") | flat_params(config, "settings."),
-        tags=tags | ({"mlflow.source.git.commit": source} if source is not None else {}),
+        tags=tags | source_tags(kind, first["code_version"]),
         folder=curve.path.parent,
         files=[(path, "") for path in files if path.is_file()] + list(logs),
+        model=ModelFile(model, kind) if results is not None and model.is_file() else None,
         start_ms=end_ms - round(first["wall_time_s"] * 1000),
         end_ms=end_ms,
         **shown,
@@ -258,6 +292,7 @@ def _task_run(name: str, curve: Records, metrics: Records | None, logs: Sequence
     measured = [column for column in first if column not in METADATA_SCHEMA.names and column not in CHECKPOINT_PLACE]
     final = {metric_name(row): row["value"] for row in metrics.rows} if metrics is not None else {}
     return _mirrored(
+        "task",
         name,
         short_name,
         tags,
@@ -272,7 +307,7 @@ def _task_run(name: str, curve: Records, metrics: Records | None, logs: Sequence
             **final,
         },
         curves={
-            CURVE_NAMES.get(column, column): [(row["examples_seen"], row[column]) for row in curve.rows if row[column] is not None]
+            curve_name(column): [(row["examples_seen"], row[column]) for row in curve.rows if row[column] is not None]
             for column in measured
             if any(row[column] is not None for row in curve.rows)
         },
@@ -285,6 +320,7 @@ def _cfl_run(name: str, curve: Records, evaluation: Records | None, logs: Sequen
     overall = {"test_" + DELTA: row["value"] for row in test if row["length"] is None}
     tags = {"language": first["task"], "model": first["architecture"], "setting": first["setting"]}
     return _mirrored(
+        "cfl",
         name,
         f"{first['architecture'].removeprefix('cfl/')} {first['setting']}",
         tags,
@@ -298,8 +334,8 @@ def _cfl_run(name: str, curve: Records, evaluation: Records | None, logs: Sequen
             **overall,
         },
         curves={
-            "validation_" + DELTA: [(row["epoch"], row[DELTA]) for row in curve.rows],
-            "test_" + DELTA + "_by_length": [(row["length"], row["value"]) for row in test if row["length"] is not None],
+            curve_name("validation_" + DELTA): [(row["epoch"], row[DELTA]) for row in curve.rows],
+            curve_name("test_" + DELTA + "_by_length"): [(row["length"], row["value"]) for row in test if row["length"] is not None],
         },
     )
 
@@ -317,8 +353,8 @@ def _ptb_run(name: str, curve: Records, metrics: Records | None, logs: Sequence[
     first, last = curve.rows[0], curve.rows[-1]
     perplexities = [row["validation_perplexity"] for row in curve.rows if math.isfinite(row["validation_perplexity"])]
     scores = {ptb_metric_name(row): row["value"] for row in metrics.rows} if metrics is not None else {}
-    columns = {"validation_perplexity": "validation_perplexity", "train_loss": "train_loss", "learning_rate_used": "learning_rate"}
     return _mirrored(
+        "ptb",
         name,
         f"{first['architecture']} restart-{first['seed']}",
         {"model": first["architecture"], "restart": str(first["seed"])},
@@ -332,6 +368,7 @@ def _ptb_run(name: str, curve: Records, metrics: Records | None, logs: Sequence[
             **scores,
         },
         curves={
-            shown: [(row["epoch"], row[column]) for row in curve.rows if math.isfinite(row[column])] for column, shown in columns.items()
+            curve_name(column): [(row["epoch"], row[column]) for row in curve.rows if math.isfinite(row[column])]
+            for column in ("validation_perplexity", "train_loss", "learning_rate_used")
         },
     )

@@ -16,7 +16,8 @@ same order) among the run's artifacts. It writes the manifest, run key → MLflo
 ``tracking.enabled: false`` an empty one, touching no store. Each ``--experiment`` takes the
 files after it (``--curves`` …) until the next: several are mirrored one after another, each
 into its ``--out`` (the rule ``tracking_sync_group<n>``, ``resources.runs_per_job`` > 1), as a
-job each would. Neither imports torch.
+job each would. ``init`` never imports torch; ``sync`` imports it only to log a run's model as an
+MLflow model (a run with results, with ``tracking.artifacts``: ``stacklm.tracking.logged_model``).
 """
 
 from __future__ import annotations

@@ -48,10 +48,10 @@ def test_the_watcher_logs_each_checkpoint_once_until_training_ends(tmp_path: Pat
     run = client.get_run(run_id)
     assert run.info.run_name == "Tf final seed-1 (live)" and run.info.status == "FINISHED" and reads == [1, 2]
     assert run.data.tags[LIVE_TAG] == "true" and run.data.tags["stacklm.run"] == RUN["key"] and run.data.tags["architecture"] == "Tf"
-    history = sorted((point.step, point.value) for point in client.get_metric_history(run_id, "validation_cross_entropy"))
+    history = sorted((point.step, point.value) for point in client.get_metric_history(run_id, "curve/validation_cross_entropy"))
     assert history == [(100, 2.0), (200, 1.5)]  # each checkpoint once
-    assert [(point.step, point.value) for point in client.get_metric_history(run_id, "learning_rate")] == [(100, 0.01), (200, 0.01)]
-    assert [(point.step, point.value) for point in client.get_metric_history(run_id, "test_full_accuracy")] == [(100, 0.25)]
+    assert [(point.step, point.value) for point in client.get_metric_history(run_id, "curve/learning_rate")] == [(100, 0.01), (200, 0.01)]
+    assert [(point.step, point.value) for point in client.get_metric_history(run_id, "curve/test_full_accuracy")] == [(100, 0.25)]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_a_training_job_is_mirrored_live_into_an_initialised_store(data: Path, t
     wait_for(finished)
     (run,) = client.search_runs([experiment_id])
     curve = pq.read_table(tmp_path / "run" / "train.parquet").to_pylist()
-    history = sorted((point.step, point.value) for point in client.get_metric_history(run.info.run_id, "validation_cross_entropy"))
+    history = sorted((point.step, point.value) for point in client.get_metric_history(run.info.run_id, "curve/validation_cross_entropy"))
     assert len(curve) >= 3 and history == [(row["examples_seen"], row["validation_cross_entropy"]) for row in curve]
 
 

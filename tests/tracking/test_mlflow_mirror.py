@@ -1,6 +1,7 @@
 """``stacklm tracking init`` and ``sync``: runs written as Parquet, mirrored into a real MLflow
 store (their files as artifacts, or their folder as a tag), read back through a real ``mlflow
-server``; reruns, changed runs, an unreachable store and disabled tracking."""
+server``; a final run's model loaded back through MLflow's own API; reruns, changed runs, an
+unreachable store and disabled tracking."""
 
 import argparse
 import json
@@ -17,13 +18,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.metrics import MetricValue
+from stacklm.models.registry import build_model
+from stacklm.tasks import get_task
+from stacklm.tracking.finished_run import save_trained_model
 from stacklm.workflow.tracking import register
 from stacklm.tracking.mlflow_mirror import TrackingSettings
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
 from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_files import load_model, rebuild_model
 
 SEARCH = RunMetadata(
     task="question-formation", architecture="Tf", phase="search", trial=4, seed=4, learning_rate=1e-4, tokens_per_batch=900,
@@ -36,6 +42,7 @@ FINAL = replace(SEARCH, phase="final", trial=None, seed=1, wall_time_s=3.0, code
 FINISHED_S = 1_790_000_000.25  # when the final run's train.parquet was written
 CURVE = [CheckpointRecord(index, index, 5 * index, 100 * index, 1e-4, 4.0 / index, 3.0 / index, True) for index in (1, 2, 3)]
 FINAL_METRICS = [MetricValue("test", None, "full_accuracy", 0.875), MetricValue("generalization", None, "log_ratio", -1.5)]
+VOCABULARY = ("the", "newt", "can", "see", "quest", "decl")
 SEARCH_KEY = "question-formation/Tf/search/trial-4"
 FINAL_KEY = "question-formation/Tf/final/seed-1"
 
@@ -68,11 +75,17 @@ def runs(tmp_path: Path) -> tuple[list[Path], list[Path]]:
     write_table(curve_table(CURVE[:2], FINAL), final / "train.parquet")
     os.utime(final / "train.parquet", (FINISHED_S, FINISHED_S))
     write_table(metrics_table(FINAL_METRICS, FINAL), final / "metrics.parquet")
-    (final / "model.pt").write_bytes(b"the final model")
+    write_final_model(final / "model.pt", FINAL)
     (tmp_path / "logs").mkdir()
     for name in ("search-train", "final-train", "final-evaluate"):
         (tmp_path / "logs" / f"{name}.log").write_text(f"log of {name}\n")
     return [search / "train.parquet", final / "train.parquet"], [final / "metrics.parquet"]
+
+
+def write_final_model(path: Path, metadata: RunMetadata) -> None:
+    """A small trained model's ``model.pt``, as ``stacklm train`` writes it."""
+    model = build_model(metadata.architecture, len(VOCABULARY) + 1, parameter_budget=3_000, generator=torch.Generator().manual_seed(0))
+    save_trained_model(path, model, VOCABULARY, metadata, json.loads(metadata.config))
 
 
 def sync(settings: Path, runs: tuple[list[Path], list[Path]], out: Path) -> dict[str, str]:
@@ -164,9 +177,9 @@ def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_pat
         metrics = {metric["key"]: metric["value"] for metric in search["data"]["metrics"]}
         assert metrics["best_validation_cross_entropy"] == 1.0 and metrics["steps"] == 15 and metrics["epochs"] == 3
         assert metrics["wall_time_s"] == 2.0 and metrics["tokens_per_s"] == 500.0 and "test/full_accuracy" not in metrics
-        history = get(port, f"metrics/get-history?run_id={manifest[SEARCH_KEY]}&metric_key=validation_cross_entropy")["metrics"]
+        history = get(port, f"metrics/get-history?run_id={manifest[SEARCH_KEY]}&metric_key=curve/validation_cross_entropy")["metrics"]
         assert sorted((point["step"], point["value"]) for point in history) == [(100, 3.0), (200, 1.5), (300, 1.0)]
-        history = get(port, f"metrics/get-history?run_id={manifest[SEARCH_KEY]}&metric_key=train_loss")["metrics"]
+        history = get(port, f"metrics/get-history?run_id={manifest[SEARCH_KEY]}&metric_key=curve/train_loss")["metrics"]
         assert sorted((point["step"], point["value"]) for point in history) == [(100, 4.0), (200, 2.0), (300, 4.0 / 3)]
 
         final = {metric["key"]: metric["value"] for metric in found[FINAL_KEY]["data"]["metrics"]}
@@ -187,7 +200,7 @@ def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_pat
         logs = [get(port, f"artifacts/list?run_id={manifest[FINAL_KEY]}&path=logs/{job}")["files"] for job in ("train", "evaluate")]
         assert [[item["path"] for item in files] for files in logs] == [["logs/train/final-train.log"], ["logs/evaluate/final-evaluate.log"]]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/get-artifact?run_id={manifest[FINAL_KEY]}&path=model.pt", timeout=10) as response:
-            assert response.read() == b"the final model"
+            assert response.read() == (tmp_path / "runs" / "final" / "model.pt").read_bytes()
         assert sorted(item["path"] for item in get(port, f"artifacts/list?run_id={manifest[SEARCH_KEY]}")["files"]) == ["logs", "train.parquet"]
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -245,7 +258,8 @@ def test_without_artifacts_a_run_leads_to_its_folder_and_turning_them_on_replace
     assert set(with_files.values()).isdisjoint(folders_only.values())  # the choice changed: every run replaced
     assert {item.path for item in client.list_artifacts(with_files[FINAL_KEY])} == {"logs", "metrics.parquet", "model.pt", "train.parquet"}
     stored = list((tmp_path / "mlflow" / "artifacts" / "question-formation").glob("*/artifacts/model.pt"))
-    assert [path.read_bytes() for path in stored] == [b"the final model"] and list((tmp_path / "elsewhere").iterdir()) == []
+    assert [path.read_bytes() for path in stored] == [(tmp_path / "runs" / "final" / "model.pt").read_bytes()]
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def test_without_mlflow_installed_the_rules_fail_naming_the_extra(
@@ -315,6 +329,7 @@ def test_experiments_synced_in_one_call_equal_a_call_each(tmp_path: Path, runs: 
     other = tmp_path / "runs" / "passivization"
     write_table(curve_table(CURVE, replace(FINAL, task="passivization")), other / "train.parquet")
     write_table(metrics_table(FINAL_METRICS, replace(FINAL, task="passivization")), other / "metrics.parquet")
+    write_final_model(other / "model.pt", replace(FINAL, task="passivization"))
     logs = tmp_path / "logs"
     question = ["--curves", *curves, "--metrics", *metrics, "--curve-logs", logs / "search-train.log", logs / "final-train.log",
                 "--metrics-logs", logs / "final-evaluate.log"]
@@ -344,3 +359,78 @@ def test_experiments_synced_in_one_call_equal_a_call_each(tmp_path: Path, runs: 
     with pytest.raises(UsageError, match="--out: 1 given for 2 --experiment"):
         tracking("sync", "--settings", settings, "--experiment", "question-formation", *question, "--experiment", "passivization", *passivization,
                  "--out", tmp_path / "a.json")
+
+
+def test_a_final_runs_model_loads_back_through_mlflow_and_gives_the_trained_models_outputs(
+    tmp_path: Path, runs: tuple[list[Path], list[Path]]
+) -> None:
+    import mlflow
+    import mlflow.pytorch
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    settings = write_settings(tmp_path, {"uri": uri})
+    assert tracking("init", "--settings", settings) == 0
+    manifest = sync(settings, runs, tmp_path / "manifest.json")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("question-formation").experiment_id
+    # the Models tab: one model, the final run's (a search run has no results, and no model)
+    assert [model.source_run_id for model in client.search_logged_models([experiment])] == [manifest[FINAL_KEY]]
+
+    mlflow.set_tracking_uri(uri)
+    loaded = mlflow.pytorch.load_model(f"runs:/{manifest[FINAL_KEY]}/model")
+    trained = rebuild_model(load_model(tmp_path / "runs" / "final" / "model.pt"), get_task("question-formation"))
+    tokens = torch.tensor([[0, 1, 2, 3, 4], [1, 0, 3, 2, 5]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), trained(tokens), rtol=0, atol=0)
+    assert not loaded.training
+    folder = Path(mlflow.artifacts.download_artifacts(f"runs:/{manifest[FINAL_KEY]}/model", dst_path=str(tmp_path / "download")))
+    assert (folder / "extra_files" / "vocabulary.txt").read_text().split("\n")[:-1] == list(VOCABULARY)
+    assert (folder / "code" / "stacklm" / "models" / "transformer.py").is_file()  # the model's code travels with it
+
+    # the source tags the UI shows as Source and Version
+    tags = client.get_run(manifest[FINAL_KEY]).data.tags
+    assert (tags["mlflow.source.name"], tags["mlflow.source.type"], tags["mlflow.source.git.commit"]) == ("stacklm train", "LOCAL", COMMIT)
+    assert client.get_run(manifest[FINAL_KEY]).info.end_time == 1_790_000_000_250  # logging the model ended no run at its own time
+
+    write_table(metrics_table([replace(FINAL_METRICS[0], value=0.5)], FINAL), runs[1][0])  # evaluated again: the run and its model replaced
+    changed = sync(settings, runs, tmp_path / "changed.json")
+    assert [model.source_run_id for model in client.search_logged_models([experiment])] == [changed[FINAL_KEY]] != [manifest[FINAL_KEY]]
+
+
+def test_a_model_file_that_is_not_a_model_is_named(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
+    (tmp_path / "runs" / "final" / "model.pt").write_bytes(b"not a model")
+    settings = write_settings(tmp_path, {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    assert tracking("init", "--settings", settings) == 0
+    with pytest.raises(StacklmError, match="final/model.pt"):
+        sync(settings, runs, tmp_path / "manifest.json")
+
+
+def test_an_evaluated_ptb_restarts_model_loads_back_through_mlflow(tmp_path: Path) -> None:
+    import mlflow.pytorch
+
+    from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig
+    from stacklm.tracking.mlflow_mirror import initialize_store
+    from stacklm.tracking.mlflow_mirror import sync as sync_runs
+    from stacklm.tracking.records import ptb_curve_table, ptb_metric_rows, ptb_metrics_table
+    from stacklm.tracking.runs import ptb_runs
+    from stacklm.training.ptb import EpochRecord, SavedPtbModel, load_ptb_model, save_ptb_model
+
+    config = PtbModelConfig(vocabulary_size=len(VOCABULARY) + 1, hidden_units=4, stack=LimitedNondeterministic(2, 2, renormalizing=True, window=3))
+    model = PtbLanguageModel(config)
+    model.initialize(torch.Generator().manual_seed(0))
+    metadata = replace(SEARCH, task="ptb", architecture="rns-2-2", trial=None, seed=1, code_version=f"0.1.0+g{COMMIT}")
+    run = tmp_path / "ptb" / "rns-2-2" / "1"
+    save_ptb_model(run / "model.pt", SavedPtbModel(config, VOCABULARY, model.state_dict(), {}, 1e-4, 40.0))
+    write_table(ptb_curve_table([EpochRecord(1, 1.0, 4.0, 40.0, True)], metadata, 1e-4), run / "train.parquet")
+    write_table(ptb_metrics_table(ptb_metric_rows(40.0, 41.0, None), metadata, 1e-4), run / "metrics.parquet")
+    settings = TrackingSettings(uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    initialize_store(settings, ["ptb"])
+    manifest = sync_runs(settings, "ptb", ptb_runs("ptb", [run / "train.parquet"], [run / "metrics.parquet"]))
+
+    mlflow.set_tracking_uri(settings.resolved_uri())
+    loaded = mlflow.pytorch.load_model(f"runs:/{manifest['ptb/rns-2-2/restart-1']}/model")
+    trained = load_ptb_model(run / "model.pt").model()
+    inputs = torch.tensor([[0, 1, 2, 3], [4, 5, 0, 1]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(inputs, loaded.initial_state(2))[0], trained(inputs, trained.initial_state(2))[0], rtol=0, atol=0)

@@ -12,7 +12,8 @@ import pytest
 from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.tracking.records import CURVE_SCHEMA, RunMetadata, curve_table, metrics_table, write_table
-from stacklm.tracking.runs import cfl_run_key, flat_params, metric_name, task_run_key, task_runs
+from stacklm.tracking.mlflow_mirror import ModelFile
+from stacklm.tracking.runs import cfl_run_key, flat_params, metric_name, source_tags, task_run_key, task_runs
 from stacklm.training.loop import CheckpointRecord
 
 METADATA = RunMetadata(
@@ -41,8 +42,10 @@ def test_a_final_run_is_mirrored_from_its_curve_and_metrics(tmp_path: Path) -> N
         "best_validation_cross_entropy": 1.25, "steps": 8, "epochs": 1, "wall_time_s": 1.0, "tokens_per_s": 2.0, "test/full_accuracy": 0.25,
     }
     assert run.curves == {
-        "validation_cross_entropy": [(40, 1.5), (80, 1.25)], "train_loss": [(40, 2.0), (80, 1.0)], "learning_rate": [(40, 0.5), (80, 0.25)],
+        "curve/validation_cross_entropy": [(40, 1.5), (80, 1.25)], "curve/train_loss": [(40, 2.0), (80, 1.0)],
+        "curve/learning_rate": [(40, 0.5), (80, 0.25)],
     }
+    assert run.model == ModelFile(tmp_path / "model.pt", "task") or not (tmp_path / "model.pt").exists()
     write_table(curve_table(CURVE[:1], METADATA), tmp_path / "train.parquet")  # new bytes, new digest
     assert task_runs("passivization", [tmp_path / "train.parquet"], [tmp_path / "metrics.parquet"])[0].digest != run.digest
 
@@ -70,9 +73,12 @@ def test_every_curve_column_is_mirrored_where_scored_and_logs_pair_with_their_fi
     os.utime(tmp_path / "train.parquet", (1_700_000_000, 1_700_000_000))
     (tmp_path / "train.log").write_text("trained\n")
     (run,) = task_runs("passivization", [tmp_path / "train.parquet"], [], [tmp_path / "train.log"])
-    assert run.curves["test_full_accuracy"] == [(40, 0.5), (80, 0.75)] and run.curves["linear_partial_accuracy"] == [(80, 0.25)]
-    assert "hierarchical_full_accuracy" not in run.curves  # never scored: no empty curve
-    assert run.name == "LSTM+Nd final seed-2" and run.tags == {"task": "passivization", "architecture": "LSTM+Nd", "phase": "final", "seed": "2"}
+    assert run.curves["curve/test_full_accuracy"] == [(40, 0.5), (80, 0.75)] and run.curves["curve/linear_partial_accuracy"] == [(80, 0.25)]
+    assert "curve/hierarchical_full_accuracy" not in run.curves  # never scored: no empty curve
+    assert run.name == "LSTM+Nd final seed-2" and run.tags == {
+        "task": "passivization", "architecture": "LSTM+Nd", "phase": "final", "seed": "2",
+        "mlflow.source.name": "stacklm train", "mlflow.source.type": "LOCAL",  # no commit: code_version names none
+    }
     assert run.files == [(tmp_path / "train.parquet", ""), (tmp_path / "train.log", "logs/train")] and run.folder == tmp_path
     assert (run.start_ms, run.end_ms) == (1_700_000_000_000 - 1000, 1_700_000_000_000)
     (deleted,) = task_runs("passivization", [tmp_path / "train.parquet"], [], [tmp_path / "deleted.log"])
@@ -108,7 +114,42 @@ def test_a_ptb_restart_is_mirrored_from_its_curve_and_metrics(tmp_path: Path) ->
         "syntaxgym/circuit/Agreement": 0.5, "syntaxgym/circuit/Center Embedding": 1.0, "syntaxgym/sg_score": 0.75,
     }
     assert run.curves == {  # the diverged epoch's NaN and ∞ left out
-        "validation_perplexity": [(1, 400.0), (2, 300.0)], "train_loss": [(1, 6.0), (2, 5.5)], "learning_rate": [(1, 10.0), (2, 10.0), (3, 10.0)],
+        "curve/validation_perplexity": [(1, 400.0), (2, 300.0)], "curve/train_loss": [(1, 6.0), (2, 5.5)],
+        "curve/learning_rate": [(1, 10.0), (2, 10.0), (3, 10.0)],
     }
+    assert run.tags["mlflow.source.name"] == "stacklm ptb train" and run.model is None  # no model.pt written here
     with pytest.raises(StacklmError, match="does not belong to the experiment 'passivization'"):
         ptb_runs("passivization", [tmp_path / "train.parquet"], [])
+
+
+def test_no_curve_shares_a_name_with_a_metric(tmp_path: Path) -> None:
+    """The runs table shows a curve's last point: a curve named like a final metric
+    (``validation_perplexity`` beside ``validation/perplexity``) shows two numbers for one name."""
+    from stacklm.tracking.records import ptb_curve_table, ptb_metric_rows, ptb_metrics_table
+    from stacklm.tracking.runs import ptb_runs
+    from stacklm.training.ptb import EpochRecord
+
+    scored = [replace(record, scores={"test_full_accuracy": 0.5}) for record in CURVE]
+    write_table(curve_table(scored, METADATA), tmp_path / "task" / "train.parquet")
+    write_table(metrics_table([MetricValue("test", None, "full_accuracy", 0.25)], METADATA), tmp_path / "task" / "metrics.parquet")
+    ptb = replace(METADATA, task="ptb", architecture="lstm", phase="search")
+    write_table(ptb_curve_table([EpochRecord(1, 10.0, 6.0, 400.0, True), EpochRecord(2, 10.0, 7.0, 500.0, False)], ptb, 1e-4), tmp_path / "ptb" / "train.parquet")
+    write_table(ptb_metrics_table(ptb_metric_rows(400.0, 390.0, None), ptb, 1e-4), tmp_path / "ptb" / "metrics.parquet")
+    runs = [*task_runs("passivization", [tmp_path / "task" / "train.parquet"], [tmp_path / "task" / "metrics.parquet"]),
+            *ptb_runs("ptb", [tmp_path / "ptb" / "train.parquet"], [tmp_path / "ptb" / "metrics.parquet"])]
+
+    def spelled(name: str) -> str:
+        return name.replace("/", "_")
+
+    for run in runs:
+        assert all(name.startswith("curve/") for name in run.curves)
+        assert not {spelled(name) for name in run.curves} & {spelled(name) for name in run.metrics}, run.key
+    assert runs[1].metrics["validation/perplexity"] == 400.0 and runs[1].curves["curve/validation_perplexity"][-1] == (2, 500.0)
+
+
+def test_the_source_tags_name_the_command_and_the_commit() -> None:
+    commit = "0123456789abcdef" * 2 + "01234567"
+    assert source_tags("cfl", f"0.1.0+g{commit}") == {
+        "mlflow.source.name": "stacklm cfl train", "mlflow.source.type": "LOCAL", "mlflow.source.git.commit": commit,
+    }
+    assert source_tags("task", "0.1.0") == {"mlflow.source.name": "stacklm train", "mlflow.source.type": "LOCAL"}

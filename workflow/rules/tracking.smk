@@ -3,7 +3,8 @@
 # serially (concurrent first writers race on the schema migration). `tracking_sync` then mirrors
 # one experiment (a task or a CFL language) from its runs' Parquet files once they are all
 # written, into results/tracking/{experiment}.json (run key -> MLflow run id); a rerun skips the
-# runs whose files did not change. Neither imports torch. A deleted store is rebuilt by
+# runs whose files did not change, and logs each run with results' model as an MLflow model (the
+# only use of torch here). A deleted store is rebuilt by
 # `--forcerun tracking` (init, then every sync). With resources.runs_per_job K > 1, the rules
 # tracking_sync_group<n> mirror each kind's experiments (tasks, CFL languages, PTB) K to a job instead.
 

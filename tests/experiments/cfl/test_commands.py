@@ -284,7 +284,7 @@ def test_sync_mirrors_the_runs_their_delta_curves_and_the_selected_runs_test_del
     for run_dir in run_dirs:
         found = client.get_run(manifest[f"marked-reversal/cfl/LSTM/{run_dir.name}"])
         curve = pd.read_parquet(run_dir / "train.parquet")
-        history = client.get_metric_history(found.info.run_id, "validation_" + DELTA)
+        history = client.get_metric_history(found.info.run_id, "curve/validation_" + DELTA)
         assert [(point.step, point.value) for point in history] == list(zip(curve["epoch"], curve[DELTA]))
         assert found.data.params["settings.language"] == LANGUAGE.name and found.data.params["architecture"] == "cfl/LSTM"
         assert found.data.tags["language"] == LANGUAGE.name and found.data.tags["model"] == "cfl/LSTM"
@@ -295,5 +295,14 @@ def test_sync_mirrors_the_runs_their_delta_curves_and_the_selected_runs_test_del
             continue
         test = metrics[metrics["split"] == "test"]
         assert found.data.metrics["test_" + DELTA] == float(test[test["length"].isna()]["value"].iloc[0])
-        by_length = client.get_metric_history(found.info.run_id, "test_" + DELTA + "_by_length")
+        import mlflow.pytorch  # the selected run's model, through MLflow's own API: the model that was evaluated
+
+        loaded = mlflow.pytorch.load_model(f"runs:/{found.info.run_id}/model")
+        saved = load_model(run_dir / "model.pt")
+        evaluated = model_for_config(saved.model_config)
+        evaluated.load_state_dict(saved.parameters)
+        tokens = torch.tensor([[0, 1, 2, 1]])
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(tokens), evaluated.eval()(tokens), rtol=0, atol=0)
+        by_length = client.get_metric_history(found.info.run_id, "curve/test_" + DELTA + "_by_length")
         assert sorted((point.step, point.value) for point in by_length) == sorted(zip(test["length"].dropna().astype(int), test[test["length"].notna()]["value"]))
