@@ -118,3 +118,50 @@ def test_a_failed_command_exits_1_and_a_wrong_command_line_2(tmp_path: Path) -> 
     assert missing_option.returncode == 2 and "the following arguments are required: --title, --out" in missing_option.stderr
     typo = stacklm("trian")
     assert typo.returncode == 2 and "invalid choice: 'trian'" in typo.stderr
+
+
+@pytest.fixture(scope="module")
+def probe_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Data of 60 examples, a search run trained on them, settings files and a plain file."""
+    root = tmp_path_factory.mktemp("probes")
+    generated = stacklm("data", "generate", "--task", "question-formation", "--seed", "1", "--train", "60", "--validation", "10",
+                        "--test", "10", "--generalization", "10", "--out", "data", cwd=root)
+    assert generated.returncode == 0, generated.stderr
+    trained = stacklm("train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", "data", "--learning-rate", "0.001",
+                      "--tokens-per-batch", "512", "--max-epochs", "1", "--phase", "search", "--trial", "1", "--threads", "1", "--out", "search-run", cwd=root)
+    assert trained.returncode == 0, trained.stderr
+    (root / "nan.json").write_text('{"model": {"dropout": NaN}}')
+    (root / "evaluate.json").write_text("{}")
+    (root / "report.json").write_text('{"tasks": ["question-formation"], "architectures": ["Tf"]}')
+    (root / "a-file").write_text("")
+    return root
+
+
+TRAIN = ("train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", "data", "--learning-rate", "0.001", "--max-epochs", "1")
+GENERATE = ("data", "generate", "--task", "question-formation", "--out", "generated")
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "message"),
+    [
+        ((*TRAIN, "--tokens-per-batch", "512", "--out", "run", "--threads", "-1"), 2, "--threads: expected an integer >= 1, got -1"),
+        ((*TRAIN, "--tokens-per-batch", "512", "--out", "run", "--settings", "nan.json"), 1, "nan.json: config key 'model.dropout': expected a finite number"),
+        ((*TRAIN, "--tokens-per-batch", "512", "--out", "a-file"), 2, "--out a-file: an existing file, not a run folder"),
+        (("report", "--metrics", "nope.parquet", "--settings", "report.json", "--tables", "t.tex", "--markdown", "t.md", "--document", "r.tex",
+          "--figures", "f.png"), 1, "nope.parquet: cannot read the metrics"),
+        ((*TRAIN, "--tokens-per-batch", "512", "--out", "run", "--seed", "-3"), 2, "--seed: expected an integer >= 0, got -3"),
+        ((*GENERATE, "--seed", "-1"), 2, "--seed: expected an integer >= 0, got -1"),
+        ((*TRAIN, "--tokens-per-batch", "3", "--out", "run"), 2, "tokens_per_batch 3 (Tf, seed 1) is below the longest training string"),
+        ((*GENERATE, "--seed", "1", "--train", "0"), 2, "--train: expected at least 1 example, got 0"),
+        ((*GENERATE, "--seed", "1", "--train", "100000000000"), 2, "--train: at most 1,000,000 examples"),
+        (("evaluate", "--task", "question-formation", "--run", "search-run", "--data-dir", "data", "--settings", "evaluate.json", "--out", "m.parquet"),
+         1, "search-run/model.pt: a run of the hyperparameter search (trial 1), not a final run"),
+    ],
+    ids=["threads", "nan-dropout", "out-file", "missing-metrics", "train-seed", "data-seed", "tiny-budget", "no-train", "huge-train", "search-run"],
+)
+def test_a_careless_command_line_is_refused_in_one_line(probe_folder: Path, argv: tuple[str, ...], status: int, message: str) -> None:
+    """The probes of issue 33: four tracebacks and six inputs accepted that should not be."""
+    done = stacklm(*argv, cwd=probe_folder)
+    assert (done.returncode, "Traceback" in done.stderr) == (status, False), done.stderr[-2000:]
+    assert message in done.stderr and done.stderr.strip().splitlines()[-1].startswith(("stacklm: error:", "stacklm train: error:", "usage:"))
+    assert not (probe_folder / "run").exists() and not (probe_folder / "generated").exists() and not (probe_folder / "m.parquet").exists()

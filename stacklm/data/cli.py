@@ -31,6 +31,7 @@ from stacklm.grammars import grammar_path
 from stacklm.tasks import TASK_NAMES, get_task
 
 DEFAULT_ITERATIONS = 4
+MAX_SPLIT_SIZE = 1_000_000  # a split's bound: 10^11 train examples wrote 1.7 GB in 3 minutes and never ended
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -98,6 +99,13 @@ def _task(parser: argparse.ArgumentParser) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     task = get_task(args.task)
+    if args.seed < 0:
+        raise UsageError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.train < 1:
+        raise UsageError(f"--train: expected at least 1 example, got {args.train}")
+    for split in SPLITS:
+        if getattr(args, split) > MAX_SPLIT_SIZE:
+            raise UsageError(f"--{split}: at most {MAX_SPLIT_SIZE:,} examples (ten times the paper's training set), got {getattr(args, split):,}")
     try:
         sizes = SplitSizes(**{split: getattr(args, split) for split in SPLITS})
     except ValueError as error:

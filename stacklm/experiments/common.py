@@ -51,11 +51,26 @@ def device(gpus: int) -> str:
     return "cuda" if gpus > 0 else "cpu"
 
 
+def integer_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer of at least ``minimum``; anything else is argparse's usage error (exit status 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
     """``--device`` and ``--threads`` of a command that runs a model (``stacklm.training.run_files``'
     ``choose_device`` and ``set_threads`` read them)."""
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: the cores this job may use")
+    parser.add_argument("--threads", type=integer_at_least(1), default=None, help="torch threads; default: the cores this job may use")
 
 
 # Several runs in one process (``stacklm train``, ``stacklm evaluate``): each run's options are

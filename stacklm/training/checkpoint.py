@@ -91,8 +91,11 @@ def keyed_path(base: str | Path, fingerprint: str) -> Path:
 @contextmanager
 def exclusive(path: Path) -> Iterator[None]:
     """Hold the lock of the state ``path`` while the block runs; refuse if another process holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as error:
+        raise located(path, None, f"cannot create the training state's folder or lock: {error.strerror or error}") from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -114,6 +114,9 @@ def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: Evaluatio
     saved = load_model(run_dir / "model.pt")
     if saved.task != task.name:
         raise StacklmError(f"{run_dir / 'model.pt'} was trained on {saved.task!r}, not on --task {task.name!r}")
+    if saved.metadata.get("phase") != "final":
+        raise StacklmError(f"{run_dir / 'model.pt'}: a run of the hyperparameter search (trial {saved.metadata.get('trial')}), not a final run; "
+                           "evaluate scores final runs, whose metrics make the tables")
     # the run's settings, with the evaluation settings this command used
     metadata = RunMetadata(**saved.metadata)
     data.check_version(run_dir, metadata.data_version)

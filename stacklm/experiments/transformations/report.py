@@ -12,6 +12,7 @@ from stacklm.atomic import write_bytes_atomically, write_text_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.aggregate import aggregate, summarize
 from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
+from stacklm.report.progress import read_parquet
 from stacklm.report.tables import ColumnSet, render_document, render_table
 from stacklm.experiments.transformations.settings import FinalSettings, ReportSettings
 from stacklm.settings_file import read_settings
@@ -34,7 +35,7 @@ def report_command(args: argparse.Namespace) -> int:
     for option in ("tables", "markdown"):
         if len(getattr(args, option)) != len(tasks):
             raise StacklmError(f"--{option}: {len(getattr(args, option))} files given for {len(tasks)} tasks")
-    metrics = pd.read_parquet(args.metrics)
+    metrics = read_parquet(Path(args.metrics), "the metrics")
     seeds = len(final.seeds)
     log_ratio = report.log_ratio
     panels = []

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments, per_run, train_each
+from stacklm.experiments.common import add_resource_arguments, integer_at_least, per_run, train_each
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.settings_file import build, read_json, read_settings
 from stacklm.tasks import TASK_NAMES, Task, get_task
@@ -60,14 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--hparams", type=Path, nargs="+",
                         help='a trial\'s JSON, {"learning_rate", "tokens_per_batch", "max_epochs"}: one for every run, or one per seed')
     source.add_argument("--learning-rate", type=float, help="initial learning rate of Adam (with --tokens-per-batch)")
-    parser.add_argument("--tokens-per-batch", type=int, help="B, the token budget of a batch (with --learning-rate)")
-    parser.add_argument("--max-epochs", type=int, help="with --learning-rate; default: training.max_epochs, early stopping ends the run")
-    parser.add_argument("--seed", type=int, nargs="+", default=[1], help="parameters, dropout and shuffling (default: 1); several: a run each")
+    parser.add_argument("--tokens-per-batch", type=integer_at_least(1), help="B, the token budget of a batch (with --learning-rate)")
+    parser.add_argument("--max-epochs", type=integer_at_least(1), help="with --learning-rate; default: training.max_epochs, early stopping ends the run")
+    parser.add_argument("--seed", type=integer_at_least(0), nargs="+", default=[1], help="parameters, dropout and shuffling (default: 1); several: a run each")
     parser.add_argument("--settings", type=Path, help="the workflow's resolved settings; default: the paper's")
     parser.add_argument("--checkpoint", type=Path, nargs="+", help="resumable training state, one per seed; default: RUN_DIR/checkpoint.pt")
     parser.add_argument("--phase", choices=("search", "final"), default="final",
                         help="search: a trial of the hyperparameter search (with --trial); final: a run with the chosen hyperparameters (default)")
-    parser.add_argument("--trial", type=int, nargs="+", default=None, help="trial number of a search run, one per seed")
+    parser.add_argument("--trial", type=integer_at_least(1), nargs="+", default=None, help="trial number of a search run, one per seed")
     parser.add_argument("--log", type=Path, nargs="+", help="a file per seed for its run's progress lines; default: stderr")
     add_resource_arguments(parser)
     parser.set_defaults(func=run)
@@ -133,8 +133,19 @@ def run(args: argparse.Namespace) -> int:
         curve_sets=(curve_subset(splits["test"], evaluation.curve_examples), curve_subset(splits["generalization"], evaluation.curve_examples)),
         device=device,
     )
+    check_budgets(planned, shared.training_strings, args.data_dir / "train.tsv")
     train_each(planned, lambda run_plan, stop_request, stream: train_run(args.phase, run_plan, shared, stop_request, stream))
     return 0
+
+
+def check_budgets(planned: list[PlannedRun], training_strings: list[list[int]], source: Path) -> None:
+    """Every run's token budget B holds the longest training string: a smaller B makes each
+    longer string a batch of its own (B = 3 trained 200 batches of one example)."""
+    longest = max((len(string) for string in training_strings), default=0)
+    for plan in planned:
+        if plan.hyperparameters.tokens_per_batch < longest:
+            raise UsageError(f"tokens_per_batch {plan.hyperparameters.tokens_per_batch} ({plan.label}) is below the longest training string of "
+                             f"{source} ({longest} tokens), which would each be a batch of its own: give at least {longest} (the search draws 512 to 2048)")
 
 
 def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_request: StopRequest, stream: TextIO | None) -> None:
@@ -235,6 +246,9 @@ def planned_runs(args: argparse.Namespace) -> list[PlannedRun]:
     if len(set(runs)) < count:
         raise UsageError("--seed: an architecture's seed is given twice (" + ", ".join(f"{name} {seed}" for name, seed in runs) + "): each is one run")
     outs: list[Path] = per_run("--out", args.out, count, "--seed")
+    for out in outs:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out}: an existing file, not a run folder")
     hyperparameters = per_run("--hparams", chosen_hyperparameters(args), count, "--seed", allow_one=True)
     checkpoints = per_run("--checkpoint", args.checkpoint, count, "--seed", [out / "checkpoint.pt" for out in outs])
     trials = per_run("--trial", args.trial, count, "--seed", [None] * count)

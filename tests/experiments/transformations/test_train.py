@@ -183,18 +183,19 @@ def test_hyperparameters_come_from_a_trial_file_or_from_flags(flags: list[str], 
 TRIALS = {1: {"learning_rate": 0.003, "tokens_per_batch": 256, "max_epochs": 1}, 2: {"learning_rate": 0.001, "tokens_per_batch": 384, "max_epochs": 1}}
 
 
-def runs_command(data_dir: Path, directory: Path, name: str, seeds: list[int], architectures: tuple[str, ...] = ("Tf",)) -> list[str]:
+def runs_command(data_dir: Path, directory: Path, name: str, seeds: list[int], architectures: tuple[str, ...] = ("Tf",), phase: str = "search") -> list[str]:
     """``stacklm train`` of the search trials ``seeds`` of ``architectures`` (one for all, or one
     per seed) in one process, its files under ``directory/name``: ``run<seed>``, ``state<seed>.pt``
-    and ``run<seed>.log`` for Tf, ``run<seed>-<architecture>`` and so on for another."""
+    and ``run<seed>.log`` for Tf, ``run<seed>-<architecture>`` and so on for another; with ``phase``
+    final, final runs of those seeds with the trials' hyperparameters."""
     runs = list(zip(architectures * len(seeds) if len(architectures) == 1 else architectures, seeds))
 
     def each(pattern: str) -> list[str]:
         return [str(directory / name / pattern.format(seed=seed if architecture == "Tf" else f"{seed}-{architecture.lower()}")) for architecture, seed in runs]
 
     return [sys.executable, "-c", RUNNER, "train", "--task", "question-formation", "--architecture", *architectures, "--data-dir", str(data_dir),
-            "--settings", str(directory / "settings.json"), "--device", "cpu", "--threads", "1", "--phase", "search",
-            "--seed", *map(str, seeds), "--trial", *map(str, seeds), "--hparams", *(str(directory / f"hp{seed}.json") for seed in seeds),
+            "--settings", str(directory / "settings.json"), "--device", "cpu", "--threads", "1", "--phase", phase,
+            "--seed", *map(str, seeds), *(("--trial", *map(str, seeds)) if phase == "search" else ()), "--hparams", *(str(directory / f"hp{seed}.json") for seed in seeds),
             "--out", *each("run{seed}"), "--checkpoint", *each("state{seed}.pt"), "--log", *each("run{seed}.log")]
 
 
@@ -292,10 +293,12 @@ def test_a_killed_process_of_several_runs_resumes_each_run_and_retrains_none_tha
 
 
 def test_runs_evaluated_in_one_process_equal_each_run_evaluated_alone_and_a_failed_one_stops_none(data_dir: Path, alone: Path) -> None:
+    subprocess.run(runs_command(data_dir, alone, "final", list(TRIALS), phase="final"), check=True, capture_output=True)
+
     def evaluate(runs: list[str], outs: list[str], logs: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-c", RUNNER, "evaluate", "--task", "question-formation", "--data-dir", str(data_dir),
                                "--settings", str(alone / "settings.json"), "--device", "cpu", "--threads", "1",
-                               "--run", *(str(alone / "alone" / run) for run in runs), "--out", *(str(alone / out) for out in outs),
+                               "--run", *(str(alone / "final" / run) for run in runs), "--out", *(str(alone / out) for out in outs),
                                "--log", *(str(alone / log) for log in logs)], capture_output=True, text=True)
 
     for seed in TRIALS:
@@ -305,7 +308,7 @@ def test_runs_evaluated_in_one_process_equal_each_run_evaluated_alone_and_a_fail
     assert "run 3 of 3: " in together.stderr and "model file not found" in (alone / "missing.log").read_text()
     for seed in TRIALS:
         rows = [pq.read_table(alone / f"{group}{seed}.parquet").to_pylist() for group in ("alone", "together")]
-        assert rows[0] == rows[1] and {row["trial"] for row in rows[0]} == {seed}
+        assert rows[0] == rows[1] and {(row["phase"], row["seed"]) for row in rows[0]} == {("final", seed)}
         assert (alone / f"{seed}.log").read_text() == (alone / f"alone{seed}.log").read_text() == ""
     assert not (alone / "missing.parquet").exists()
 
