@@ -28,7 +28,7 @@ import re
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 import torch
 
@@ -40,7 +40,38 @@ ADVICE = "delete it, and the job that wrote it writes it again"
 
 
 def save(path: str | Path, payload: dict[str, Any]) -> None:
-    write_atomically(path, lambda file: torch.save({"format": FORMAT, "content": payload}, file))
+    """``payload`` at ``path``, written atomically: a write that fails (a full disk) is a
+    ``StacklmError`` naming the file and the cause, and leaves the file there before as it was."""
+
+    def write(file: IO[bytes]) -> None:
+        recorded = _RecordedFailure(file)
+        try:
+            torch.save({"format": FORMAT, "content": payload}, recorded)
+        except RuntimeError:
+            if recorded.error is None:
+                raise
+            raise recorded.error from None  # write_atomically names the file and the cause
+
+    write_atomically(path, write)
+
+
+class _RecordedFailure:
+    """A binary file that keeps the error of a failed write: torch's writer turns it into a
+    RuntimeError that no longer says why ("unexpected pos 768 vs 662" on a full disk)."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -303,23 +303,27 @@ def _take_checkpoint(
 
 
 def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState) -> None:
+    """The whole training state at ``path``; a write that fails (a full disk) leaves the state saved
+    before as it was, and its error says so."""
     kept_apart = ("schedule", "curve", "best_parameters", "step_rows")
     counters = {item.name: getattr(state, item.name) for item in fields(state) if item.name not in kept_apart}
-    checkpoint_file.save(
-        path,
-        {
-            "fingerprint": fingerprint,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": asdict(state.schedule),
-            "counters": counters,
-            "curve": [asdict(record) for record in state.curve],
-            "best_parameters": state.best_parameters,
-            "step_rows": state.step_rows,
-            "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        },
-    )
+    payload = {
+        "fingerprint": fingerprint,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "schedule": asdict(state.schedule),
+        "counters": counters,
+        "curve": [asdict(record) for record in state.curve],
+        "best_parameters": state.best_parameters,
+        "step_rows": state.step_rows,
+        "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    try:
+        checkpoint_file.save(path, payload)
+    except StacklmError as error:
+        raise StacklmError(f"{error}; the training state saved before (if any) is kept as it was: once the file can be written, "
+                           "the same command continues from it") from None
 
 
 def _restore(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> TrainingState:

@@ -169,3 +169,41 @@ def test_a_training_state_without_a_key_names_it_in_one_line(tmp_path: Path, key
         resume(path)
     assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)
     assert ("holds no fingerprint" if key == "fingerprint" else f"(KeyError: '{key}')") in str(refused.value)
+
+
+FULL_DISK = """
+import dataclasses, io, resource, signal, sys
+from pathlib import Path
+from stacklm.errors import StacklmError
+from stacklm.training.loop import train
+from stacklm.training.progress import Progress
+from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+
+path, limit, epochs = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+if limit:  # a write past it fails with EFBIG, as one on a full disk fails with ENOSPC
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), dataclasses.replace(toy_config(), max_epochs=epochs), seed=1, eos_index=2,
+          checkpoint_path=path, fingerprint="f", progress=Progress(io.StringIO()))
+except StacklmError as error:
+    print(error)
+"""
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_state_saved_before(tmp_path: Path) -> None:
+    """torch reported a full disk as "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 768 vs 662"."""
+    path = tmp_path / "state.pt"
+
+    def run(limit: int, epochs: int) -> str:
+        done = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), str(limit), str(epochs)], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[2], timeout=300)
+        assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+        return done.stdout
+
+    assert run(0, 1) == ""
+    saved = path.read_bytes()
+    assert run(len(saved) // 2, 2) == (f"{path}: cannot write: {os.strerror(27)}; the training state saved before (if any) is kept as it was: "
+                                       "once the file can be written, the same command continues from it\n")  # EFBIG
+    assert path.read_bytes() == saved and not [item for item in tmp_path.iterdir() if item.name.endswith(".tmp")]
+    assert run(0, 2) == "" and checkpoint.load(path)["counters"]["epoch"] == 2
