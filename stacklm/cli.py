@@ -98,7 +98,7 @@ EXAMPLES: dict[str, str] = {
     "ptb select": "stacklm ptb select --curves runs/rns-2-3/*/train.parquet --out selected/rns-2-3.json",
     "ptb report": "stacklm ptb report --metrics runs/*/*/metrics.parquet --selected selected/lstm.json selected/rns-2-3.json"
     " --figure-models lstm rns-2-3 --out-metrics metrics.parquet --tables ptb.tex circuits.tex --markdown ptb.md circuits.md"
-    " --figures sg.png sg.pdf",
+    " --figures sg.png sg.pdf --scale 'the first 100 lines of each PTB split; 2 restarts'",
     "settings": "stacklm settings --json '{\"tasks\": [\"question-formation\"], ...}' --out settings.json",
     "hparams": "stacklm hparams --task question-formation --architecture Tf+Nd --settings results/settings/hparams.json"
     " --out trial1.json trial2.json",
@@ -106,7 +106,7 @@ EXAMPLES: dict[str, str] = {
     " --curves runs/1/train.parquet runs/2/train.parquet --out best.json",
     "aggregate": "stacklm aggregate --out results/metrics.parquet results/runs/*/*/final/*/metrics.parquet",
     "report": "stacklm report --metrics results/metrics.parquet --settings results/settings/report.json --tables qf.tex"
-    " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf",
+    " --markdown qf.md --document report.tex --figures figure3.png figure3.pdf --scale '500 examples; 1 seed'",
     "constructions": "stacklm constructions --data-dir results/data/question-formation --markdown constructions.md"
     " --parquet constructions.parquet results/runs/question-formation/tf/final/*",
     "curves": "stacklm curves --out results/curves/question-formation.parquet --figures curves.png curves.pdf"

@@ -30,6 +30,8 @@ from stacklm.tracking.records import CURVE_SCORES, CURVE_SETS, curve_score
 
 IDENTITY = ["task", "architecture", "phase", "trial", "seed", "learning_rate", "tokens_per_batch", "parameters", "code_version"]
 CHECKPOINT = ["checkpoint", "epoch", "examples_seen", "learning_rate_used", "train_loss", "validation_cross_entropy", "is_best"]
+TITLE_MARGIN_IN = 0.1  # the figure's title below the top edge
+TITLE_HEIGHT_IN = 0.45  # room for that title above the first row of panels
 TITLES = {"test": "test", "hierarchical": "generalization, hierarchical rule", "linear": "generalization, linear rule"}  # a panel per CURVE_SETS
 
 
@@ -90,8 +92,11 @@ def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path], rows: Sequenc
                 if run.empty:
                     continue
                 colour = colours(run_order.index(run_name) % colours.N)
-                axis.plot(run["examples_seen"], run[curve_score(name, "full")], color=colour, label=f"{run_name} FA")
-                axis.plot(run["examples_seen"], run[curve_score(name, "partial")], color=colour, linestyle="--", label=f"{run_name} PA")
+                marker = "o" if len(run) == 1 else None  # a line of one checkpoint draws nothing
+                axis.plot(run["examples_seen"], run[curve_score(name, "full")], color=colour, marker=marker, label=f"{run_name} FA")
+                axis.plot(
+                    run["examples_seen"], run[curve_score(name, "partial")], color=colour, linestyle="--", marker=marker, markerfacecolor="none", label=f"{run_name} PA"
+                )
                 best = run[run["is_best"]].tail(1)
                 axis.plot(best["examples_seen"], best[curve_score(name, "full")], "o", color=colour, markersize=4)
             axis.set_ylim(-0.02, 1.02)
@@ -107,8 +112,10 @@ def plot_curves(curves: pd.DataFrame, paths: Sequence[str | Path], rows: Sequenc
     legend = dict(sorted(legend.items(), key=lambda item: (name_order(item[0]), item[0])))
     figure.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), fontsize="small")
     tasks = ", ".join(dict.fromkeys(curves["task"]))
-    figure.suptitle(f"{tasks}: FA (solid) and PA (dashed) at every checkpoint; dot: {dot}")
-    figure.tight_layout(rect=(0, 0.06, 1, 1))
+    # the title and its room measured in inches from the top: in figure fractions, a tall figure (17 rows) drew it over the first row
+    height_in = figure.get_figheight()
+    figure.suptitle(f"{tasks}: FA (solid) and PA (dashed) at every checkpoint; dot: {dot}", y=1 - TITLE_MARGIN_IN / height_in, va="top")
+    figure.tight_layout(rect=(0, 0.06, 1, 1 - TITLE_HEIGHT_IN / height_in))
     save_figure(figure, paths, dpi=120)
     plt.close(figure)
 

@@ -105,12 +105,13 @@ def _printed(value: float, column: PtbColumn) -> str:
 
 
 def _cells(values: Sequence[Sequence[float]], columns: Sequence[PtbColumn], markdown: bool) -> list[list[str]]:
-    """The printed cells of each row, the best printed value of each column bold."""
+    """The printed cells of each row, the best printed value of each column bold (none in a column
+    whose rows all print the same value)."""
     printed = [[_printed(value, column) for value, column in zip(row, columns)] for row in values]
     best: list[str | None] = []
     for index, column in enumerate(columns):
         shown = [row[index] for row in printed if row[index] != MISSING]
-        if column.higher_is_better is None or not shown:
+        if column.higher_is_better is None or len({float(text) for text in shown}) < 2:  # none, or nothing stands out: no bold
             best.append(None)
         else:
             best.append((max if column.higher_is_better else min)(shown, key=float))
@@ -130,7 +131,14 @@ def _cells(values: Sequence[Sequence[float]], columns: Sequence[PtbColumn], mark
 
 
 def _render(
-    label: str, caption: str, columns: Sequence[PtbColumn], runs: Sequence[PtbRun], values: Sequence[Sequence[float]], source: str, markdown: bool
+    label: str,
+    caption: str,
+    columns: Sequence[PtbColumn],
+    runs: Sequence[PtbRun],
+    values: Sequence[Sequence[float]],
+    source: str,
+    markdown: bool,
+    scale: str,
 ) -> str:
     rows = [{"label": run.architecture, "cells": cells} for run, cells in zip(runs, _cells(values, columns, markdown))]
     headers = [column.label + ("" if column.higher_is_better is None else (" ↑" if column.higher_is_better else " ↓")) for column in columns]
@@ -139,11 +147,12 @@ def _render(
         for column in columns
     ]
     template = environment().get_template("ptb_table.md.j2" if markdown else "ptb_table.tex.j2")
-    return template.render(label=label, caption=caption, headers=headers if markdown else latex_headers, rows=rows, source=source)
+    return template.render(label=label, caption=f"{caption} {scale}".strip(), headers=headers if markdown else latex_headers, rows=rows, source=source)
 
 
-def render_ptb_table(runs: Sequence[PtbRun], selection: Mapping[str, int], source: str, markdown: bool = False) -> str:
-    """The PTB table (LaTeX, or Markdown): a row per model of ``selection``, its selected restart."""
+def render_ptb_table(runs: Sequence[PtbRun], selection: Mapping[str, int], source: str, markdown: bool = False, scale: str = "") -> str:
+    """The PTB table (LaTeX, or Markdown): a row per model of ``selection``, its selected restart;
+    ``scale`` (``stacklm.workflow.document.ptb_scale``) ends the caption."""
     best = selected_runs(runs, selection)
     counts = [sum(run.architecture == model for run in runs) for model in selection]
     restarts = str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
@@ -152,11 +161,12 @@ def render_ptb_table(runs: Sequence[PtbRun], selection: Mapping[str, int], sourc
         f"random restart with the lowest validation perplexity (of {restarts} restarts)."
     )
     values = [(run.parameters, run.validation_perplexity, run.test_perplexity, run.sg_score) for run in best]
-    return _render("ptb", caption, PTB_COLUMNS, best, values, source, markdown)
+    return _render("ptb", caption, PTB_COLUMNS, best, values, source, markdown, scale)
 
 
-def render_circuit_table(runs: Sequence[PtbRun], selection: Mapping[str, int], source: str, markdown: bool = False) -> str:
-    """The circuit table of App. 11: the selected restarts' score per circuit, then the SG score."""
+def render_circuit_table(runs: Sequence[PtbRun], selection: Mapping[str, int], source: str, markdown: bool = False, scale: str = "") -> str:
+    """The circuit table of App. 11: the selected restarts' score per circuit, then the SG score;
+    ``scale`` ends the caption."""
     best = selected_runs(runs, selection)
     names = list(dict.fromkeys(name for run in best for name, _ in run.circuits))
     if not names:
@@ -164,7 +174,7 @@ def render_circuit_table(runs: Sequence[PtbRun], selection: Mapping[str, int], s
     columns = [PtbColumn(name, True, 3) for name in names] + [PtbColumn("SG Score", True, 3)]
     values = [[dict(run.circuits).get(name, math.nan) for name in names] + [run.sg_score] for run in best]
     caption = "SG score per circuit of each model's random restart with the lowest validation perplexity, and the SG score."
-    return _render("circuits", caption, columns, best, values, source, markdown)
+    return _render("circuits", caption, columns, best, values, source, markdown, scale)
 
 
 def scatter_points(runs: Sequence[PtbRun], models: Sequence[str]) -> dict[str, list[tuple[float, float]]]:

@@ -4,8 +4,10 @@ Each table has a row per architecture and the paper's columns: full accuracy (Te
 Linear ↓, Log Ratio ↑) and partial accuracy (Hier. ↑, Linear ↓, Log Ratio ↑). A cell is the
 mean over seeds with the standard deviation in small text; the best mean of each column is
 bold (the highest, or the lowest for Linear), judged on the printed values: every row that
-prints the best value is bold, as in the paper. The paper's numbers for the same architectures
-follow as a second column set, bold by the same rule among those rows.
+prints the best value is bold, as in the paper; a column whose rows all print the same value
+(the all-zero columns of a toy run) has no bold. The paper's numbers for the same architectures
+follow as a second column set, bold by the same rule among those rows. Every caption ends in
+the run's scale (``stacklm.workflow.document``): a preset's numbers are not the paper's.
 
 The templates use ``<< >>`` and ``<% %>`` delimiters, so LaTeX braces need no escaping; every
 generated text (titles, captions, row labels) passes through the ``tex`` filter, which escapes
@@ -81,10 +83,13 @@ def format_std(value: float) -> str:
 
 
 def best_architectures(cells: Mapping[tuple[str, str], Summary], architectures: Sequence[str], column: Column) -> set[str]:
-    """The rows whose printed mean is the column's best (every row on a tie); none if no mean."""
+    """The rows whose printed mean is the column's best (every row on a tie); none if no mean, or
+    if every row prints the same mean (nothing stands out)."""
     means = {name: cells[(name, column.key)].mean for name in architectures if (name, column.key) in cells}
     finite = {name: _printed(mean) for name, mean in means.items() if not math.isnan(mean)}
     if not finite:
+        return set()
+    if len(set(finite.values())) == 1:
         return set()
     best = max(finite.values()) if column.higher_is_better else min(finite.values())
     return {name for name, mean in finite.items() if mean == best}
@@ -138,9 +143,10 @@ def table_rows(
 
 
 def render_table(
-    task: str, architectures: Sequence[str], column_sets: Sequence[ColumnSet], source: str, markdown: bool = False
+    task: str, architectures: Sequence[str], column_sets: Sequence[ColumnSet], source: str, markdown: bool = False, scale: str = ""
 ) -> str:
-    """The table for ``task`` (LaTeX ``table*``, or Markdown): a row per architecture, a group per column set."""
+    """The table for ``task`` (LaTeX ``table*``, or Markdown): a row per architecture, a group per
+    column set; ``scale`` ends the caption."""
     rows = table_rows(architectures, column_sets, render_markdown_cell if markdown else render_cell)
     number, caption = PAPER_TABLES[task]
     return environment().get_template("table.md.j2" if markdown else "table.tex.j2").render(
@@ -152,17 +158,41 @@ def render_table(
         column_sets=column_sets,
         rows=rows,
         source=source,
+        scale=scale,
     )
 
 
-def render_document(document: str | Path, tables: Sequence[str | Path], figures: Sequence[str | Path], caption: str) -> str:
-    """A standalone LaTeX document that ``\\input``s every table and shows Figure 3 (PDF)."""
+@dataclass(frozen=True)
+class Figure:
+    path: str  # a PDF
+    caption: str
+
+
+@dataclass(frozen=True)
+class Part:
+    """A section of the document: an experiment's tables (LaTeX files with their own captions)
+    and figures, after a heading; ``scale`` is listed on the title page."""
+
+    heading: str
+    scale: str
+    tables: Sequence[str]
+    figures: Sequence[Figure]
+
+
+def render_document(document: str | Path, parts: Sequence[Part]) -> str:
+    """A standalone LaTeX document: a title page listing every part's scale, then each part's
+    tables (``\\input``) and figures, with paths relative to ``document``'s folder."""
     folder = Path(document).parent
-    pdf = [path for path in figures if str(path).endswith(".pdf")]
     return environment().get_template("report.tex.j2").render(
-        tables=[_relative(path, folder) for path in tables],
-        figure=_relative(pdf[0], folder) if pdf else None,
-        caption=caption,
+        parts=[
+            {
+                "heading": part.heading,
+                "scale": part.scale,
+                "tables": [_relative(path, folder) for path in part.tables],
+                "figures": [{"path": _relative(figure.path, folder), "caption": figure.caption} for figure in part.figures],
+            }
+            for part in parts
+        ]
     )
 
 

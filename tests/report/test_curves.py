@@ -71,3 +71,51 @@ def test_the_legend_names_every_seed_when_the_first_architecture_lacks_one(tmp_p
     monkeypatch.setattr(matplotlib.figure.Figure, "legend", lambda self, handles, names, **options: labels.extend(names) or legend(self, handles, names, **options))
     plot_curves(read_curves(runs), [tmp_path / "curves.png"])
     assert labels == ["seed 1 FA", "seed 1 PA", "seed 3 FA", "seed 3 PA"]
+
+
+def drawn_figure(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures ``plot_curves`` saves, kept open for inspection (the caller closes them)."""
+    import matplotlib.pyplot as plt
+
+    import stacklm.report.curves as curves_module
+
+    drawn: list = []
+    monkeypatch.setattr(curves_module, "save_figure", lambda figure, paths, **options: drawn.append(figure))
+    monkeypatch.setattr(plt, "close", lambda figure: None)
+    return drawn
+
+
+@pytest.mark.parametrize("architectures", [1, 17])
+def test_the_title_is_drawn_above_the_first_row_not_over_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, architectures: int) -> None:
+    import matplotlib.pyplot as plt
+
+    from stacklm.report.curves import plot_curves, read_curves
+
+    names = ["Tf", "Tf+Nd", "LSTM", "RNN", "Tf+Sup", "LSTM+Nd", "RNN+Nd", "Tf+Sup+Sup", "Tf+Nd+Nd", "RNN+Sup", "RNN+Sup+R", "RNN+Nd+R",
+             "LSTM+Sup", "LSTM+Sup+R", "LSTM+Nd+R", "Tf+Syn", "LSTM+Syn"][:architectures]
+    paths = [tmp_path / f"{index}.parquet" for index in range(architectures)]
+    for path, name in zip(paths, names):
+        write_run(path, name, 1)
+    drawn = drawn_figure(monkeypatch)
+    plot_curves(read_curves(paths), [tmp_path / "curves.png"])
+    (figure,) = drawn
+    renderer = figure.canvas.get_renderer()
+    title = figure._suptitle.get_window_extent(renderer)
+    first_row = [axis for axis in figure.axes if axis.get_subplotspec().rowspan.start == 0]
+    assert all(title.y0 >= axis.title.get_window_extent(renderer).y1 for axis in first_row)
+    plt.close(figure)
+
+
+def test_a_run_of_one_checkpoint_is_drawn_with_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-epoch run has one checkpoint: a line of one point draws nothing, so it has markers."""
+    import matplotlib.pyplot as plt
+
+    from stacklm.report.curves import plot_curves, read_curves
+
+    write_run(tmp_path / "run.parquet", "Tf", 1)
+    curves = read_curves([tmp_path / "run.parquet"])
+    drawn = drawn_figure(monkeypatch)
+    plot_curves(curves[curves["checkpoint"] == 1], [tmp_path / "curves.png"])
+    lines = [line for axis in drawn[0].axes for line in axis.get_lines() if line.get_label().endswith(("FA", "PA"))]
+    assert lines and all(line.get_marker() == "o" for line in lines)
+    plt.close(drawn[0])

@@ -45,3 +45,10 @@ def test_error_bars_are_drawn_and_promised_only_with_two_seeds_or_more(tmp_path:
     assert "error bars: one standard deviation" in figure3_caption(0.9, 3)
     caption = figure3_caption(0.9, 1)
     assert "standard deviation" not in caption and "no error bars" in caption and "90%" in caption
+
+
+def test_figure3s_caption_says_every_model_is_shown_when_there_is_no_threshold() -> None:
+    """The small preset plots every model (threshold 0): not "reaches 0%"."""
+    caption = figure3_caption(0.0, 1)
+    assert "0%" not in caption and "of every model (no threshold on test accuracy)" in caption
+    assert "whose mean test full accuracy is at least 90%" in figure3_caption(0.9, 5)

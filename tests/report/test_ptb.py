@@ -14,6 +14,7 @@ from stacklm.evaluation.syntaxgym.circuits import Circuit, sg_scores
 from stacklm.evaluation.syntaxgym.score import PredictionResult, SuiteResult
 from stacklm.evaluation.syntaxgym.sources import SGResult
 from stacklm.report.ptb import plot_sg_against_perplexity, ptb_runs, render_circuit_table, render_ptb_table, scatter_points, selected_runs
+from stacklm.report.tables import escape_latex
 from stacklm.tracking.records import RunMetadata, ptb_metric_rows, ptb_metrics_table, write_table
 
 CIRCUITS = (Circuit("Agreement", ("number_src",)), Circuit("Licensing", ("npi_src_any",)))
@@ -109,11 +110,11 @@ def test_the_circuit_table(runs) -> None:
     assert render_circuit_table(runs, SELECTION, "metrics.parquet", markdown=True).splitlines()[2:] == [
         "| Model | Agreement ↑ | Licensing ↑ | SG Score ↑ |",
         "|---|---:|---:|---:|",
-        "| lstm | **0.500** | 0.300 | 0.400 |",
-        "| rns-2-3 | **0.500** | **0.380** | **0.440** |",
+        "| lstm | 0.500 | 0.300 | 0.400 |",  # Agreement: both scored restarts print 0.500, nothing stands out: no bold
+        "| rns-2-3 | 0.500 | **0.380** | **0.440** |",
         "| jm_hidden | -- | -- | -- |",
     ]
-    assert "rns-2-3 & $\\mathbf{0.500}$ & $\\mathbf{0.380}$ & $\\mathbf{0.440}$ \\\\" in render_circuit_table(runs, SELECTION, "metrics.parquet")
+    assert "rns-2-3 & $0.500$ & $\\mathbf{0.380}$ & $\\mathbf{0.440}$ \\\\" in render_circuit_table(runs, SELECTION, "metrics.parquet")
     with pytest.raises(StacklmError, match="metrics.parquet: no selected run was scored on SyntaxGym"):
         render_circuit_table(runs, {"jm_hidden": 1}, "metrics.parquet")
 
@@ -140,3 +141,11 @@ def test_the_figure_shows_every_scored_restart_and_its_pdf_is_reproducible(tmp_p
     moved = [run if (run.architecture, run.seed) != ("lstm", 3) else run.__class__(**{**run.__dict__, "sg_score": 0.2}) for run in runs]
     plot_sg_against_perplexity(moved, SELECTION, MODELS, [tmp_path / "moved.pdf"])
     assert hashlib.sha256((tmp_path / "moved.pdf").read_bytes()).digest() != hashlib.sha256((first / "sg.pdf").read_bytes()).digest()
+
+
+def test_every_ptb_caption_ends_in_the_scale(runs) -> None:
+    scale = "Preset small: the first 100 lines of each PTB split; 2 restarts per model of at most 2 epochs; 3 SyntaxGym suites."
+    for render in (render_ptb_table, render_circuit_table):
+        latex = render(runs, SELECTION, "metrics.parquet", scale=scale)
+        assert latex[latex.index(r"\caption{") :].split("\n")[0].endswith(escape_latex(scale) + "}")
+        assert scale in render(runs, SELECTION, "metrics.parquet", markdown=True, scale=scale).splitlines()[0]

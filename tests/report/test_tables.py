@@ -12,6 +12,8 @@ from stacklm.report.aggregate import COLUMNS, Cell
 from stacklm.report.paper import paper_cells
 from stacklm.report.tables import (
     ColumnSet,
+    Figure,
+    Part,
     best_architectures,
     escape_latex,
     format_mean,
@@ -77,7 +79,7 @@ def test_table_has_both_column_sets_in_the_papers_layout() -> None:
     assert tf_nd[2] == r"$\mathbf{0.700}$ {\scriptsize $\pm$.20}"  # ours, FA Hier.: best
     assert tf[2] == r"$0.500$ {\scriptsize $\pm$.05}"
     assert tf_nd[9] == r"$\mathbf{0.318}$ {\scriptsize $\pm$.19}"  # the paper's Tf+Nd, FA Hier.
-    assert tf[8] == r"$\mathbf{0.999}$ {\scriptsize $\pm$.00}"  # the paper's Tf test accuracy ties Tf+Nd's
+    assert tf[8] == tf_nd[8] == r"$0.999$ {\scriptsize $\pm$.00}"  # the paper's Tf test accuracy ties Tf+Nd's: nothing stands out, no bold
     assert tf[11] == r"$-4.926$ {\scriptsize $\pm$2.44}"  # the paper's Tf, FA Log Ratio
     assert tf_syn[1:] == ["--"] * 2 * len(COLUMNS)  # neither we nor the paper have it
     header = latex.split("\\toprule\n")[1].split("\\midrule")[0]
@@ -87,16 +89,22 @@ def test_table_has_both_column_sets_in_the_papers_layout() -> None:
     assert r"\label{tab:question-formation}" in latex and "Results on question formation." in latex
 
 
-def test_document_includes_every_table_and_figure3(tmp_path: Path) -> None:
+def test_document_has_a_title_page_of_scales_then_every_parts_tables_and_figures(tmp_path: Path) -> None:
+    report = tmp_path / "report"
     document = render_document(
-        tmp_path / "report" / "report.tex",
-        [tmp_path / "report" / "tables" / "question-formation.tex", tmp_path / "report" / "tables" / "passivization.tex"],
-        [tmp_path / "report" / "figures" / "figure3.png", tmp_path / "report" / "figures" / "figure3.pdf"],
-        caption="Figure 3.",
+        report / "report.tex",
+        [
+            Part("Syntactic transformations", "Preset small: 500 examples.", [str(report / "tables" / "question-formation.tex"), str(report / "tables" / "passivization.tex")],
+                 [Figure(str(report / "figures" / "figure3.pdf"), "Figure 3. Preset small: 500 examples.")]),
+            Part("Penn Treebank", "Preset small: 100 lines.", [str(tmp_path / "ptb" / "ptb.tex")], [Figure(str(tmp_path / "ptb" / "sg.pdf"), "SG. Preset small: 100 lines.")]),
+        ],
     )
     assert r"\input{tables/question-formation.tex}" in document and r"\input{tables/passivization.tex}" in document
     assert r"\includegraphics[width=\textwidth,height=0.8\textheight,keepaspectratio]{figures/figure3.pdf}" in document
-    assert document.index(r"\begin{document}") < document.index(r"\input") < document.index(r"\end{document}")
+    assert r"\input{../ptb/ptb.tex}" in document and r"{../ptb/sg.pdf}" in document and r"\caption{SG. Preset small: 100 lines.}" in document
+    title = document[document.index(r"\begin{titlepage}") : document.index(r"\end{titlepage}")]
+    assert r"\item[Syntactic transformations] Preset small: 500 examples." in title and r"\item[Penn Treebank] Preset small: 100 lines." in title
+    assert document.index(r"\begin{document}") < document.index(r"\end{titlepage}") < document.index(r"\input") < document.index(r"\end{document}")
 
 
 @pytest.mark.parametrize("with_paper", [False, True])
@@ -112,8 +120,8 @@ def test_markdown_table_stacks_the_two_column_sets() -> None:
     sets = [ColumnSet("This reproduction (2 seeds)", ours), ColumnSet("DuSell & Cotterell (2025), Table 1 (5 runs)", paper_cells("question-formation"))]
     markdown = render_table("question-formation", ["Tf", "Tf+Nd"], sets, source="m.parquet", markdown=True)
     rows = [line for line in markdown.splitlines() if line.startswith("| Tf")]
-    assert rows[0] == "| Tf | **0.250** ±.10 |" + " **0.250** ±.10 |" * 6
-    assert rows[3] == "| Tf+Nd | **0.999** ±.00 | **0.318** ±.19 | **0.018** ±.02 | **8.563** ±8.11 | **0.732** ±.15 | **0.268** ±.15 | **2.461** ±3.52 |"
+    assert rows[0] == rows[1].replace("Tf+Nd", "Tf") == "| Tf | 0.250 ±.10 |" + " 0.250 ±.10 |" * 6  # no cell differs: no bold
+    assert rows[3] == "| Tf+Nd | 0.999 ±.00 | **0.318** ±.19 | **0.018** ±.02 | **8.563** ±8.11 | **0.732** ±.15 | **0.268** ±.15 | **2.461** ±3.52 |"
     assert markdown.count("| Architecture | FA Test ↑ | FA Hier. ↑ | FA Linear ↓ | FA Log Ratio ↑ | PA Hier. ↑ | PA Linear ↓ | PA Log Ratio ↑ |") == 2
 
 
@@ -128,7 +136,7 @@ def test_ties_are_judged_on_the_printed_values() -> None:
     by_key = {column.key: column for column in COLUMNS}
     printed_zero = {("A", "full_log_ratio"): Cell(0.0004, NAN, 1), ("B", "full_log_ratio"): Cell(0.0001, NAN, 1), ("C", "full_log_ratio"): Cell(-0.0002, NAN, 1)}
     assert {format_mean(cell.mean) for cell in printed_zero.values()} == {"0.000"}
-    assert best_architectures(printed_zero, ["A", "B", "C"], by_key["full_log_ratio"]) == {"A", "B", "C"}
+    assert best_architectures(printed_zero, ["A", "B", "C"], by_key["full_log_ratio"]) == set()  # every row prints 0.000: none stands out
     lowest = {("A", "full_linear"): Cell(0.0012, NAN, 1), ("B", "full_linear"): Cell(0.0008, NAN, 1), ("C", "full_linear"): Cell(0.0016, NAN, 1)}
     assert best_architectures(lowest, ["A", "B", "C"], by_key["full_linear"]) == {"A", "B"}  # both print 0.001
 
@@ -140,5 +148,25 @@ def test_latex_specials_in_generated_text_are_escaped() -> None:
     ours = {("Tf", column.key): Cell(0.5, 0.05, 5) for column in COLUMNS}
     latex = render_table("passivization", ["Tf"], [ColumnSet("50% of A & B_c", ours)], source="m.parquet")
     assert r"{50\% of A \& B\_c}" in latex
-    document = render_document(Path("r/report.tex"), [Path("r/t.tex")], [Path("r/f.pdf")], caption="reaches 90%. #1")
-    assert r"\caption{reaches 90\%. \#1}" in document
+    document = render_document(Path("r/report.tex"), [Part("A & B", "50% #1", ["r/t.tex"], [Figure("r/f.pdf", "reaches 90%. #1")])])
+    assert r"\caption{reaches 90\%. \#1}" in document and r"\item[A \& B] 50\% \#1" in document
+
+
+def test_a_column_where_no_cell_differs_has_no_bold() -> None:
+    """A toy run's all-zero columns: nothing is best, nothing is bold (LaTeX and Markdown)."""
+    zeros = {(name, column.key): Cell(0.0, 0.0, 1) for name in ("Tf", "Tf+Nd", "LSTM") for column in COLUMNS}
+    zeros[("LSTM", "full_test")] = Cell(0.25, 0.0, 1)
+    latex = render_table("question-formation", ["Tf", "Tf+Nd", "LSTM"], [ColumnSet("ours", zeros)], source="m.parquet")
+    assert latex.count(r"\mathbf") == 1 and r"$\mathbf{0.250}$" in latex  # only the one column where a cell differs
+    markdown = render_table("question-formation", ["Tf", "Tf+Nd", "LSTM"], [ColumnSet("ours", zeros)], source="m.parquet", markdown=True)
+    assert markdown.count("**") == 2 * 2  # the column set's title, and the one best cell
+
+
+def test_every_caption_ends_in_the_scale() -> None:
+    ours = {("Tf", column.key): Cell(0.5, 0.05, 1) for column in COLUMNS}
+    scale = "Preset small: data drawn from stacklm's grammars; 500 training examples per task; 1 seed trained at most 1 epoch."
+    latex = render_table("passivization", ["Tf"], [ColumnSet("ours", ours), ColumnSet("paper", paper_cells("passivization"))], source="m.parquet", scale=scale)
+    caption = latex[latex.index(r"\caption{") :].split("\n")[0]
+    assert caption.endswith(escape_latex(scale) + "}") and "Table 4" in caption
+    markdown = render_table("passivization", ["Tf"], [ColumnSet("ours", ours)], source="m.parquet", markdown=True, scale=scale)
+    assert scale in markdown.splitlines()[0]

@@ -11,6 +11,7 @@
 # of the DAG, which is built (and dry-run) without them. With resources.runs_per_job K > 1, the rules
 # ptb_train_group<n> and ptb_evaluate_group<n> train and evaluate the restarts K to a job instead.
 import stacklm.experiments.ptb.dag as ptb_dag
+import stacklm.workflow.document as document
 
 LANGUAGE_MODELLING = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the category of `snakemake --report`
 
@@ -152,13 +153,14 @@ rule ptb_report:
         ],
     params:
         options=ptb_dag.report_options(SETTINGS.ptb),
+        scale=document.ptb_report_options(config.get("preset"), SETTINGS),
     log:
         "logs/ptb/report.log",
     conda:
         CONDA_ENV
     shell:
         "stacklm ptb report --metrics {input.metrics} --selected {input.selected} {params.options} --out-metrics {output.metrics}"
-        " --tables {output.tables} --markdown {output.markdown} --figures {output.figures} > {log} 2>&1"
+        " --tables {output.tables} --markdown {output.markdown} --figures {output.figures} {params.scale} > {log} 2>&1"
 
 
 rule ptb_html:

@@ -1,6 +1,9 @@
 # Every final run's metrics.parquet -> results/metrics.parquet -> the LaTeX tables in the
-# layout of DuSell & Cotterell (2025), Tables 1-7, a standalone document including them, and Figure 3. The
-# report reads Parquet only: MLflow is a mirror for browsing.
+# layout of DuSell & Cotterell (2025), Tables 1-7, Figure 3, and a standalone document (report.tex)
+# including them and the CFL figures and PTB tables and figure where those experiments run. Its title
+# page and every caption state the scale (stacklm.workflow.document: preset, data, examples, epochs,
+# seeds). The report reads Parquet only: MLflow is a mirror for browsing.
+import stacklm.workflow.document as document
 
 REPORT = dag.report_outputs(SETTINGS)
 # `snakemake --report`: each table (as an HTML page) and Figure 3, grouped by paper and task.
@@ -31,6 +34,7 @@ rule report:
     input:
         metrics=dag.METRICS,
         settings=settings_file("report"),
+        parts=document.document_inputs(config.get("preset"), SETTINGS),
     output:
         tables=REPORT["tables"],
         markdown=REPORT["markdown"],
@@ -39,13 +43,15 @@ rule report:
             report(path, caption="../report/figure3.rst", category=FRUIT, subcategory="Figure 3")
             for path in REPORT["figures"]
         ],
+    params:
+        document=document.report_options(config.get("preset"), SETTINGS),
     log:
         "logs/report.log",
     conda:
         CONDA_ENV
     shell:
         "stacklm report --metrics {input.metrics} --settings {input.settings} --tables {output.tables}"
-        " --markdown {output.markdown} --document {output.document} --figures {output.figures} > {log} 2>&1"
+        " --markdown {output.markdown} --document {output.document} --figures {output.figures} {params.document} > {log} 2>&1"
 
 
 rule html:

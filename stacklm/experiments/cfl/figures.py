@@ -65,7 +65,8 @@ def plot_validation_curves(curves: pd.DataFrame, paths: Sequence[str | Path]) ->
         for model in _ordered(rows["architecture"].unique().tolist(), CFL_MODELS):
             curve = rows[rows["architecture"] == model].sort_values("epoch")
             colour = f"C{CFL_MODELS.index(model)}"
-            axis.plot(curve["epoch"], curve[DELTA], marker=".", label=get_architecture(model).label, color=colour)
+            marker = "o" if len(curve) == 1 else "."  # one epoch: a dot that shows, not a pixel
+            axis.plot(curve["epoch"], curve[DELTA], marker=marker, label=get_architecture(model).label, color=colour)
         axis.set_title(language)
         axis.set_xlabel("epoch")
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -8,7 +8,7 @@
     stacklm ptb select --curves RUN_DIR/train.parquet ... --out SELECTED.json
     stacklm ptb report --metrics RUN_DIR/metrics.parquet ... --selected SELECTED.json ...
         --figure-models lstm rns-2-3 --out-metrics results/ptb/metrics.parquet
-        --tables ptb.tex circuits.tex --markdown ptb.md circuits.md --figures F.png F.pdf
+        --tables ptb.tex circuits.tex --markdown ptb.md circuits.md --figures F.png F.pdf --scale TEXT
 
 The workflow passes the ``ptb`` settings as these options (``stacklm.experiments.ptb.dag``), so
 that a job reruns when an option it takes changes, and only then; by hand, every default is the
@@ -178,9 +178,13 @@ def report_command(args: argparse.Namespace) -> int:
     write_table(pa.concat_tables(tables), args.out_metrics)
     source = str(args.out_metrics)
     runs = ptb_runs(pd.read_parquet(args.out_metrics), source)
-    for path, text in zip(args.tables, (render_ptb_table(runs, selection, source), render_circuit_table(runs, selection, source))):
+    latex = (render_ptb_table(runs, selection, source, scale=args.scale), render_circuit_table(runs, selection, source, scale=args.scale))
+    for path, text in zip(args.tables, latex):
         write_text_atomically(path, text)
-    markdown = (render_ptb_table(runs, selection, source, markdown=True), render_circuit_table(runs, selection, source, markdown=True))
+    markdown = (
+        render_ptb_table(runs, selection, source, markdown=True, scale=args.scale),
+        render_circuit_table(runs, selection, source, markdown=True, scale=args.scale),
+    )
     for path, text in zip(args.markdown, markdown):
         write_text_atomically(path, text)
     plot_sg_against_perplexity(runs, selection, args.figure_models, args.figures)
@@ -230,5 +234,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--tables", required=True, nargs=2, type=Path, metavar=("PTB_TEX", "CIRCUITS_TEX"))
     report.add_argument("--markdown", required=True, nargs=2, type=Path, metavar=("PTB_MD", "CIRCUITS_MD"))
     report.add_argument("--figures", required=True, nargs="+", type=Path, help="the figure's files (.png, .pdf)")
+    report.add_argument("--scale", required=True, help="the runs' scale (preset, lines, restarts, epochs, suites): ends every caption")
     report.set_defaults(func=report_command)
 

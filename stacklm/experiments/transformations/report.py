@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +14,7 @@ from stacklm.errors import StacklmError
 from stacklm.report.aggregate import aggregate, summarize
 from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
 from stacklm.report.progress import read_parquet
-from stacklm.report.tables import ColumnSet, render_document, render_table
+from stacklm.report.tables import ColumnSet, Figure, Part, render_document, render_table
 from stacklm.experiments.transformations.settings import FinalSettings, ReportSettings
 from stacklm.settings_file import read_settings
 
@@ -47,18 +48,32 @@ def report_command(args: argparse.Namespace) -> int:
         paper = ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task))
         # the Markdown table also shows every seed's own values (with two seeds or more), between the mean and the paper's
         per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in final.seeds] if seeds > 1 else []
-        write_text_atomically(path, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name))
+        write_text_atomically(path, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name, scale=args.scale))
         markdown_sets = [reproduction, *per_seed, paper]
-        write_text_atomically(markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True))
+        write_text_atomically(
+            markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True, scale=args.scale)
+        )
     threshold = report.min_test_accuracy
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
     from stacklm.report.figures import figure3_caption, plot_figure3
 
     plot_figure3(panels, architectures, threshold, args.figures)
-    document = render_document(args.document, args.tables, args.figures, figure3_caption(threshold, seeds))
-    write_text_atomically(args.document, document)
+    figure3 = [Figure(str(path), f"{figure3_caption(threshold, seeds)} {args.scale}") for path in args.figures if str(path).endswith(".pdf")]
+    transformations = Part(f"Syntactic transformations ({PAPER_CITATION})", args.scale, [str(path) for path in args.tables], figure3)
+    write_text_atomically(args.document, render_document(args.document, [transformations, *document_parts(args.parts)]))
     print(f"{len(tasks)} tables, {len(args.figures)} figure files, {args.document}")
     return 0
+
+
+def document_parts(text: str) -> list[Part]:
+    """The parts of ``--parts`` (``stacklm.workflow.document.document_parts`` as JSON)."""
+    try:
+        return [
+            Part(item["heading"], item["scale"], list(item["tables"]), [Figure(figure["path"], figure["caption"]) for figure in item["figures"]])
+            for item in json.loads(text)
+        ]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise StacklmError(f"--parts: not a list of parts (heading, scale, tables, figures with path and caption): {type(error).__name__}: {error}") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,4 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--markdown", required=True, nargs="+", help="the same tables in Markdown, same order")
     report.add_argument("--document", required=True, help="the standalone .tex that includes the tables and the figure")
     report.add_argument("--figures", required=True, nargs="+", help="Figure 3 files (.png, .pdf)")
+    report.add_argument("--scale", default="", help="the runs' scale (preset, data, examples, epochs, seeds), which ends every caption;"
+                        " the workflow always states it (stacklm.workflow.document)")
+    report.add_argument("--parts", default="[]", help="the document's other parts, JSON (stacklm.workflow.document.document_parts)")
     report.set_defaults(func=report_command)

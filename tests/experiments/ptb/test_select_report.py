@@ -99,6 +99,7 @@ def test_report_renders_the_selected_restarts_from_every_restarts_records(tmp_pa
     assert stacklm(
         "ptb", "report", "--metrics", *map(str, metrics), "--selected", *map(str, selections), "--figure-models", "lstm", "rns-2-3",
         "--out-metrics", str(out / "metrics.parquet"), "--tables", *map(str, tables), "--markdown", *map(str, markdown), "--figures", *map(str, figures),
+        "--scale", "Preset small: the first 100 lines of each PTB split.",
     ) == 0
     combined = pd.read_parquet(out / "metrics.parquet")
     assert sorted(set(zip(combined["architecture"], combined["seed"]))) == [("lstm", 1), ("lstm", 2), ("rns-2-3", 1)]
@@ -109,6 +110,7 @@ def test_report_renders_the_selected_restarts_from_every_restarts_records(tmp_pa
     assert "(of 1–2 restarts)" in markdown[0].read_text()
     assert markdown[1].read_text().splitlines()[4:] == ["| rns-2-3 | **0.600** | **0.600** |", "| lstm | 0.300 | 0.300 |"]
     assert r"rns-2-3 & 5,656,336 & $121.00$ & $\mathbf{117.00}$ & $\mathbf{0.600}$ \\" in tables[0].read_text()
+    assert all("Preset small: the first 100 lines of each PTB split.}" in path.read_text() for path in tables)  # every caption states the scale
     assert figures[0].read_bytes()[:4] == b"\x89PNG" and figures[1].read_bytes()[:5] == b"%PDF-"
 
 
@@ -116,7 +118,8 @@ def test_report_refuses_a_figure_model_without_a_selection_and_a_file_that_is_no
     metrics = write_metrics(tmp_path, "lstm", 1, 130.0, 125.0, 0.5)
     selection = tmp_path / "lstm.json"
     selection.write_text(json.dumps({"model": "lstm", "restart": 1, "validation_perplexity": 130.0, "restarts": {"1": 130.0}}))
-    common = ["--out-metrics", str(tmp_path / "m.parquet"), "--tables", "a.tex", "b.tex", "--markdown", "a.md", "b.md", "--figures", str(tmp_path / "f.png")]
+    common = ["--out-metrics", str(tmp_path / "m.parquet"), "--tables", "a.tex", "b.tex", "--markdown", "a.md", "b.md", "--figures", str(tmp_path / "f.png"),
+              "--scale", "s"]
     assert stacklm("ptb", "report", "--metrics", str(metrics), "--selected", str(selection), "--figure-models", "rns-2-3", *common) == 1
     assert "--figure-models: no selection of rns-2-3 among --selected" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("[1, 2]")

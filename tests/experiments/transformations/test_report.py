@@ -12,10 +12,13 @@ import pytest
 
 from stacklm.cli import main
 from stacklm.report.paper import PAPER_TABLES
+from stacklm.report.tables import escape_latex
 
 TASKS = ["question-formation", "passivization"]
 ARCHITECTURES = ["Tf", "Tf+Nd", "LSTM"]
 TEST_ACCURACY = {"Tf": 0.95, "Tf+Nd": 0.97, "LSTM": 0.2}
+SCALE = "Preset small: data drawn from stacklm's grammars; 500 training examples per task; 1 seed trained at most 1 epoch."
+SCALE_TEX = escape_latex(SCALE)
 
 
 def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Callable[..., Path]) -> None:
@@ -36,7 +39,7 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     figures = [str(out / "figures" / "figure3.png"), str(out / "figures" / "figure3.pdf")]
     markdown = [str(out / "tables" / f"{task}.md") for task in TASKS]
     arguments = ["report", "--metrics", str(metrics), "--settings", str(settings), "--tables", *tables, "--markdown", *markdown]
-    arguments += ["--document", str(out / "report.tex"), "--figures", *figures]
+    arguments += ["--document", str(out / "report.tex"), "--figures", *figures, "--scale", SCALE]
     assert main(arguments) == 0
     first = {path: Path(path).read_bytes() for path in tables}
     latex = first[tables[0]].decode()
@@ -47,7 +50,13 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     assert "**Seed 2**" in Path(markdown[0]).read_text() and "| Tf+Nd | **0.990** |" in Path(markdown[0]).read_text()  # 0.97 + 0.02
     assert "Seed 2" not in latex
     assert all(Path(path).stat().st_size > 1000 for path in figures)
-    assert r"\input{tables/passivization.tex}" in (out / "report.tex").read_text()
+    document = (out / "report.tex").read_text()
+    assert r"\input{tables/passivization.tex}" in document
+    # the scale: on the title page, and ending every caption (the tables', Figure 3's)
+    assert rf"\item[Syntactic transformations (DuSell \& Cotterell (2025))] {SCALE_TEX}" in document
+    captions = [line for path in [*tables, str(out / "report.tex")] for line in Path(path).read_text().splitlines() if line.startswith(r"\caption{")]
+    assert len(captions) == len(TASKS) + 1 and all(caption.endswith(SCALE_TEX + "}") for caption in captions)
+    assert all(SCALE in Path(path).read_text().splitlines()[0] for path in markdown)
     assert main(arguments) == 0
     assert {path: Path(path).read_bytes() for path in tables} == first
 
@@ -57,8 +66,9 @@ ALL_TASKS = list(PAPER_TABLES)
 
 
 def test_the_report_of_every_task_compiles_with_pdflatex_and_every_float_fits(tmp_path: Path, write_run: Callable[..., Path]) -> None:
-    """The full report (seven tables, the seven-panel Figure 3, a caption with "90%" and
-    column titles with "&") through pdflatex: no error, no float too large, nothing overfull."""
+    """The full report (a title page of scales, seven tables, the seven-panel Figure 3, a caption
+    with "90%" and column titles with "&", then a PTB part's table and a CFL part's figure) through
+    pdflatex: no error, no float too large, nothing overfull."""
     if not PDFLATEX.exists():
         pytest.skip(f"{PDFLATEX} is absent: `make test` installs Debian's TeX packages")
     runs = [
@@ -75,10 +85,25 @@ def test_the_report_of_every_task_compiles_with_pdflatex_and_every_float_fits(tm
     arguments += ["--tables", *(str(out / "tables" / f"{task}.tex") for task in ALL_TASKS)]
     arguments += ["--markdown", *(str(out / "tables" / f"{task}.md") for task in ALL_TASKS)]
     arguments += ["--document", str(out / "report.tex"), "--figures", str(out / "figures" / "figure3.png"), str(out / "figures" / "figure3.pdf")]
+    (tmp_path / "ptb").mkdir()
+    (tmp_path / "ptb" / "ptb.tex").write_text("\\begin{table}[t]\\centering\\begin{tabular}{lr}Model & SG Score \\\\ lstm & 0.5\\end{tabular}"
+                                              "\\caption{PTB. 100 lines.}\\end{table}\n")
+    parts = [{"heading": "Penn Treebank (DuSell & Chiang, 2022)", "scale": "Preset small: 100 lines; 50% #1.", "tables": [str(tmp_path / "ptb" / "ptb.tex")],
+              "figures": [{"path": str(out / "figures" / "figure3.pdf"), "caption": "A CFL figure. Preset small."}]}]
+    arguments += ["--scale", SCALE, "--parts", json.dumps(parts)]
     assert main(arguments) == 0
+    assert r"\input{../ptb/ptb.tex}" in (out / "report.tex").read_text()
     compiled = subprocess.run([str(PDFLATEX), "-interaction=nonstopmode", "-halt-on-error", "report.tex"], cwd=out,
                               capture_output=True, text=True, timeout=300)
     log = (out / "report.log").read_text(errors="replace")
     assert compiled.returncode == 0, log[-3000:]
     assert "Float too large" not in log and "Overfull" not in log, log[-3000:]
     assert "Float(s) lost" not in log and "Output written on report.pdf" in log
+
+
+def test_report_refuses_parts_that_are_not_parts() -> None:
+    from stacklm.errors import StacklmError
+    from stacklm.experiments.transformations.report import document_parts
+
+    with pytest.raises(StacklmError, match="--parts: not a list of parts"):
+        document_parts('[{"heading": "CFL"}]')
