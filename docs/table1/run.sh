@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Table 1 run (README "Table 1 at paper scale"): the `table1` preset from a checkout frozen at
+# The Table 1 run (docs/table1.md): the `table1` preset from a checkout frozen at
 # ae51a98 (a git worktree, runs/table1 by default), Tf's and Tf+Nd's jobs (Tf+Nd's first), then
 # Tf+Sup's and LSTM's. Killed, it resumes every training job from its last checkpoint when run again.
 #

@@ -1,6 +1,6 @@
-"""The results published under docs/ (e.g. docs/table1/, README "Table 1 at paper scale") are what
-the project's own report command renders from their committed metrics.parquet and settings.json,
-and the README shows exactly that table between the folder's markers."""
+"""The results published under docs/ (e.g. docs/table1/, the run of docs/table1.md) are what the
+project's own report command renders from their committed metrics.parquet and settings.json, and
+the README and the run's page show exactly that table between the folder's markers."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def test_the_published_table_is_the_report_of_its_metrics(folder: Path, tmp_path
     assert main(arguments) == 0
     rendered = (out / "table.md").read_text()
     assert rendered == (folder / "table.md").read_text()
-    readme = (ROOT / "README.md").read_text()
     start, end = f"<!-- {folder.name} table -->\n", f"<!-- end of {folder.name} table -->"
-    assert readme[readme.index(start) + len(start) : readme.index(end)] == rendered
+    for page in (ROOT / "README.md", folder.with_suffix(".md")):
+        text = page.read_text()
+        assert text[text.index(start) + len(start) : text.index(end)] == rendered, page
