@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, T
 
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError, UsageError
+from stacklm.settings_file import read_settings
+from stacklm.training.config import TrainingSettings
 
 if TYPE_CHECKING:
     from stacklm.training.loop import StopRequest
@@ -64,6 +67,20 @@ def integer_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def add_cadence_argument(parser: argparse.ArgumentParser) -> None:
+    """``--cadence``: the workflow's file of the settings that only say how often a job reports
+    (``stacklm.workflow.settings.CADENCE``), which its reader's settings file leaves out."""
+    parser.add_argument("--cadence", type=Path, help="the workflow's results/settings/cadence.json (how often progress lines come); "
+                                                     "default: the --settings file's training.progress_interval_s, or the default's")
+
+
+def with_cadence(training: TrainingSettings, cadence: Path | None) -> TrainingSettings:
+    """``training`` with the cadence settings of the file ``cadence`` (``--cadence``), when given."""
+    if cadence is None:
+        return training
+    return dataclasses.replace(training, progress_interval_s=read_settings(cadence).section("training", TrainingSettings).progress_interval_s)
 
 
 def add_resource_arguments(parser: argparse.ArgumentParser) -> None:

@@ -44,6 +44,13 @@ from stacklm.training.config import TrainingSettings
 
 SETTINGS_FILE = "results/settings/{reader}.json"  # the sections of the settings one kind of job reads
 
+# Settings that say how often a job reports, never what it computes: they belong to no reader's
+# file (nor to any run's fingerprint), so that changing them reruns nothing. The file of the reader
+# "cadence" holds them alone; the jobs that report read it as an ancient input (workflow/rules/
+# train.smk, cfl.smk: Snakemake reruns no job for a newer ancient file), through --cadence.
+CADENCE: dict[str, tuple[str, ...]] = {"training": ("progress_interval_s",)}
+CADENCE_READER = "cadence"
+
 # The settings sections each kind of job reads (results/settings/{reader}.json holds those only):
 # a change of config reruns a job only when a section it reads changed. A section missing
 # here is an error naming the file when the job asks for it (stacklm.settings_file).
@@ -56,6 +63,7 @@ SETTINGS_READ: dict[str, tuple[str, ...]] = {
     "tracking": ("tasks", "cfl", "ptb", "tracking"),
     "cfl_train": ("cfl", "training"),
     "cfl_evaluate": ("cfl", "evaluation"),
+    "cadence": tuple(CADENCE),  # the cadence settings alone (below)
 }
 
 @dataclass(frozen=True)
@@ -209,9 +217,14 @@ def settings_file(reader: str) -> str:
 
 def settings_for(settings: ResolvedSettings, reader: str) -> dict[str, Any]:
     """The contents of ``reader``'s settings file: its sections of ``settings`` as plain values,
-    and their list."""
+    and their list; the cadence settings (``CADENCE``) in the cadence reader's file only."""
     sections = SETTINGS_READ[reader]
-    return {SECTIONS: list(sections), **{section: plain(getattr(settings, section)) for section in sections}}
+    values = {section: plain(getattr(settings, section)) for section in sections}
+    for section, keys in CADENCE.items():
+        if section in values:
+            cadence = reader == CADENCE_READER
+            values[section] = {key: value for key, value in values[section].items() if (key in keys) == cadence}
+    return {SECTIONS: list(sections), **values}
 
 
 def settings_command(args: argparse.Namespace) -> int:

@@ -51,14 +51,15 @@ def job_counts(output: str) -> dict[str, int]:
 # Then the paper's data by default (data.source: upstream, downloaded): the full settings fetch the 4 splits of each of
 # the 7 tasks (28 data_fetch) and repair German passivization's 4 (data_repair) (4,587 -> 4,619); the table1 preset fetches
 # question formation's 4, and follows the paper's protocol, 10 trials and 5 seeds: 4 x (10 + 5) = 60 train and
-# 4 x 5 = 20 evaluate jobs (60 -> 108).
+# 4 x 5 = 20 evaluate jobs (60 -> 108). Then the cadence settings (training.progress_interval_s) in a file of their own,
+# which the training jobs read as an ancient input: one settings job more (4,619 -> 4,620, 105 -> 106, 32 -> 33, 108 -> 109).
 DAG_JOBS: dict[str | None, dict[str, int]] = {
-    None: {"cfl_generate": 5, "data_generate": 7, "settings": 8, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
+    None: {"cfl_generate": 5, "data_generate": 7, "settings": 9, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
            "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
            "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
-           "data_fetch": 28, "data_repair": 4, "total": 4619},
-    "small": {"cfl_generate": 5, "data_generate": 7, "settings": 8, "data_summarize": 7, "hparams_group1": 7,
+           "data_fetch": 28, "data_repair": 4, "total": 4620},
+    "small": {"cfl_generate": 5, "data_generate": 7, "settings": 9, "data_summarize": 7, "hparams_group1": 7,
               "tracking": 1, "data_report": 1, "select_group1": 7, "train_final_group1": 7,
               "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "aggregate": 1, "report": 1, "html": 7,
               **{f"tracking_sync_group{number}": 1 for number in (1, 2, 3)}, "ptb_train_group1": 1, "ptb_evaluate_group1": 1,
@@ -67,13 +68,13 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
               "cfl_train_marked_reversal_group2": 1,
               **{f"cfl_{command}_{language}_group1": 1 for command in ("select", "evaluate")
                  for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
-              "total": 105},
-    "ci": {"data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
+              "total": 106},
+    "ci": {"data_generate": 1, "settings": 7, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
-           "total": 32},
-    "table1": {"data_fetch": 4, "data_generate": 1, "settings": 6, "data_summarize": 1, "hparams": 4, "tracking": 1, "data_report": 1,
+           "total": 33},
+    "table1": {"data_fetch": 4, "data_generate": 1, "settings": 7, "data_summarize": 1, "hparams": 4, "tracking": 1, "data_report": 1,
                "train": 60, "select": 4, "curves": 1, "evaluate": 20, "aggregate": 1, "tracking_sync": 1, "report": 1,
-               "html": 1, "all": 1, "total": 108},
+               "html": 1, "all": 1, "total": 109},
 }
 
 
@@ -83,16 +84,16 @@ DAG_JOBS: dict[str | None, dict[str, int]] = {
 # architectures (dag.architecture_groups), and its MLflow mirror's (tracking_sync_group1, of its one
 # task); every other rule keeps its jobs. The ci preset's 2 architectures x 2 trials and x 2 seeds
 # become 2 jobs each (8 -> 4 training jobs, 4 -> 2 evaluations), its 2 hparams and 2 select jobs 1
-# each (32 -> 24 in all); table1's 4 x 10 search runs in 20 jobs, its 4 x 5 final runs in 10 (60 -> 30), their
-# 20 evaluations in 10, its 4 hparams and 4 select jobs 2 each (108 -> 64).
+# each (33 -> 25 in all); table1's 4 x 10 search runs in 20 jobs, its 4 x 5 final runs in 10 (60 -> 30), their
+# 20 evaluations in 10, its 4 hparams and 4 select jobs 2 each (109 -> 65).
 GROUPED_JOBS: dict[str, dict[str, int]] = {
     "ci": {"train_search_group1": 1, "train_search_group2": 1, "train_final_group1": 1, "train_final_group2": 1,
            "evaluate_final_group1": 1, "evaluate_final_group2": 1, "hparams_group1": 1, "select_group1": 1, "tracking_sync_group1": 1,
-           "total": 24},
+           "total": 25},
     "table1": {**{f"train_search_group{number}": 1 for number in range(1, 21)}, **{f"train_final_group{number}": 1 for number in range(1, 11)},
                **{f"evaluate_final_group{number}": 1 for number in range(1, 11)},
                **{f"{command}_group{number}": 1 for command in ("hparams", "select") for number in (1, 2)}, "tracking_sync_group1": 1,
-               "total": 64},
+               "total": 65},
 }
 
 

@@ -356,3 +356,17 @@ def test_a_change_of_the_tracking_settings_only_reruns_only_the_mirror(pipelines
         "tracking": 1,
         "tracking_sync": len(pipelines.settings.tasks),
     }
+
+
+def test_a_change_of_a_cadence_setting_reruns_nothing(pipelines: Pipelines, tmp_path: Path) -> None:
+    """training.progress_interval_s says how often progress lines come, not what a job computes: a
+    change rewrites its own file (results/settings/cadence.json), which the training jobs read as an
+    ancient input, and reruns no training, evaluation or report (it listed 21 jobs)."""
+    directory = tmp_path / "cadence"
+    shutil.copytree(pipelines.straight, directory, symlinks=True)
+    interval = pipelines.settings.training.progress_interval_s + 7
+    (directory / "test.yaml").write_text(yaml.safe_dump({"preset": "ci", "training": {"progress_interval_s": interval}}))
+    result = run_snakemake(directory, *RUN, "-n")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert {rule: count for rule, count in job_counts(output).items() if rule not in ("all", "total")} == {"settings": 1}

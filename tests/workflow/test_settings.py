@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -14,9 +15,12 @@ import yaml
 import stacklm.workflow.settings as resolution
 from stacklm.cli import main
 from stacklm.errors import StacklmError
+from stacklm.experiments.common import with_cadence
 from stacklm.experiments.transformations.settings import FinalSettings, IntegerRange, LogRange
 from stacklm.settings_file import SECTIONS, read_settings
 from stacklm.workflow.settings import ResolvedSettings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_full_config_has_the_papers_settings(settings: ResolvedSettings) -> None:
@@ -159,9 +163,26 @@ def test_every_readers_settings_file_is_byte_identical_to_the_resolved_plain_val
     settings = resolution.resolve(resolved)
     for reader, sections in resolution.SETTINGS_READ.items():
         before = {SECTIONS: list(sections), **{section: values[section] for section in sections}}
+        for section, keys in resolution.CADENCE.items():  # the cadence settings in their own reader's file only
+            if section in before:
+                before[section] = {key: value for key, value in before[section].items() if (key in keys) == (reader == resolution.CADENCE_READER)}
         after = resolution.settings_for(settings, reader)
         assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True), reader  # workflow/rules/settings.smk's params
         assert settings_file_text(after) == settings_file_text(before), reader
+
+
+def test_a_cadence_setting_changes_no_readers_file_but_the_cadence_file(config: dict[str, Any]) -> None:
+    """training.progress_interval_s changed only how often progress lines come, yet listed 21 jobs
+    to rerun (8 train, 4 evaluate, the report): it sat in the train jobs' settings file."""
+    settings = resolution.resolve({**copy.deepcopy(config), "preset": "ci"})
+    changed = dataclasses.replace(settings, training=dataclasses.replace(settings.training, progress_interval_s=settings.training.progress_interval_s + 7))
+    differ = [reader for reader in resolution.SETTINGS_READ if resolution.settings_for(settings, reader) != resolution.settings_for(changed, reader)]
+    assert differ == [resolution.CADENCE_READER]
+    assert resolution.settings_for(changed, "cadence") == {SECTIONS: ["training"], "training": {"progress_interval_s": settings.training.progress_interval_s + 7}}
+    rules = {path.name: path.read_text() for path in (ROOT / "workflow" / "rules").glob("*.smk")}
+    readers = {name: text.count('settings_file("cadence")') for name, text in rules.items() if 'settings_file("cadence")' in text}
+    assert readers == {"train.smk": 2, "cfl.smk": 2}
+    assert all(text.count('cadence=ancient(settings_file("cadence"))') == readers[name] for name, text in rules.items() if name in readers)
 
 
 def settings_file_text(contents: dict[str, Any]) -> str:
@@ -170,14 +191,20 @@ def settings_file_text(contents: dict[str, Any]) -> str:
 
 
 def test_a_job_builds_from_its_file_the_sections_the_snakefile_read(tmp_path: Path, config: dict[str, Any]) -> None:
+    """With the cadence file (--cadence) for its training section, as the training jobs read it."""
     settings = resolution.resolve({**copy.deepcopy(config), "preset": "small"})
     types = get_type_hints(ResolvedSettings)
+    for reader in resolution.SETTINGS_READ:
+        assert main(["settings", "--json", json.dumps(resolution.settings_for(settings, reader)), "--out", str(tmp_path / f"{reader}.json")]) == 0
     for reader, sections in resolution.SETTINGS_READ.items():
-        path = tmp_path / f"{reader}.json"
-        assert main(["settings", "--json", json.dumps(resolution.settings_for(settings, reader)), "--out", str(path)]) == 0
-        read = read_settings(path)
+        if reader == resolution.CADENCE_READER:  # a part of the training section, read through with_cadence below
+            continue
+        read = read_settings(tmp_path / f"{reader}.json")
         for section in sections:
-            assert read.section(section, types[section]) == getattr(settings, section), (reader, section)
+            built = read.section(section, types[section])
+            if section == "training":
+                built = with_cadence(built, tmp_path / "cadence.json")
+            assert built == getattr(settings, section), (reader, section)
 
 
 def test_config_yaml_lists_exactly_the_dataclasses_defaults(config: dict[str, Any]) -> None:

@@ -49,6 +49,7 @@ rule cfl_generate:
 rule cfl_train:
     input:
         settings=settings_file("cfl_train"),
+        cadence=ancient(settings_file("cadence")),  # how often progress lines come: a change of it reruns nothing
     output:
         model=cfl_dag.CFL_RUN_MODEL,
         curve=cfl_dag.CFL_RUN_CURVE,
@@ -69,7 +70,7 @@ rule cfl_train:
         CONDA_ENV
     shell:
         "stacklm cfl train --language {wildcards.language} --architecture {params.architecture:q} --setting {wildcards.setting}"
-        " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
+        " --settings {input.settings} --cadence {input.cadence} --checkpoint {params.checkpoint} --out {params.run_dir}"
         " --device {params.device} --threads {threads} {params.actions} > {log} 2>&1"
 
 
@@ -96,6 +97,7 @@ for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
             group.rule
         input:
             settings=settings_file("cfl_train"),
+            cadence=ancient(settings_file("cadence")),  # how often progress lines come: a change of it reruns nothing
         output:
             model=group.paths(cfl_dag.CFL_RUN_MODEL),
             curve=group.paths(cfl_dag.CFL_RUN_CURVE),
@@ -116,7 +118,7 @@ for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
         conda:
             CONDA_ENV
         shell:
-            "stacklm cfl train --language {params.language} {params.runs} --settings {input.settings}"
+            "stacklm cfl train --language {params.language} {params.runs} --settings {input.settings} --cadence {input.cadence}"
             " --checkpoint {params.checkpoints} --out {params.run_dirs} {params.actions} --log {log.runs}"
             " --device {params.device} --threads {threads} > {log.job} 2>&1"
 

@@ -12,6 +12,7 @@ rule train:
             wildcards.task, wildcards.architecture, wildcards.phase, wildcards.index
         ),
         settings=settings_file("train"),
+        cadence=ancient(settings_file("cadence")),  # how often progress lines come: a change of it reruns nothing
     output:
         model=dag.RUN_MODEL,
         curve=dag.RUN_CURVE,
@@ -37,7 +38,7 @@ rule train:
     shell:
         "stacklm train --task {wildcards.task} --architecture {params.architecture:q}"
         " --data-dir {params.data_dir} --hparams {input.hparams} --phase {wildcards.phase}{params.trial} --seed {params.seed}"
-        " --settings {input.settings} --checkpoint {params.checkpoint} --out {params.run_dir}"
+        " --settings {input.settings} --cadence {input.cadence} --checkpoint {params.checkpoint} --out {params.run_dir}"
         " --device {params.device} --threads {threads} > {log} 2>&1"
 
 
@@ -55,6 +56,7 @@ for group in dag.run_groups(SETTINGS):
             data=lambda wildcards: data_stage.data_files(wildcards.task),
             hparams=group.hparams_inputs,
             settings=settings_file("train"),
+            cadence=ancient(settings_file("cadence")),  # how often progress lines come: a change of it reruns nothing
         output:
             model=group.paths(dag.RUN_MODEL),
             curve=group.paths(dag.RUN_CURVE),
@@ -79,5 +81,5 @@ for group in dag.run_groups(SETTINGS):
         shell:
             "stacklm train --task {wildcards.task} {params.runs}"
             " --data-dir {params.data_dir} --hparams {params.hparams} --phase {params.phase}"
-            " --settings {input.settings} --checkpoint {params.checkpoints} --out {params.run_dirs} --log {log.runs}"
+            " --settings {input.settings} --cadence {input.cadence} --checkpoint {params.checkpoints} --out {params.run_dirs} --log {log.runs}"
             " --device {params.device} --threads {threads} > {log.job} 2>&1"

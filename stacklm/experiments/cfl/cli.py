@@ -18,7 +18,7 @@ from typing import Callable
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.splits import SPLIT_LENGTHS
 from stacklm.experiments.cfl.experiment import PDA_SIZES, select_command
-from stacklm.experiments.common import add_resource_arguments
+from stacklm.experiments.common import add_cadence_argument, add_resource_arguments
 
 
 def deferred(name: str, module: str = "stacklm.experiments.cfl.commands") -> Callable[[argparse.Namespace], int]:
@@ -72,6 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--vector-size", type=int, default=None, help="with --learning-rate: stack vector size m (Gref and JM only)")
     train.add_argument("--restart", type=int, default=None, help="with --learning-rate: restart number, 1-based")
     train.add_argument("--settings", required=True, type=Path)
+    add_cadence_argument(train)
     train.add_argument("--checkpoint", required=True, nargs="+", type=Path, help="resumable training state, one per run")
     train.add_argument("--out", required=True, nargs="+", type=Path, help="run directory (model.pt, train.parquet), one per run")
     train.add_argument(

@@ -56,7 +56,7 @@ from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.cfl.actions import ActionLog, actions_table, check_logged_run, logged_string
 from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, parse_setting, run_seeds
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
-from stacklm.experiments.common import per_run, run_each, train_each
+from stacklm.experiments.common import per_run, run_each, train_each, with_cadence
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.settings_file import read_settings
@@ -133,7 +133,7 @@ def train_command(args: argparse.Namespace) -> int:
     planned = planned_runs(args)
     settings = read_settings(args.settings)
     cfl = settings.section("cfl", CflSettings)
-    training = settings.section("training", TrainingSettings)
+    training = with_cadence(settings.section("training", TrainingSettings), args.cadence)
     device = choose_device(args.device)
     set_threads(args.threads)
     train_each(planned, lambda run_plan, stop_request, stream: train_run(run_plan, cfl, training, device, stop_request, stream))

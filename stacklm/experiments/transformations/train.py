@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments, integer_at_least, per_run, train_each
+from stacklm.experiments.common import add_cadence_argument, add_resource_arguments, integer_at_least, per_run, train_each, with_cadence
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.settings_file import build, read_json, read_settings
 from stacklm.tasks import TASK_NAMES, Task, get_task
@@ -64,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-epochs", type=integer_at_least(1), help="with --learning-rate; default: training.max_epochs, early stopping ends the run")
     parser.add_argument("--seed", type=integer_at_least(0), nargs="+", default=[1], help="parameters, dropout and shuffling (default: 1); several: a run each")
     parser.add_argument("--settings", type=Path, help="the workflow's resolved settings; default: the paper's")
+    add_cadence_argument(parser)
     parser.add_argument("--checkpoint", type=Path, nargs="+", help="resumable training state, one per seed; default: RUN_DIR/checkpoint.pt")
     parser.add_argument("--phase", choices=("search", "final"), default="final",
                         help="search: a trial of the hyperparameter search (with --trial); final: a run with the chosen hyperparameters (default)")
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     shared = SharedInputs(
         task=task,
         vocabulary=vocabulary,
-        training=settings.section("training", TrainingSettings) if settings is not None else TrainingSettings(),
+        training=with_cadence(settings.section("training", TrainingSettings) if settings is not None else TrainingSettings(), args.cadence),
         evaluation=evaluation,
         options=(settings.section("model", ModelSettings) if settings is not None else ModelSettings()).options(),
         data_version=data_version(split_paths(args.data_dir)),
