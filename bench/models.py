@@ -25,6 +25,11 @@ float32 (``stack-performance.md`` §2), so their architectures are left out of i
     .venv/bin/python bench/models.py [--task question-formation] [--lengths 16 32 64] [--threads 1]
     .venv/bin/python bench/models.py --json --lengths 32      # one JSON object per architecture
     .venv/bin/python bench/models.py --lengths --task-data 2000  # only the task's own strings
+    .venv/bin/python bench/models.py --cfl-language marked-reversal --lengths 40 60 80 --architectures cfl/LSTM cfl/NS
+
+``--cfl-language L`` times the CFL models of the RNS-RNN paper (DuSell & Chiang (2022) App. 8) at
+their batch: 10 strings of each length n, L's vocabulary, L's PDA size (|Q|, |Γ|) for the NS
+models and m = 20 for Gref and JM; their base is ``cfl/LSTM``.
 """
 
 from __future__ import annotations
@@ -42,8 +47,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stacklm.cfl.languages import LANGUAGES
+from stacklm.cfl.splits import BATCH_SIZE as CFL_BATCH_STRINGS
 from stacklm.data.splits import SplitSizes, build_splits
+from stacklm.experiments.cfl.commands import model_options
+from stacklm.experiments.cfl.experiment import VECTOR_MODELS
 from stacklm.models.base import LanguageModel
+from stacklm.models.cfl_names import CFL_PREFIX
 from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
@@ -56,6 +66,7 @@ DEFAULT_ARCHITECTURES = [name for name, a in ARCHITECTURES.items() if a.family =
 DEFAULT_ARCHITECTURES += ["Tf+Syn", "Tf+Nd+Syn"]
 BASES = {"transformer": "Tf", "rnn": "RNN", "lstm": "LSTM"}
 EAGER = "eager transformer"
+CFL_VECTOR_SIZE = 20  # m of Gref and JM, the middle of App. 8's {2, 20, 40}
 
 
 class EagerTransformer(nn.Module):
@@ -114,10 +125,18 @@ def training_step(model: nn.Module, batches: list[tuple[Tensor, Tensor]], vocabu
     return step
 
 
-def build(name: str, vocabulary_size: int, task: str) -> LanguageModel:
-    features = task_features(task) if ARCHITECTURES[name].syntax else None
-    model = build_model(name, vocabulary_size, token_features=features, options=ModelOptions(), generator=torch.Generator().manual_seed(0))
+def build(name: str, vocabulary_size: int, arguments: argparse.Namespace) -> LanguageModel:
+    features = task_features(arguments.task) if ARCHITECTURES[name].syntax else None
+    options = ModelOptions()
+    if arguments.cfl_language and name.startswith(CFL_PREFIX):
+        options = model_options(arguments.cfl_language, name, CFL_VECTOR_SIZE if name in VECTOR_MODELS else None)
+    model = build_model(name, vocabulary_size, token_features=features, options=options, generator=torch.Generator().manual_seed(0))
     return model.train()
+
+
+def base_of(name: str) -> str:
+    """The architecture ``name``'s cost is compared with."""
+    return CFL_PREFIX + "LSTM" if name.startswith(CFL_PREFIX) else BASES[ARCHITECTURES[name].base]
 
 
 def uses_nondeterministic_stack(name: str) -> bool:
@@ -153,8 +172,8 @@ def task_batches(task: str, examples: int, tokens: int) -> list[Batch]:
 
 def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, Tensor]], tokens: int, n: int | str, arguments: argparse.Namespace) -> list[dict]:
     """The results of every architecture in ``names`` on ``batches`` (``tokens`` in all), labelled ``n``."""
-    measured = list(dict.fromkeys([*names, *(BASES[ARCHITECTURES[name].base] for name in names)]))
-    models = {name: build(name, vocabulary_size, arguments.task) for name in measured}
+    measured = list(dict.fromkeys([*names, *(base_of(name) for name in names)]))
+    models = {name: build(name, vocabulary_size, arguments) for name in measured}
     cases = [Case(name, training_step(models[name], batches, vocabulary_size, False), []) for name in measured]
     if "Tf" in names:
         tf = models["Tf"]
@@ -167,7 +186,7 @@ def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, 
     seconds = {case.name: statistics.median(case.times) for case in cases}
     results = []
     for name in names:
-        base = BASES[ARCHITECTURES[name].base]
+        base = base_of(name)
         result = {
             "architecture": name,
             "n": n,
@@ -177,6 +196,8 @@ def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, 
             "base": base,
             "cost_ratio": seconds[name] / seconds[base],
         }
+        if arguments.cfl_language:
+            result["language"] = arguments.cfl_language
         if name == "Tf":
             result["eager_tokens_per_cpu_s"] = tokens / seconds[EAGER]
             result["speedup_vs_eager"] = seconds[EAGER] / seconds[name]
@@ -193,7 +214,8 @@ def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, 
 
 def measure_length(names: list[str], vocabulary_size: int, length: int, arguments: argparse.Namespace) -> list[dict]:
     """The results of every architecture in ``names`` on one batch of random strings of length n."""
-    inputs, targets = random_batch(vocabulary_size, length, arguments.tokens)
+    tokens = CFL_BATCH_STRINGS * length if arguments.cfl_language else arguments.tokens
+    inputs, targets = random_batch(vocabulary_size, length, tokens)
     return measure(names, vocabulary_size, [(inputs, targets)], inputs.numel(), length, arguments)
 
 
@@ -215,10 +237,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--architectures", nargs="+", default=DEFAULT_ARCHITECTURES)
     parser.add_argument("--json", action="store_true", help="one JSON object per architecture and length")
+    parser.add_argument("--cfl-language", choices=list(LANGUAGES), help="the CFL batch: 10 strings per length, this language's vocabulary and PDA size")
     parser.add_argument("--bf16", action="store_true", help="also time bfloat16 autocast (architectures without the dVPDA)")
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
-    vocabulary_size = len(task_vocabulary(arguments.task))
+    vocabulary_size = LANGUAGES[arguments.cfl_language].vocabulary_size if arguments.cfl_language else len(task_vocabulary(arguments.task))
     results: dict[int | str, list[dict]] = {length: measure_length(arguments.architectures, vocabulary_size, length, arguments) for length in arguments.lengths}
     if arguments.task_data:
         results["task"] = measure_task(arguments.architectures, vocabulary_size, arguments)
@@ -228,7 +251,8 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
         return
     print(
-        f"task {arguments.task} (V = {vocabulary_size}), {arguments.tokens} tokens per batch, {arguments.threads} thread(s), "
+        f"{'CFL language ' + arguments.cfl_language if arguments.cfl_language else 'task ' + arguments.task} (V = {vocabulary_size}), "
+        f"{'10 strings' if arguments.cfl_language else str(arguments.tokens) + ' tokens'} per batch, {arguments.threads} thread(s), "
         f"CPU time, median of {arguments.repeats} rounds; cost = time per token / its base's"
     )
     print("| architecture | " + " | ".join(f"n={n} tokens/s | n={n} cost" for n in results) + " |")
