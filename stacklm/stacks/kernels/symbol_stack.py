@@ -1,0 +1,160 @@
+"""The nondeterministic stack over symbols (NS, NS+S, NS+U, NS+S+U) as one compiled step per call,
+forward and exact backward (``symbol_stack.cpp``), for stack RNNs.
+
+DuSell & Chiang (2022), "Learning Hierarchical Structures with Differentiable Nondeterministic
+Stacks", eqs. 2–5, full stack (no window), as ``stacklm.stacks.nondeterministic`` computes it: the
+same γ, α and readings. Step t (1-based) adds column t of γ from the log weights log Δ⁺_t, log Δ^R_t
+(B, N, N) and log Δ⁻_t (B, N, Q) of the step, N = |Q|·|Γ|, configuration (q, x) at q·|Γ| + x (the
+layout of ``NondeterministicActions``, flattened), whatever made them (eq. 1's softmax or raw).
+
+Shares instead of weights. With F_t[i][a][c] = α[i][a] γ[i→t][a,c] (so α[t][c] = Σ_{i,a} F_t[i][a][c]),
+the kernel keeps the shares Ŝ_t[i][a][c] = F_t[i][a][c] / α[t][c] ∈ [0, 1] and α̂[t] = α[t] / max_c α[t][c].
+Multiplying eq. 2 by α[i][a] gives every term of column t as a product of shares, α̂[t−1] and
+one step-t weight:
+
+    F_t[t−1][a][c] ∝ α̂[t−1][a] Δ⁺_t[a,c]                                                    (push)
+    F_t[i][a][c]   ∝ Σ_b Ŝ_{t−1}[i][a][b] wR[b,c] + Σ_{k=i+1}^{t−2} Σ_u Ŝ_k[i][a][(u,y)] W[k][(u,y)][r]
+                      wR[b,c] = α̂[t−1][b] Δ^R_t[b,c],   W[k][d][r] = Σ_b Ŝ_{t−1}[k][d][b] α̂[t−1][b] Δ⁻_t[b,r]
+
+(c = (r, y); α[k][d] γ'_t[k][d][r] = α[t−1]-weighted W[k][d][r], so α[k] cancels from the pop).
+All terms share one factor, max_c α[t−1][c] · exp(μ_t), μ_t the largest log weight of the step,
+which the kernel leaves out: every value lies in [0, t·N] and nothing overflows, in float32 as
+in float64. T_t[c] = Σ_{i,a} of the terms (at that scale) normalises them into Ŝ_t and gives α̂[t].
+The reading is r_t = α[t] / Σ α[t] (+S), or its sum over states (eq. 5): the scale cancels.
+
+Backward, exact (the scale is a constant factor of every α[t] and cancels from every reading).
+With E = ∂L/∂ log γ[i→t][a,c] kept as H_t[i][a][c] = E / Ŝ_t[i][a][c] and e_t[c] = ∂L/∂ log α[t][c],
+step t passes, after the reading's part of e_t:
+
+    H_t[i][a][c] += e_t[c];   e_i[a] += Σ_c e_t[c] Ŝ_t[i][a][c]                   (α[t] = Σ α[i] γ[i→t])
+    ∂L/∂ log Δ⁺_t[a,c] = H_t[t−1][a][c] Ŝ_t[t−1][a][c]
+    ρ[i][a][c] = H_t[i][a][c] / T_t[c]                          (∂L/∂ log γ over the term sum, i ≤ t−2)
+    H_{t−1}[i][a][b] += Σ_c ρ[i][a][c] wR[b,c];   ∂L/∂ log Δ^R_t[b,c] = wR[b,c] Σ_{i,a} ρ[i][a][c] Ŝ_{t−1}[i][a][b]
+    H_k[i][a][(u,y)] += Σ_r ρ[i][a][(r,y)] W[k][(u,y)][r];   Z[k][(u,y)][r] = Σ_{i<k,a} ρ[i][a][(r,y)] Ŝ_k[i][a][(u,y)]
+    H_{t−1}[k][d][b] += Σ_r Z[k][d][r] α̂[t−1][b] Δ⁻_t[b,r];  ∂L/∂ log Δ⁻_t[b,r] = Σ_{k,d} Z[k][d][r] Ŝ_{t−1}[k][d][b] α̂[t−1][b] Δ⁻_t[b,r]
+
+(each log-sum passes ∂L/∂ log of a sum times the term's share of it). H_t is complete once
+steps t + 1 … n have run backward, which the order tensor passed from step to step ensures.
+
+Cost per sequence of n steps: ≈ n³·N²·|Q|/6 multiply-adds forward, twice that backward; memory
+O(n²·N²) for Ŝ and H. Each op runs groups of eight batch elements, one per vector lane
+(``lanes.h``), one group per task (``torch.set_num_threads``).
+
+The library is built at first use like the other compiled kernels
+(``stacklm.stacks.kernels.compiled``: its compiler flags, cache root and build lock), in a
+folder of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from stacklm.build_lock import build_lock
+from stacklm.errors import StacklmError
+from stacklm.stacks.kernels import compiled
+
+NAME = "stacklm_symbol_stack"
+SOURCE = Path(__file__).with_name("symbol_stack.cpp")
+HEADERS = [Path(__file__).with_name("lanes.h")]
+LANE_COUNT = 8  # LANE_COUNT of lanes.h: the tables' last dimension
+
+_loaded = False
+
+
+def build_directory() -> Path:
+    """<cache root>/stacklm_symbol_stack<instruction set>-<checkout>, beside the other kernels' folder."""
+    checkout = hashlib.sha256(str(SOURCE.resolve()).encode()).hexdigest()[:12]
+    suffix = compiled.extension_name().removeprefix(compiled.NAME)
+    return compiled.build_directory().parent / f"{NAME}{suffix}-{checkout}"
+
+
+def load() -> None:
+    """Build (once per source and compiler flags) and load the kernel; raises if it cannot build."""
+    global _loaded
+    if _loaded:
+        return
+    from torch.utils import cpp_extension
+
+    directory = build_directory()
+    name = directory.name.rsplit("-", 1)[0]
+    try:
+        with build_lock(directory, "the symbol stack kernel's build", compiled.BUILD_WAIT_S):
+            (directory / "lock").unlink(missing_ok=True)  # torch's own lock, left only by a killed build
+            library = directory / f"{name}.so"
+            if not (library.is_file() and all(library.stat().st_mtime >= path.stat().st_mtime for path in [SOURCE, *HEADERS])):
+                print("building the symbol stack kernel (first use, about a minute)…", file=sys.stderr, flush=True)
+            cpp_extension.load(
+                name=name,
+                sources=[str(SOURCE)],
+                extra_cflags=compiled.compile_flags(),
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=False,
+            )
+    except StacklmError:
+        raise
+    except Exception as error:  # the compiler's output is in the exception
+        raise RuntimeError(f"the symbol stack kernel failed to build: {error}") from error
+    _loaded = True
+
+
+class SymbolStackTables:
+    """The tables of one run of at most ``capacity`` steps of ``batch_size`` sequences, filled one
+    column per :func:`symbol_step`: Ŝ (G, Σ_t t·N², L), α̂ and T (G, capacity + 1, N, L), element b in
+    lane b mod L of group b // L. The adjoint tables H and e are made by the first backward step of
+    the run and dropped after step 1's."""
+
+    def __init__(self, batch_size: int, capacity: int, num_states: int, num_symbols: int, states_in_reading: bool, like: Tensor) -> None:
+        load()
+        self.shares, self.alpha, self.totals = torch.ops.stacklm_symbol_stack.start(like, batch_size, capacity, num_states, num_symbols)
+        self.batch_size = batch_size
+        self.capacity = capacity
+        self.states_in_reading = states_in_reading
+        self.steps = 0
+        self.adjoint: Tensor | None = None
+        self.grad_alpha: Tensor | None = None
+
+
+class _SymbolStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, order: Tensor, tables: SymbolStackTables) -> tuple[Tensor, Tensor]:
+        step = tables.steps + 1
+        reading = torch.ops.stacklm_symbol_stack.step(step, push, replace, pop, tables.shares, tables.alpha, tables.totals, tables.states_in_reading)
+        tables.steps = step
+        ctx.save_for_backward(push, replace, pop)
+        ctx.tables = tables
+        ctx.step = step
+        ctx.order_shape = order.shape
+        return reading, reading.new_zeros(reading.size(0), 0)
+
+    @staticmethod
+    def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
+        tables: SymbolStackTables = ctx.tables
+        if tables.adjoint is None or tables.grad_alpha is None:
+            tables.adjoint = torch.zeros_like(tables.shares)
+            tables.grad_alpha = torch.zeros_like(tables.alpha)
+        grad_push, grad_replace, grad_pop = torch.ops.stacklm_symbol_stack.step_backward(
+            ctx.step, grad_reading.contiguous(), *ctx.saved_tensors, tables.shares, tables.alpha, tables.totals,
+            tables.adjoint, tables.grad_alpha, tables.states_in_reading,
+        )  # fmt: skip
+        if ctx.step == 1:
+            tables.adjoint = tables.grad_alpha = None
+        return grad_push, grad_replace, grad_pop, grad_reading.new_zeros(ctx.order_shape), None
+
+
+def symbol_step(tables: SymbolStackTables, push: Tensor, replace: Tensor, pop: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
+    """r_t (B, N or |Γ|) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
+
+    ``push``, ``replace`` (B, N, N) and ``pop`` (B, N, Q): log Δ⁺_t, log Δ^R_t, log Δ⁻_t in the
+    tables' dtype; ``order``: any (B, 0) tensor at step 1, else what step t − 1 returned.
+    """
+    if tables.steps >= tables.capacity:
+        raise ValueError(f"the tables hold {tables.capacity} steps")
+    return _SymbolStep.apply(push.contiguous(), replace.contiguous(), pop.contiguous(), order, tables)
