@@ -7,8 +7,9 @@
 // group. A group of fewer elements repeats its last element in the spare lanes and drops what
 // they give. One group per task (at::parallel_for).
 //
-// Per element, column t (t = 1 … n) holds t rows i = 0 … t−1 of N × N entries [i][a][c], at
-// offset(t) of one flat table:
+// Per element, the entries [i][a][c] of columns t = 1 … n (rows i < t) lie in one flat table by
+// row (i, a), each row's columns k = i+1 … capacity side by side (``Sizes::entry``), so the pop
+// of a row at step t reads its columns i+1 … t−2 in one contiguous run:
 //   shares:   Ŝ_t[i][a][c] = α[i][a] γ[i→t][a,c] / α[t][c] ∈ [0, 1]
 //   adjoint:  H_t[i][a][c] = (∂L/∂ log γ[i→t][a,c]) / Ŝ_t[i][a][c], accumulated by the backward
 // and per step: alpha  α̂[t] = α[t] / max_c α[t][c];  totals T_t[c], the sum over (i, a) of the
@@ -65,9 +66,12 @@ Vec<T> inverse_or_zero(Vec<T> value) {
 struct Sizes {
   int64_t states, symbols, configs, capacity;
 
-  // N² · Σ_{s<t} s: where column t starts.
-  int64_t offset(int64_t t) const { return configs * configs * (t - 1) * t / 2; }
-  int64_t table() const { return offset(capacity + 1); }
+  // Where the N entries [i][a][·] of column k (i < k ≤ capacity) start: the rows (i', a') before
+  // (i, a) hold capacity − i' columns each.
+  int64_t entry(int64_t i, int64_t a, int64_t k) const {
+    return configs * (configs * (i * capacity - i * (i - 1) / 2) + a * (capacity - i) + (k - i - 1));
+  }
+  int64_t table() const { return configs * configs * capacity * (capacity + 1) / 2; }
 };
 
 // Step t's transition weights in lanes, exp(log Δ − μ) with μ the largest log weight of the step
@@ -121,11 +125,11 @@ StepProducts<T> step_products(const Sizes& sizes, const Weights<T>& weights, con
     for (int64_t r = 0; r < Q; ++r) products.pop[b * Q + r] = previous_alpha[b] * weights.pop[b * Q + r];
   }
   if (t >= 2) {
-    const Vec<T>* previous = shares + sizes.offset(t - 1);
     for (int64_t kd = 0; kd < (t - 1) * N; ++kd) {
+      const Vec<T>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
       Vec<T> sums[QC ? QC : 16] = {};
       for (int64_t b = 0; b < N; ++b) {
-        const Vec<T> share = previous[kd * N + b];
+        const Vec<T> share = previous[b];
         for (int64_t r = 0; r < Q; ++r) sums[r] += share * products.pop[b * Q + r];
       }
       for (int64_t r = 0; r < Q; ++r) products.flow[kd * Q + r] = sums[r];
@@ -140,19 +144,18 @@ void forward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, Vec
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
   const Vec<T>* previous_alpha = alpha + (t - 1) * N;
   const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, previous_alpha, shares, t);
-  Vec<T>* column = shares + sizes.offset(t);
   std::vector<Vec<T>> total(N, splat<T>(0));
   // Rows i ≤ t−2: replace Σ_b Ŝ_{t−1}[i][a][b] wR[b][c], pop Σ_k Σ_u Ŝ_k[i][a][(u,y)] W[k][(u,y)][r].
   for (int64_t i = 0; i + 2 <= t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
       Vec<T> sums[QC && SC ? QC * SC : 64] = {};
-      const Vec<T>* previous = shares + sizes.offset(t - 1) + (i * N + a) * N;
+      const Vec<T>* previous = shares + sizes.entry(i, a, t - 1);
       for (int64_t b = 0; b < N; ++b) {
         const Vec<T> share = previous[b];
         for (int64_t c = 0; c < N; ++c) sums[c] += share * products.replace[b * N + c];
       }
-      for (int64_t k = i + 1; k + 2 <= t; ++k) {
-        const Vec<T>* below = shares + sizes.offset(k) + (i * N + a) * N;
+      const Vec<T>* below = shares + sizes.entry(i, a, i + 1);
+      for (int64_t k = i + 1; k + 2 <= t; ++k, below += N) {
         const Vec<T>* flow = products.flow.data() + k * N * Q;
         for (int64_t u = 0; u < Q; ++u) {
           for (int64_t y = 0; y < S; ++y) {
@@ -161,17 +164,19 @@ void forward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, Vec
           }
         }
       }
+      Vec<T>* column = shares + sizes.entry(i, a, t);
       for (int64_t c = 0; c < N; ++c) {
-        column[(i * N + a) * N + c] = sums[c];
+        column[c] = sums[c];
         total[c] += sums[c];
       }
     }
   }
   // Row t−1: the push, α̂[t−1][a] D̂[a][c].
   for (int64_t a = 0; a < N; ++a) {
+    Vec<T>* column = shares + sizes.entry(t - 1, a, t);
     for (int64_t c = 0; c < N; ++c) {
       const Vec<T> term = previous_alpha[a] * weights.push[a * N + c];
-      column[((t - 1) * N + a) * N + c] = term;
+      column[c] = term;
       total[c] += term;
     }
   }
@@ -183,7 +188,8 @@ void forward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, Vec
     totals[t * N + c] = total[c];
   }
   for (int64_t row = 0; row < t * N; ++row) {
-    for (int64_t c = 0; c < N; ++c) column[row * N + c] *= inverse[c];
+    Vec<T>* column = shares + sizes.entry(row / N, row % N, t);
+    for (int64_t c = 0; c < N; ++c) column[c] *= inverse[c];
   }
   const Vec<T> scale = inverse_or_zero<T>(largest);
   for (int64_t c = 0; c < N; ++c) alpha[t * N + c] = total[c] * scale;
@@ -194,25 +200,23 @@ void backward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, co
                     const Vec<T>* alpha, const Vec<T>* totals, Vec<T>* adjoint, Vec<T>* grad_alpha,
                     std::vector<Vec<T>>& grad_push, std::vector<Vec<T>>& grad_replace, std::vector<Vec<T>>& grad_pop) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
-  const Vec<T>* column = shares + sizes.offset(t);
-  Vec<T>* column_adjoint = adjoint + sizes.offset(t);
   const Vec<T>* step_grad_alpha = grad_alpha + t * N;
   // α[t][c] = Σ_{i,a} α[i][a] γ[i→t][a,c]: each term's share of e_t[c].
   for (int64_t i = 0; i < t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
+      const Vec<T>* column = shares + sizes.entry(i, a, t);
+      Vec<T>* column_adjoint = adjoint + sizes.entry(i, a, t);
       Vec<T> to_alpha = splat<T>(0);
       for (int64_t c = 0; c < N; ++c) {
-        column_adjoint[(i * N + a) * N + c] += step_grad_alpha[c];
-        to_alpha += step_grad_alpha[c] * column[(i * N + a) * N + c];
+        column_adjoint[c] += step_grad_alpha[c];
+        to_alpha += step_grad_alpha[c] * column[c];
       }
       if (i > 0) grad_alpha[i * N + a] += to_alpha;
     }
   }
   for (int64_t a = 0; a < N; ++a) {
-    for (int64_t c = 0; c < N; ++c) {
-      const int64_t position = ((t - 1) * N + a) * N + c;
-      grad_push[a * N + c] = column_adjoint[position] * column[position];
-    }
+    const int64_t position = sizes.entry(t - 1, a, t);
+    for (int64_t c = 0; c < N; ++c) grad_push[a * N + c] = adjoint[position + c] * shares[position + c];
   }
   if (t < 2) return;
   const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
@@ -220,25 +224,25 @@ void backward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, co
   for (int64_t c = 0; c < N; ++c) inverse_total[c] = inverse_or_zero<T>(totals[t * N + c]);
   std::vector<Vec<T>> replace_sums(N * N, splat<T>(0)), pop_sums(N * Q, splat<T>(0));
   std::vector<Vec<T>> flow_adjoint((t - 1) * N * Q, splat<T>(0));  // Z[k][d][r]
-  const Vec<T>* previous = shares + sizes.offset(t - 1);
-  Vec<T>* previous_adjoint = adjoint + sizes.offset(t - 1);
   for (int64_t i = 0; i + 2 <= t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
       Vec<T> ratio[QC && SC ? QC * SC : 64];  // ρ[c] = H_t[i][a][c] / T_t[c]
-      for (int64_t c = 0; c < N; ++c) ratio[c] = column_adjoint[(i * N + a) * N + c] * inverse_total[c];
-      const int64_t row = (i * N + a) * N;
+      const Vec<T>* column_adjoint = adjoint + sizes.entry(i, a, t);
+      for (int64_t c = 0; c < N; ++c) ratio[c] = column_adjoint[c] * inverse_total[c];
+      const Vec<T>* previous = shares + sizes.entry(i, a, t - 1);
+      Vec<T>* previous_adjoint = adjoint + sizes.entry(i, a, t - 1);
       for (int64_t b = 0; b < N; ++b) {
         Vec<T> sum = splat<T>(0);
-        const Vec<T> share = previous[row + b];
+        const Vec<T> share = previous[b];
         for (int64_t c = 0; c < N; ++c) {
           sum += ratio[c] * products.replace[b * N + c];
           replace_sums[b * N + c] += ratio[c] * share;
         }
-        previous_adjoint[row + b] += sum;
+        previous_adjoint[b] += sum;
       }
-      for (int64_t k = i + 1; k + 2 <= t; ++k) {
-        const Vec<T>* below = shares + sizes.offset(k) + row;
-        Vec<T>* below_adjoint = adjoint + sizes.offset(k) + row;
+      const Vec<T>* below = shares + sizes.entry(i, a, i + 1);
+      Vec<T>* below_adjoint = adjoint + sizes.entry(i, a, i + 1);
+      for (int64_t k = i + 1; k + 2 <= t; ++k, below += N, below_adjoint += N) {
         const Vec<T>* flow = products.flow.data() + k * N * Q;
         Vec<T>* flow_sums = flow_adjoint.data() + k * N * Q;
         for (int64_t u = 0; u < Q; ++u) {
@@ -258,14 +262,16 @@ void backward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, co
   }
   // γ'_t[k][d][r] = Σ_b γ[k→t−1][d,b] Δ⁻_t[b,r]: Z[k][d][r] is its ∂L/∂ log γ' over W[k][d][r].
   for (int64_t kd = 0; kd < (t - 1) * N; ++kd) {
+    const Vec<T>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
+    Vec<T>* previous_adjoint = adjoint + sizes.entry(kd / N, kd % N, t - 1);
     for (int64_t b = 0; b < N; ++b) {
-      const Vec<T> share = previous[kd * N + b];
+      const Vec<T> share = previous[b];
       Vec<T> sum = splat<T>(0);
       for (int64_t r = 0; r < Q; ++r) {
         sum += flow_adjoint[kd * Q + r] * products.pop[b * Q + r];
         pop_sums[b * Q + r] += flow_adjoint[kd * Q + r] * share;
       }
-      previous_adjoint[kd * N + b] += sum;
+      previous_adjoint[b] += sum;
     }
   }
   for (int64_t j = 0; j < N * N; ++j) grad_replace[j] = replace_sums[j] * products.replace[j];

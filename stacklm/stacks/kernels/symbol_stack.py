@@ -49,15 +49,18 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
 from stacklm.build_lock import build_lock
 from stacklm.errors import StacklmError
+from stacklm.stacks.base import StackState
 from stacklm.stacks.kernels import compiled
+from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
 
 NAME = "stacklm_symbol_stack"
 SOURCE = Path(__file__).with_name("symbol_stack.cpp")
@@ -158,3 +161,44 @@ def symbol_step(tables: SymbolStackTables, push: Tensor, replace: Tensor, pop: T
     if tables.steps >= tables.capacity:
         raise ValueError(f"the tables hold {tables.capacity} steps")
     return _SymbolStep.apply(push.contiguous(), replace.contiguous(), pop.contiguous(), order, tables)
+
+
+@dataclass(frozen=True)
+class SymbolStackSequence(StackState[NondeterministicActions]):
+    """A ``sequence_state`` of the NS family on the kernel: advanced once per step, never copied."""
+
+    tables: SymbolStackTables
+    current: Tensor  # r_t (B, reading size)
+    order: Tensor  # (B, 0), what step t returned
+
+    def next(self, actions: NondeterministicActions) -> SymbolStackSequence:
+        batch_size, num_states, num_symbols = actions.pop.shape[:3]
+        configurations = num_states * num_symbols
+        reading, order = symbol_step(
+            self.tables,
+            actions.push.reshape(batch_size, configurations, configurations),
+            actions.replace.reshape(batch_size, configurations, configurations),
+            actions.pop.reshape(batch_size, configurations, num_states),
+            self.order,
+        )
+        return SymbolStackSequence(self.tables, reading, order)
+
+    def reading(self) -> Tensor:
+        return self.current
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> SymbolStackSequence:
+        raise TypeError("a sequence state of the compiled symbol stack is advanced once per step and never copied or sliced: use initial_state")
+
+
+class CompiledNondeterministicStack(NondeterministicStack):
+    """``NondeterministicStack`` (full stack, LOG) whose ``sequence_state`` runs on the kernel
+    (CPU, float32 or float64); ``initial_state`` and ``readings`` stay the PyTorch DP."""
+
+    def __init__(self, num_states: int, num_symbols: int, states_in_reading: bool) -> None:
+        super().__init__(num_states, num_symbols, states_in_reading)
+
+    def sequence_state(self, batch_size: int, like: Tensor, max_steps: int) -> SymbolStackSequence:
+        tables = SymbolStackTables(batch_size, max_steps, self.sizes.num_states, self.sizes.num_symbols, self.states_in_reading, like)
+        empty = like.new_zeros(batch_size, self.reading_size)
+        empty[:, 0] = 1  # r_0: one-hot at ⊥, or (q0, ⊥)
+        return SymbolStackSequence(tables, empty, like.new_zeros(batch_size, 0))
