@@ -1,0 +1,122 @@
+"""The compiled symbol stack against brute-force runs and the PyTorch DP: readings, gradients, float32.
+
+A kernel that fails to build fails these tests (no fallback).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from tests.stacks.test_nondeterministic import VARIANTS, brute_force_readings, random_actions
+from stacklm.models.options import ModelOptions
+from stacklm.models.registry import build_model
+from stacklm.stacks.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackSequence, SymbolStackTables, symbol_step
+from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
+
+
+def compiled_readings(actions: NondeterministicActions, states_in_reading: bool) -> Tensor:
+    """r_1 … r_n (B, n, reading size), one kernel step per step."""
+    batch, steps, states, symbols = actions.pop.shape[:4]
+    configurations = states * symbols
+    tables = SymbolStackTables(batch, steps, states, symbols, states_in_reading, actions.pop)
+    order = actions.pop.new_zeros(batch, 0)
+    readings = []
+    for step in range(steps):
+        reading, order = symbol_step(
+            tables,
+            actions.push[:, step].reshape(batch, configurations, configurations),
+            actions.replace[:, step].reshape(batch, configurations, configurations),
+            actions.pop[:, step].reshape(batch, configurations, states),
+            order,
+        )
+        readings.append(reading)
+    return torch.stack(readings, dim=1)
+
+
+@pytest.mark.parametrize("normalize, states_in_reading", VARIANTS)
+@pytest.mark.parametrize("states, symbols, steps", [(1, 1, 5), (2, 2, 5), (2, 3, 4), (3, 2, 4), (3, 3, 4)])
+def test_readings_equal_brute_force(normalize: bool, states_in_reading: bool, states: int, symbols: int, steps: int) -> None:
+    logits = random_actions(2, steps, states, symbols, seed=states * 10 + symbols)
+    actions = NondeterministicActions.from_logits(logits, states, symbols, normalize)
+    torch.testing.assert_close(compiled_readings(actions, states_in_reading), brute_force_readings(actions, states_in_reading), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("normalize, states_in_reading", VARIANTS)
+@pytest.mark.parametrize("states, symbols", [(2, 3), (3, 3), (2, 2)])  # the two compiled-in sizes and the generic code
+def test_readings_and_gradients_equal_the_pytorch_dp(normalize: bool, states_in_reading: bool, states: int, symbols: int) -> None:
+    """Float64, a batch of 11 (two groups of lanes, the second padded), 9 steps, logits of std 3."""
+    logits = random_actions(11, 9, states, symbols, seed=7, scale=3.0).requires_grad_()
+    weights = torch.randn(11, 9, states * symbols if states_in_reading else symbols, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    expected = NondeterministicStack(states, symbols, states_in_reading).readings(NondeterministicActions.from_logits(logits, states, symbols, normalize))
+    (expected_gradient,) = torch.autograd.grad((expected * weights).sum(), logits)
+    readings = compiled_readings(NondeterministicActions.from_logits(logits, states, symbols, normalize), states_in_reading)
+    (gradient,) = torch.autograd.grad((readings * weights).sum(), logits)
+    torch.testing.assert_close(readings, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gradient, expected_gradient, rtol=1e-9, atol=1e-11)
+
+
+def test_gradcheck() -> None:
+    logits = random_actions(3, 4, 2, 2, seed=3).requires_grad_()
+
+    def readings(logits: Tensor) -> Tensor:
+        return compiled_readings(NondeterministicActions.from_logits(logits, 2, 2, normalize=False), True)
+
+    assert torch.autograd.gradcheck(readings, (logits,))
+
+
+def test_one_step_reads_the_push() -> None:
+    """After step 1 only the push from (q0, ⊥) has run: r_1 ∝ Δ⁺_1[(q0, ⊥) → ·]."""
+    logits = random_actions(2, 1, 2, 3, seed=4)
+    actions = NondeterministicActions.from_logits(logits, 2, 3, normalize=False)
+    expected = actions.push[:, 0, 0, 0].reshape(2, 6).softmax(dim=-1).unsqueeze(1)
+    torch.testing.assert_close(compiled_readings(actions, True), expected)
+
+
+def test_float32_follows_float64() -> None:
+    """Float32 at n = 60, logits of std 3 (unnormalized): readings and gradients near float64's."""
+    logits = random_actions(10, 60, 2, 3, seed=5, scale=3.0)
+    weights = torch.randn(10, 60, 6, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    results = []
+    for dtype in (torch.float64, torch.float32):
+        leaf = logits.to(dtype).requires_grad_()
+        readings = compiled_readings(NondeterministicActions.from_logits(leaf, 2, 3, normalize=False), True)
+        (gradient,) = torch.autograd.grad((readings * weights.to(dtype)).sum(), leaf)
+        results.append((readings.double(), gradient.double()))
+    (readings64, gradient64), (readings32, gradient32) = results
+    torch.testing.assert_close(readings32, readings64, rtol=0, atol=1e-4)
+    torch.testing.assert_close(gradient32, gradient64, rtol=0, atol=1e-3 * gradient64.abs().max().item())
+
+
+def test_tables_refuse_a_step_past_their_capacity() -> None:
+    actions = NondeterministicActions.from_logits(random_actions(1, 2, 1, 2, seed=1), 1, 2, normalize=True)
+    tables = SymbolStackTables(1, 1, 1, 2, False, actions.pop)
+    order = actions.pop.new_zeros(1, 0)
+    _, order = symbol_step(tables, actions.push[:, 0].reshape(1, 2, 2), actions.replace[:, 0].reshape(1, 2, 2), actions.pop[:, 0].reshape(1, 2, 1), order)
+    with pytest.raises(ValueError, match="hold 1 steps"):
+        symbol_step(tables, actions.push[:, 1].reshape(1, 2, 2), actions.replace[:, 1].reshape(1, 2, 2), actions.pop[:, 1].reshape(1, 2, 1), order)
+
+
+@pytest.mark.parametrize("name", ["cfl/NS", "cfl/NS+S+U"])
+def test_a_stack_rnn_on_the_kernel_equals_it_on_the_pytorch_dp(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CFL model's loss and gradients with the compiled stack's sequence state, float64."""
+    steps: list[int] = []
+    monkeypatch.setattr(SymbolStackSequence, "next", lambda self, actions, next=SymbolStackSequence.next: steps.append(1) or next(self, actions))
+    options = ModelOptions(cfl_num_states=2, cfl_num_symbols=3)
+    model = build_model(name, 4, options=options, generator=torch.Generator().manual_seed(0)).double()
+    tokens = torch.randint(0, 3, (10, 12), generator=torch.Generator().manual_seed(1))
+    results = []
+    for compiled in (False, True):
+        if compiled:
+            stack = model.interface.stack
+            model.interface.stack = CompiledNondeterministicStack(stack.sizes.num_states, stack.sizes.num_symbols, stack.states_in_reading)
+        model.zero_grad()
+        loss = model(tokens).logsumexp(dim=-1).sum()
+        loss.backward()
+        results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
+    (loss, gradients), (compiled_loss, compiled_gradients) = results
+    assert len(steps) == 11  # the kernel ran the n − 1 updates
+    torch.testing.assert_close(compiled_loss, loss)
+    for gradient, compiled_gradient in zip(gradients, compiled_gradients):
+        torch.testing.assert_close(compiled_gradient, gradient)
