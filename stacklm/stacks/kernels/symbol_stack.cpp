@@ -86,23 +86,26 @@ Weights<T> load_weights(const Sizes& sizes, const at::Tensor& push, const at::Te
                         int64_t group, int64_t batch) {
   const int64_t N = sizes.configs, Q = sizes.states;
   Weights<T> weights{std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q)};
-  const T* push_data = push.data_ptr<T>();
-  const T* replace_data = replace.data_ptr<T>();
-  const T* pop_data = pop.data_ptr<T>();
   for (int64_t lane = 0; lane < LANE_COUNT; ++lane) {
     const int64_t element = std::min(group * LANE_COUNT + lane, batch - 1);
-    const T* element_push = push_data + element * N * N;
-    const T* element_replace = replace_data + element * N * N;
-    const T* element_pop = pop_data + element * N * Q;
+    const T* element_push = push.data_ptr<T>() + element * push.stride(0);
+    const T* element_replace = replace.data_ptr<T>() + element * replace.stride(0);
+    const T* element_pop = pop.data_ptr<T>() + element * pop.stride(0);
     T largest = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < N * N; ++j) largest = std::max({largest, element_push[j], element_replace[j]});
-    for (int64_t j = 0; j < N * Q; ++j) largest = std::max(largest, element_pop[j]);
-    if (!std::isfinite(largest)) largest = 0;
-    for (int64_t j = 0; j < N * N; ++j) {
-      weights.push[j][lane] = std::exp(element_push[j] - largest);
-      weights.replace[j][lane] = std::exp(element_replace[j] - largest);
+    for (int64_t b = 0; b < N; ++b) {
+      for (int64_t c = 0; c < N; ++c) {
+        largest = std::max({largest, element_push[b * push.stride(1) + c], element_replace[b * replace.stride(1) + c]});
+      }
+      for (int64_t r = 0; r < Q; ++r) largest = std::max(largest, element_pop[b * pop.stride(1) + r]);
     }
-    for (int64_t j = 0; j < N * Q; ++j) weights.pop[j][lane] = std::exp(element_pop[j] - largest);
+    if (!std::isfinite(largest)) largest = 0;
+    for (int64_t b = 0; b < N; ++b) {
+      for (int64_t c = 0; c < N; ++c) {
+        weights.push[b * N + c][lane] = std::exp(element_push[b * push.stride(1) + c] - largest);
+        weights.replace[b * N + c][lane] = std::exp(element_replace[b * replace.stride(1) + c] - largest);
+      }
+      for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r][lane] = std::exp(element_pop[b * pop.stride(1) + r] - largest);
+    }
   }
   return weights;
 }
@@ -319,7 +322,8 @@ std::vector<at::Tensor> step_backward_typed(const Sizes& sizes, int64_t t, const
                                             const at::Tensor& grad_alpha, bool states_in_reading) {
   const int64_t batch = push.size(0), groups = shares.size(0), N = sizes.configs, S = sizes.symbols, Q = sizes.states;
   const int64_t reading_size = states_in_reading ? N : S;
-  at::Tensor grad_push = at::empty_like(push), grad_replace = at::empty_like(replace), grad_pop = at::empty_like(pop);
+  at::Tensor grad_push = at::empty({batch, N, N}, push.options()), grad_replace = at::empty({batch, N, N}, push.options());
+  at::Tensor grad_pop = at::empty({batch, N, Q}, push.options());
   const T* grad_reading_data = grad_reading.data_ptr<T>();
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t group = begin; group < end; ++group) {
@@ -372,9 +376,10 @@ Sizes sizes_of(const at::Tensor& pop, const at::Tensor& alpha) {
 
 void check_step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                 const at::Tensor& shares, const Sizes& sizes) {
-  TORCH_CHECK(push.is_contiguous() && replace.is_contiguous() && pop.is_contiguous(), "the log weights must be contiguous");
+  TORCH_CHECK(push.stride(2) == 1 && replace.stride(2) == 1 && pop.stride(2) == 1, "the log weights' rows must be contiguous");
   TORCH_CHECK(push.dim() == 3 && push.size(1) == sizes.configs && push.size(2) == sizes.configs, "push must be (B, N, N)");
   TORCH_CHECK(replace.sizes() == push.sizes(), "replace must be (B, N, N)");
+  TORCH_CHECK(pop.dim() == 3 && pop.size(0) == push.size(0), "pop must be (B, N, Q)");
   TORCH_CHECK(sizes.configs <= 64 && sizes.states <= 16, "at most 16 states and 64 configurations");
   TORCH_CHECK(1 <= t && t <= sizes.capacity, "step ", t, " outside the tables' 1 … ", sizes.capacity);
   TORCH_CHECK(shares.dim() == 3 && shares.size(1) == sizes.table() && shares.size(2) == LANE_COUNT, "tables of another size");

@@ -156,11 +156,12 @@ def symbol_step(tables: SymbolStackTables, push: Tensor, replace: Tensor, pop: T
     """r_t (B, N or |Γ|) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
 
     ``push``, ``replace`` (B, N, N) and ``pop`` (B, N, Q): log Δ⁺_t, log Δ^R_t, log Δ⁻_t in the
-    tables' dtype; ``order``: any (B, 0) tensor at step 1, else what step t − 1 returned.
+    tables' dtype, at any strides of B and rows (the views ``NondeterministicActions`` holds: no copy); ``order``: any (B, 0) tensor at step 1, else what step t − 1 returned.
     """
     if tables.steps >= tables.capacity:
         raise ValueError(f"the tables hold {tables.capacity} steps")
-    return _SymbolStep.apply(push.contiguous(), replace.contiguous(), pop.contiguous(), order, tables)
+    push, replace, pop = (table if table.stride(-1) == 1 else table.contiguous() for table in (push, replace, pop))
+    return _SymbolStep.apply(push, replace, pop, order, tables)
 
 
 @dataclass(frozen=True)
