@@ -9,6 +9,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -e '.[test]' -c constraints.txt  # the versions the tests ran with
 	touch $@
 
+# Every test, the end-to-end ones (marked e2e) included; the inner loop of daily work is
+# `$(BIN)/pytest -n 2 -m "not e2e"` (about 2 minutes).
 test: $(VENV)/.installed chromium tex
 	$(BIN)/pytest -n 2 --dist loadfile
 

@@ -40,6 +40,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.e2e
 def test_import_stacklm_loads_no_torch_until_the_api_is_used() -> None:
     probe = "import sys, stacklm; print('torch' in sys.modules); stacklm.load_run; print('torch' in sys.modules)"
     answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -54,6 +55,7 @@ def test_dir_lists_the_api_without_loading_it() -> None:
         stacklm.train  # noqa: B018
 
 
+@pytest.mark.e2e
 def test_a_standalone_run_uses_the_papers_defaults_and_loads_back(project: Path) -> None:
     run = stacklm.load_run(project / RUN)
     assert list((project / RUN).glob("checkpoint*.pt"))  # the default checkpoint path, beside the run
@@ -86,6 +88,7 @@ def test_a_folder_without_a_finished_run_is_named(tmp_path: Path) -> None:
         stacklm.load_run(tmp_path)
 
 
+@pytest.mark.e2e
 def test_the_readme_example_runs(project: Path) -> None:
     result = subprocess.run([sys.executable, "-c", readme_example()], cwd=project, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

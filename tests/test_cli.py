@@ -32,6 +32,7 @@ def stacklm(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     return subprocess.run([sys.executable, "-m", "stacklm.cli", *argv], capture_output=True, text=True, cwd=cwd)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("module", sorted(cli.COMMAND_MODULES))
 def test_a_command_imports_its_own_module_only(module: str) -> None:
     command = cli.COMMAND_MODULES[module][0]
@@ -41,17 +42,20 @@ def test_a_command_imports_its_own_module_only(module: str) -> None:
     assert loaded < set(cli.COMMAND_MODULES), loaded
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("argv", [(), ("--help",), ("--version",), ("trian",)])
 def test_help_version_and_a_typo_import_no_command_module(argv: tuple[str, ...]) -> None:
     assert loaded_modules(*argv) == set()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("argv", [("cfl", "select"), ("settings",), ("hparams",), ("select",), ("html",)])
 def test_the_commands_of_small_jobs_import_no_torch_pandas_or_mlflow(argv: tuple[str, ...]) -> None:
     """Each of these jobs would pay seconds of start-up for them: they load in the commands that need them."""
     assert loaded_modules(*argv) & {"torch", "pandas", "mlflow"} == set()
 
 
+@pytest.mark.e2e
 def test_train_help_imports_no_torch_and_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     """`stacklm train --help` answered in 7 s, importing torch and the Parquet records to print options."""
     assert loaded_modules("train") & {"torch", "pandas", "mlflow"} == set()
@@ -59,12 +63,14 @@ def test_train_help_imports_no_torch_and_explains_every_option(capsys: pytest.Ca
     assert [action.dest for action in train._actions if action.help is None] == []
 
 
+@pytest.mark.e2e
 def test_evaluate_imports_no_sympy() -> None:
     """Sizing a model needs SymPy, rebuilding a saved one does not: each of the hundreds of evaluation
     jobs would pay 0.4 CPU-seconds for it (stacklm.models.sizing loads it at the first count)."""
     assert "sympy" not in loaded_modules("evaluate")
 
 
+@pytest.mark.e2e
 def test_help_lists_every_command_with_its_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "1000")  # no wrapping: argparse may break a summary at a hyphen ("cross- entropy")
     listing = stacklm("--help")
@@ -74,6 +80,7 @@ def test_help_lists_every_command_with_its_summary(monkeypatch: pytest.MonkeyPat
         assert f"{name} {command.summary}" in text
 
 
+@pytest.mark.e2e
 def test_version_is_the_installed_distributions() -> None:
     answer = stacklm("--version")
     assert (answer.returncode, answer.stdout) == (0, f"stacklm {version('stacklm')}\n")
@@ -110,6 +117,7 @@ def test_each_example_parses_into_its_command_and_shows_in_its_help(path: str, c
     assert summary is None or summary in " ".join(help_text.split())
 
 
+@pytest.mark.e2e
 def test_a_failed_command_exits_1_and_a_wrong_command_line_2(tmp_path: Path) -> None:
     failed = stacklm("html", "--markdown", "missing.md", "--title", "t", "--out", "t.html", cwd=tmp_path)
     assert failed.returncode == 1 and failed.stderr == "stacklm: error: missing.md: cannot read the Markdown table: " \

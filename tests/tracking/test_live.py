@@ -27,6 +27,7 @@ def quiet_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
+@pytest.mark.e2e
 def test_the_watcher_logs_each_checkpoint_once_until_training_ends(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -80,6 +81,7 @@ def wait_for(condition, timeout_s: float = 120) -> None:  # noqa: ANN001
         time.sleep(0.5)
 
 
+@pytest.mark.e2e
 def test_a_training_job_is_mirrored_live_into_an_initialised_store(data: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -100,6 +102,7 @@ def test_a_training_job_is_mirrored_live_into_an_initialised_store(data: Path, t
     assert len(curve) >= 3 and history == [(row["examples_seen"], row["validation_cross_entropy"]) for row in curve]
 
 
+@pytest.mark.e2e
 def test_no_store_cannot_fail_training_and_the_watcher_creates_none(data: Path, tmp_path: Path) -> None:
     store = tmp_path / "never" / "mlflow.db"
     result = train(data, tmp_path / "run", f"sqlite:///{store}")

@@ -133,6 +133,7 @@ def run_names(database: Path) -> list[tuple[str, str]]:
         ))
 
 
+@pytest.mark.e2e
 def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
     database = tmp_path / "mlflow" / "mlflow.db"
     settings = write_settings(tmp_path, {"uri": f"sqlite:///{database}"})
@@ -208,6 +209,7 @@ def test_runs_synced_from_parquet_are_found_through_a_real_mlflow_server(tmp_pat
     assert not port_is_open(port)
 
 
+@pytest.mark.e2e
 def test_a_rerun_keeps_unchanged_runs_and_replaces_exactly_a_changed_one(
     tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +240,7 @@ def test_a_rerun_keeps_unchanged_runs_and_replaces_exactly_a_changed_one(
     assert metrics["test/full_accuracy"] == 0.5 and "generalization/log_ratio" not in metrics
 
 
+@pytest.mark.e2e
 def test_without_artifacts_a_run_leads_to_its_folder_and_turning_them_on_replaces_it(
     tmp_path: Path, runs: tuple[list[Path], list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,6 +325,7 @@ def stored_runs(database: Path, experiment: str) -> dict[str, tuple[dict, dict, 
     return {run.data.tags["stacklm.run"]: (run.data.tags, run.data.params, run.data.metrics) for run in found}
 
 
+@pytest.mark.e2e
 def test_experiments_synced_in_one_call_equal_a_call_each(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
     """resources.runs_per_job > 1: one `stacklm tracking sync` of two experiments, each with the files
     after its --experiment, mirrors what two calls mirror, and writes each experiment's manifest."""

@@ -106,6 +106,7 @@ def test_runs_per_job_groups_a_languages_runs_in_model_order_with_the_logging_ru
     )
 
 
+@pytest.mark.e2e
 def test_the_small_presets_grouped_cfl_jobs_name_each_runs_files(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({"preset": "small"})
     result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml", "--", cfl_dag.CFL_METRICS, cfl_dag.CFL_ACTIONS)
@@ -146,6 +147,7 @@ def test_a_preset_with_an_unknown_cfl_model_is_rejected_naming_the_key(config: d
         resolve(broken, "small")
 
 
+@pytest.mark.e2e
 def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[[dict[str, Any]], Path], config: dict[str, Any]) -> None:
     directory = workflow_copy({})
     start = time.perf_counter()
@@ -182,6 +184,7 @@ def test_dry_run_of_the_full_config_lists_every_cfl_job(workflow_copy: Callable[
     print(f"\nsnakemake -n {cfl_dag.CFL_METRICS} of the full config: {counts['total']} jobs ({expected}) in {elapsed_s:.1f} s")
 
 
+@pytest.mark.e2e
 def test_each_grouped_cfl_job_trains_its_own_languages_runs(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     """A real run of two languages' groups: a rule made in the Snakefile's loop runs its shell line
     after the loop has ended, so the line must name its own group's language, not the last one's."""
@@ -198,6 +201,7 @@ def test_each_grouped_cfl_job_trains_its_own_languages_runs(workflow_copy: Calla
         assert set(pd.read_parquet(directory / path)["task"]) == {path.split("/")[3]}
 
 
+@pytest.mark.e2e
 def test_a_test_set_is_generated_with_only_the_strings_per_length_that_are_scored(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({})
     target = cfl_dag.CFL_TEST.format(language="hardest-cfl")

@@ -97,6 +97,7 @@ GROUPED_JOBS: dict[str, dict[str, int]] = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("preset", ["small", "ci", "table1"])
 def test_each_presets_dry_run_lists_the_same_jobs(workflow_copy: Callable[[dict[str, Any]], Path], preset: str) -> None:
     directory = workflow_copy({"preset": preset})
@@ -106,6 +107,7 @@ def test_each_presets_dry_run_lists_the_same_jobs(workflow_copy: Callable[[dict[
     assert job_counts(output) == DAG_JOBS[preset]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("preset", ["ci", "table1"])
 def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_keep_one_output_per_run(
     workflow_copy: Callable[[dict[str, Any]], Path], preset: str
@@ -144,6 +146,7 @@ def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_k
     assert selection.endswith("> logs/select/question-formation/group1.log 2>&1")
 
 
+@pytest.mark.e2e
 def test_the_small_presets_grouped_ptb_jobs_name_each_restarts_files(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({"preset": "small"})
     result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml", "--", ptb.METRICS)
@@ -163,6 +166,7 @@ def test_the_small_presets_grouped_ptb_jobs_name_each_restarts_files(workflow_co
     assert " --out " + " ".join(ptb.RUN_METRICS.format(**run) for run in restarts) + " --log " + " ".join(ptb.EVALUATE_LOG.format(**run) for run in restarts) in evaluation
 
 
+@pytest.mark.e2e
 def test_grouped_draws_and_selections_write_each_architectures_own(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     """A real run of two tasks' hparams_group1 and select_group1 (a single trial: no training): a
     rule made in the Snakefile's loop runs its shell line after the loop has ended, so each
@@ -182,6 +186,7 @@ def test_grouped_draws_and_selections_write_each_architectures_own(workflow_copy
             assert best == {**drawn.__dict__, "max_epochs": settings.final.max_epochs}, (task, name)
 
 
+@pytest.mark.e2e
 def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({})
     result = run_snakemake(directory, "-n", "--workflow-profile", "none")
@@ -212,6 +217,7 @@ def test_dry_run_of_the_full_config_lists_every_job(workflow_copy: Callable[[dic
     assert counts == DAG_JOBS[None]
 
 
+@pytest.mark.e2e
 def test_models_metrics_and_report_need_no_mlflow_job(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({"preset": "ci"})
     targets = [transformations.REPORT_DOCUMENT, "results/runs/question-formation/tf/final/1/metrics.parquet"]
@@ -267,6 +273,7 @@ def test_runs_per_job_groups_each_kinds_mlflow_mirrors() -> None:
         settings.tasks[:3], settings.tasks[3:6], settings.tasks[6:], settings.cfl.languages[:3], settings.cfl.languages[3:], ("ptb",)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("profile", "device", "gpus"),
     [("profiles/cpu", "cpu", "gpu=0"), ("profiles/slurm", "cuda", "gpu=1")],
@@ -294,6 +301,7 @@ def test_default_profile_stays_executor_neutral() -> None:
     assert keys == {"printshellcmds", "rerun-incomplete", "keep-going", "show-failed-logs", "scheduler"}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -318,6 +326,7 @@ def test_invalid_config_is_rejected_before_any_job_naming_the_key(
     assert not (directory / "results").exists()
 
 
+@pytest.mark.e2e
 def test_a_users_configfile_key_wins_over_the_presets(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({"preset": "ci", "search": {"trials": 3}})
     result = run_snakemake(directory, "-n", "--workflow-profile", "none", "--configfile", "test.yaml")

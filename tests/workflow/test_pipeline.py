@@ -45,6 +45,8 @@ from tests.workflow.test_dag import job_counts
 RUN = ("--profile", "profiles/cpu", "--configfile", "test.yaml")
 CHROMIUM = Path("/usr/bin/chromium")
 
+pytestmark = pytest.mark.e2e  # every test reads the two Snakemake runs of the session fixture
+
 
 @dataclass(frozen=True)
 class Pipelines:

@@ -110,6 +110,7 @@ def fake_commands(folder: Path, record: Path) -> None:
         script.chmod(0o755)
 
 
+@pytest.mark.e2e
 def test_no_config_string_runs_in_a_rule_shell(workflow_copy, tmp_path: Path) -> None:
     overrides: dict[str, Any] = {"preset": "ci", "data": {"source": "upstream"}}  # the mirror reaches data_fetch
     markers = tmp_path / "markers"
@@ -158,6 +159,7 @@ def test_no_config_string_runs_in_a_rule_shell(workflow_copy, tmp_path: Path) ->
     assert ("data", "upstream_mirror") in delivered
 
 
+@pytest.mark.e2e
 def test_a_mirror_folder_named_with_shell_syntax_is_read(workflow_copy, tmp_path: Path, upstream_dir: Path) -> None:
     mirror = tmp_path / "mirror with space $(touch PWNED) `touch PWNED`; touch PWNED 'quote"
     mirror.mkdir()

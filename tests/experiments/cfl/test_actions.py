@@ -60,6 +60,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("architecture", ["cfl/NS+S", "cfl/NS+S+U"])
 def test_train_logs_the_actions_of_the_fixed_string_and_trains_the_same(folder: Path, architecture: str) -> None:
     logged, plain = train(folder, architecture, actions=True), train(folder, architecture, actions=False)

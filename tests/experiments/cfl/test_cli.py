@@ -15,6 +15,7 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+@pytest.mark.e2e
 def test_generate_writes_the_reference_test_set_and_returns_zero(tmp_path):
     out = tmp_path / "data" / "marked-reversal" / "test.tsv"
     args = parser().parse_args(["cfl", "generate", "--language", "marked-reversal", "--split", "test", "--seed", "0", "--out", str(out)])

@@ -87,6 +87,7 @@ def marked_reversal_log_probability(length: int) -> float:
     return -((length - 1) // 2) * math.log(2)
 
 
+@pytest.mark.e2e
 def test_train_writes_the_curve_of_validation_delta_per_epoch(runs: tuple[Path, list[Path]]) -> None:
     _, run_dirs = runs
     curve = pd.read_parquet(run_dirs[0] / "train.parquet")
@@ -118,6 +119,7 @@ def selection(runs: tuple[Path, list[Path]]) -> Path:
     return folder / "selected.parquet"
 
 
+@pytest.mark.e2e
 def test_select_keeps_the_curve_of_the_run_with_the_lowest_best_delta(runs: tuple[Path, list[Path]], selection: Path) -> None:
     _, run_dirs = runs
     curves = [pd.read_parquet(run_dir / "train.parquet") for run_dir in run_dirs]
@@ -144,6 +146,7 @@ def evaluation(runs: tuple[Path, list[Path]], selection: Path) -> Path:
     return out
 
 
+@pytest.mark.e2e
 def test_evaluate_scores_the_selected_run_overall_and_per_length(runs: tuple[Path, list[Path]], selection: Path, evaluation: Path) -> None:
     folder, _ = runs
     dataset = hand_made_test_set(folder / "test.tsv")
@@ -176,6 +179,7 @@ def assert_same_run(alone: Path, together: Path) -> None:
     assert parameters[0].keys() == parameters[1].keys() and all(torch.equal(parameters[0][key], parameters[1][key]) for key in parameters[0])
 
 
+@pytest.mark.e2e
 def test_runs_trained_in_one_process_equal_each_run_trained_alone(runs: tuple[Path, list[Path]], capsys: pytest.CaptureFixture[str]) -> None:
     """Two runs of cfl/LSTM, in the other order, and one of cfl/NS+S, in one process: each equals the run trained alone."""
     folder, run_dirs = runs
@@ -213,6 +217,7 @@ def test_train_takes_one_of_each_per_run_option_per_setting(tmp_path: Path) -> N
         stacklm(*base, "--setting", "lr0.01", "--checkpoint", tmp_path / "a.pt", "--out", tmp_path / "a")
 
 
+@pytest.mark.e2e
 def test_selections_evaluated_in_one_process_equal_each_evaluated_alone(runs: tuple[Path, list[Path]], selection: Path, evaluation: Path) -> None:
     """The selection of cfl/LSTM twice, with a selection that names no saved run between them: the
     other two are written, equal to the evaluation alone, and the command fails naming the bad one."""
@@ -228,6 +233,7 @@ def test_selections_evaluated_in_one_process_equal_each_evaluated_alone(runs: tu
     assert not outs[1].exists() and "error:" in outs[1].with_suffix(".log").read_text()
 
 
+@pytest.mark.e2e
 def test_figures_gather_the_records_and_draw_from_parquet_alone(tmp_path: Path, selection: Path, evaluation: Path) -> None:
     copy = tmp_path  # the two Parquet files without the runs
     for source in (selection, evaluation):
@@ -264,6 +270,7 @@ def test_train_refuses_a_model_that_is_not_a_cfl_model(tmp_path: Path) -> None:
         train(tmp_path, tmp_path / "settings.json", 1, architecture="LSTM")
 
 
+@pytest.mark.e2e
 def test_sync_mirrors_the_runs_their_delta_curves_and_the_selected_runs_test_delta_to_mlflow(
     tmp_path: Path, runs: tuple[Path, list[Path]], selection: Path, evaluation: Path
 ) -> None:

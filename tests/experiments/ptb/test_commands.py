@@ -64,6 +64,7 @@ def test_a_restart_draws_from_its_own_seeds() -> None:
     assert restart_draw(0, "rns-2-3", 3) not in others and len(others) == 3
 
 
+@pytest.mark.e2e
 def test_training_writes_the_model_and_one_curve_row_per_epoch(trained: dict[str, Path]) -> None:
     for model, run in trained.items():
         curve = pd.read_parquet(run / "train.parquet")
@@ -81,6 +82,7 @@ def test_training_writes_the_model_and_one_curve_row_per_epoch(trained: dict[str
         assert saved.best_valid_perplexity == best == curve["validation_perplexity"].min()
 
 
+@pytest.mark.e2e
 def test_the_initial_parameters_are_the_restarts_seeds(upstream_dir: Path, tmp_path: Path) -> None:
     # One epoch at learning rate 0 would be a run of its own; instead: the saved model of a
     # 1-epoch run differs from the seeded initialization by one epoch of SGD, so rebuild both.
@@ -97,6 +99,7 @@ def test_the_initial_parameters_are_the_restarts_seeds(upstream_dir: Path, tmp_p
     assert not torch.equal(saved.parameters["embedding.weight"], model.embedding.weight.detach())
 
 
+@pytest.mark.e2e
 def test_the_same_restart_trains_to_the_same_bits(upstream_dir: Path, trained: dict[str, Path], tmp_path: Path) -> None:
     assert train(upstream_dir, "rns-2-3", 3, tmp_path / "again") == 0
     first, second = load_ptb_model(trained["rns-2-3"] / "model.pt"), load_ptb_model(tmp_path / "again" / "model.pt")
@@ -106,6 +109,7 @@ def test_the_same_restart_trains_to_the_same_bits(upstream_dir: Path, trained: d
     pd.testing.assert_frame_equal(pd.read_parquet(trained["rns-2-3"] / "train.parquet")[columns], pd.read_parquet(tmp_path / "again" / "train.parquet")[columns])
 
 
+@pytest.mark.e2e
 def test_a_finished_restart_reruns_from_its_state_without_training(upstream_dir: Path, trained: dict[str, Path], tmp_path: Path, capsys) -> None:
     states = list(trained["lstm"].parent.glob("lstm.ckpt.*.pt"))
     assert len(states) == 1  # keyed by the fingerprint of the model, seeds, draw and data
@@ -116,6 +120,7 @@ def test_a_finished_restart_reruns_from_its_state_without_training(upstream_dir:
     assert "\n  epoch 1: learning rate" in log  # the earlier epochs, repeated after the resume line
 
 
+@pytest.mark.e2e
 def test_the_test_perplexity_is_the_models_on_the_slice_as_one_stream(upstream_dir: Path, trained: dict[str, Path]) -> None:
     for model, run in trained.items():
         metrics = pd.read_parquet(run / "metrics.parquet")
@@ -140,6 +145,7 @@ def test_the_test_perplexity_is_the_models_on_the_slice_as_one_stream(upstream_d
         assert validation.tolist() == [saved.best_valid_perplexity]
 
 
+@pytest.mark.e2e
 def test_the_sg_rows_are_the_suites_scores(upstream_dir: Path, trained: dict[str, Path]) -> None:
     run = trained["jm-learned"]
     metrics = pd.read_parquet(run / "metrics.parquet")
@@ -165,6 +171,7 @@ def test_a_bad_model_or_missing_data_is_one_line_naming_it(upstream_dir: Path, t
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.e2e
 def test_restarts_trained_and_evaluated_in_one_process_equal_each_alone(upstream_dir: Path, trained: dict[str, Path], tmp_path: Path) -> None:
     """resources.runs_per_job > 1: `stacklm ptb train` of several restarts (another model's
     between two), then `stacklm ptb evaluate` of them, write what a process each wrote."""

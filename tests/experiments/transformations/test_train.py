@@ -64,6 +64,7 @@ def without_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, name, None)
 
 
+@pytest.mark.e2e
 def test_a_small_transformer_learns_question_formation_and_neither_command_touches_mlflow(
     data_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,6 +115,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.e2e
 def test_a_run_killed_mid_epoch_or_stopped_by_sigterm_and_restarted_equals_an_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({
@@ -250,6 +252,7 @@ def assert_same_values(first: object, second: object) -> None:
         assert first == second
 
 
+@pytest.mark.e2e
 def test_runs_trained_in_one_process_equal_each_run_trained_alone(data_dir: Path, alone: Path) -> None:
     together = subprocess.run(runs_command(data_dir, alone, "together", list(TRIALS)), check=True, capture_output=True, text=True)
     assert "run 2 of 2: Tf, seed 2" in together.stderr and "checkpoint 1:" not in together.stderr  # the runs' lines are in their logs
@@ -259,6 +262,7 @@ def test_runs_trained_in_one_process_equal_each_run_trained_alone(data_dir: Path
     assert {row["trial"] for seed in TRIALS for row in pq.read_table(alone / "together" / f"run{seed}" / "train.parquet").to_pylist()} == set(TRIALS)
 
 
+@pytest.mark.e2e
 def test_runs_of_several_architectures_in_one_process_equal_each_run_trained_alone(data_dir: Path, alone: Path) -> None:
     """Trial 1 of Tf and of LSTM (the same seed) together, as a group of a task's runs spans architectures."""
     subprocess.run(runs_command(data_dir, alone, "alone", [1], ("LSTM",)), check=True, capture_output=True)
@@ -270,6 +274,7 @@ def test_runs_of_several_architectures_in_one_process_equal_each_run_trained_alo
     assert architectures == [{"Tf"}, {"LSTM"}]
 
 
+@pytest.mark.e2e
 def test_a_killed_process_of_several_runs_resumes_each_run_and_retrains_none_that_finished(data_dir: Path, alone: Path) -> None:
     command = runs_command(data_dir, alone, "killed", list(TRIALS))
     killed = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
@@ -292,6 +297,7 @@ def test_a_killed_process_of_several_runs_resumes_each_run_and_retrains_none_tha
     assert_runs_equal(alone, "killed")
 
 
+@pytest.mark.e2e
 def test_runs_evaluated_in_one_process_equal_each_run_evaluated_alone_and_a_failed_one_stops_none(data_dir: Path, alone: Path) -> None:
     subprocess.run(runs_command(data_dir, alone, "final", list(TRIALS), phase="final"), check=True, capture_output=True)
 
