@@ -47,6 +47,7 @@ def test_import_stacklm_loads_no_torch_until_the_api_is_used() -> None:
     assert answer.stdout.split() == ["False", "True"]
 
 
+@pytest.mark.e2e
 def test_dir_lists_the_api_without_loading_it() -> None:
     probe = "import sys, stacklm; print(' '.join(dir(stacklm))); print('torch' in sys.modules)"
     names, loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
@@ -102,6 +103,7 @@ def readme_by_hand_commands() -> list[str]:
     return [command for command in block.replace("\\\n", " ").splitlines() if command.strip()]
 
 
+@pytest.mark.e2e
 def test_the_readme_by_hand_example_trains_a_toy_run_in_a_folder_of_its_own(tmp_path: Path) -> None:
     """It writes nowhere under the pipeline's results/, and trains a toy scale: a thousand examples, one epoch."""
     commands = readme_by_hand_commands()

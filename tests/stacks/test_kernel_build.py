@@ -75,6 +75,7 @@ def folder_of(extensions: Path) -> Path:
     return extensions / compiled.build_directory().name
 
 
+@pytest.mark.e2e
 def test_a_killed_build_is_taken_over_by_the_next(tmp_path: Path) -> None:
     """Killed during its first build (SIGKILL from a scheduler), a process leaves torch's lock file
     behind; the next load takes the folder over and builds, where it used to wait forever."""
@@ -97,6 +98,7 @@ def test_a_killed_build_is_taken_over_by_the_next(tmp_path: Path) -> None:
     assert not (folder_of(tmp_path) / "lock").exists()
 
 
+@pytest.mark.e2e
 def test_sigterm_during_the_build_ends_the_process_without_falling_back(tmp_path: Path) -> None:
     """SIGTERM to a job's processes during the build stops the compiler; the command ends instead of
     training on with the PyTorch fallback (whose dropout draws other masks), even where a training
