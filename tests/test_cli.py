@@ -149,6 +149,7 @@ TRAIN = ("train", "--task", "question-formation", "--architecture", "Tf", "--dat
 GENERATE = ("data", "generate", "--task", "question-formation", "--out", "generated")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("argv", "status", "message"),
     [

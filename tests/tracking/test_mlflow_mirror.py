@@ -365,6 +365,7 @@ def test_experiments_synced_in_one_call_equal_a_call_each(tmp_path: Path, runs: 
                  "--out", tmp_path / "a.json")
 
 
+@pytest.mark.e2e
 def test_a_final_runs_model_loads_back_through_mlflow_and_gives_the_trained_models_outputs(
     tmp_path: Path, runs: tuple[list[Path], list[Path]]
 ) -> None:
@@ -410,6 +411,7 @@ def test_a_model_file_that_is_not_a_model_is_named(tmp_path: Path, runs: tuple[l
         sync(settings, runs, tmp_path / "manifest.json")
 
 
+@pytest.mark.e2e
 def test_an_evaluated_ptb_restarts_model_loads_back_through_mlflow(tmp_path: Path) -> None:
     import mlflow.pytorch
 

@@ -191,6 +191,7 @@ except StacklmError as error:
 """
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_state_saved_before(tmp_path: Path) -> None:
     """torch reported a full disk as "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 768 vs 662"."""
     path = tmp_path / "state.pt"

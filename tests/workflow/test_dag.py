@@ -341,6 +341,7 @@ def test_a_users_configfile_key_wins_over_the_presets(workflow_copy: Callable[[d
     assert sorted(searched) == ["1", "2", "3"]
 
 
+@pytest.mark.e2e
 def test_the_ci_preset_on_the_upstream_source_takes_every_split_from_the_mirror(workflow_copy: Callable[[dict[str, Any]], Path], upstream_dir: Path) -> None:
     """The data stage of a ``data.source: upstream`` run of the ci preset, the reference copies as
     mirror: each split is the first lines of McCoy et al.'s file (the generalization split with its
