@@ -15,9 +15,12 @@ test: $(VENV)/.installed chromium tex
 	$(BIN)/pytest -n 2 --dist loadfile
 
 # The rules call `stacklm`, so the venv's bin/ goes first on PATH; profiles/cpu sets 2 cores.
+# PTB and the SyntaxGym suites are downloaded into resources/ (ptb.mirror: null); offline, PTB_MIRROR
+# names a folder of copies laid out as the reference ones: make pipeline PTB_MIRROR=../shared/upstream
 # Then pdflatex typesets results/report/report.tex into report.pdf beside it.
+PTB_MIRROR ?=
 pipeline: $(VENV)/.installed tex
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --profile profiles/cpu --config preset=small
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --profile profiles/cpu --config preset=small $(if $(PTB_MIRROR),'ptb={mirror: $(PTB_MIRROR)}')
 	cd results/report && pdflatex -interaction=nonstopmode -halt-on-error report.tex > /dev/null
 
 # The MLflow UI test loads the page in headless Chromium: Debian's package, installed once.

@@ -3,8 +3,9 @@
 Each preset runs from nothing in a fresh folder holding only a copy of ``config.yaml`` (the
 Snakefile, rules and profiles are the repository's), through ``profiles/cpu``, as the
 README's pipeline command does. The folder lies beside a link ``shared`` to the checkout's
-``../shared``, so that the PTB jobs read ``ptb.mirror`` (``../shared/upstream``) as from the
-checkout. The baseline in the same run is the ``ci`` preset (one task,
+``../shared``, and ``ptb.mirror`` names ``../shared/upstream`` (as ``make pipeline
+PTB_MIRROR=../shared/upstream`` does), so that the PTB jobs read the reference copies instead
+of downloading them. The baseline in the same run is the ``ci`` preset (one task,
 two architectures): the ratio shows what the full grid of tasks, architectures and CFL runs
 costs over it. Per rule, the sum of the jobs' wall times (from Snakemake's log) says where
 the time goes.
@@ -70,7 +71,7 @@ def run_preset(preset: str) -> tuple[float, float, dict[str, list[float]]]:
         shutil.copy2(ROOT / "config.yaml", folder)
         environment = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
         command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--profile", str(ROOT / "profiles" / "cpu"),
-                   "--config", f"preset={preset}"]
+                   "--config", f"preset={preset}", "ptb={mirror: ../shared/upstream}"]
         start, start_cpu_s = time.perf_counter(), children_cpu_s()
         result = subprocess.run(command, cwd=folder, env=environment, capture_output=True, text=True)
         elapsed_s, cpu_s = time.perf_counter() - start, children_cpu_s() - start_cpu_s

@@ -90,10 +90,12 @@ EXAMPLES: dict[str, str] = {
     " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png",
     "cfl actions": "stacklm cfl actions --selections selected/marked-reversal/cfl-ns+s.parquet selected/marked-reversal/cfl-ns+s+u.parquet"
     " --runs runs/marked-reversal/cfl-ns+s runs/marked-reversal/cfl-ns+s+u --out actions.parquet --figures stack-actions.png",
-    "ptb": "stacklm ptb train --model rns-2-3 --restart 1 --data ../shared/upstream/ptb --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
-    "ptb train": "stacklm ptb train --model rns-2-3 --restart 1 --data ../shared/upstream/ptb --lines 200 --max-epochs 2"
+    "ptb": "stacklm ptb train --model rns-2-3 --restart 1 --data resources/ptb --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
+    "ptb download": "stacklm ptb download --out resources/ptb",
+    "ptb suites": "stacklm ptb suites --suites number_src center_embed --out resources/sg-test-suites",
+    "ptb train": "stacklm ptb train --model rns-2-3 --restart 1 --data resources/ptb --lines 200 --max-epochs 2"
     " --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
-    "ptb evaluate": "stacklm ptb evaluate --run runs/rns-2-3/1 --data ../shared/upstream/ptb --syntaxgym ../shared/upstream/sg-test-suites"
+    "ptb evaluate": "stacklm ptb evaluate --run runs/rns-2-3/1 --data resources/ptb --syntaxgym resources/sg-test-suites"
     " --suites number_src center_embed --out runs/rns-2-3/1/metrics.parquet",
     "ptb select": "stacklm ptb select --curves runs/rns-2-3/*/train.parquet --out selected/rns-2-3.json",
     "ptb report": "stacklm ptb report --metrics runs/*/*/metrics.parquet --selected selected/lstm.json selected/rns-2-3.json"

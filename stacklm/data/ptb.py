@@ -16,12 +16,21 @@ of the one before, so the state carried between chunks (detached) is sliced to t
 The released code gives the short last stream one more target, a padding ``<eos>`` (train
 929,590 targets instead of 929,589); ``padding_target=True`` reproduces it, the default counts
 every token exactly once.
+
+Download (``stacklm ptb download``, the rule ``ptb_download``): as the authors'
+``scripts/download-ptb.bash``, Mikolov's ``simple-examples.tgz`` from his web page, of which
+``simple-examples/data/ptb.{train,valid,test}.txt`` are extracted. The archive itself is not
+pinned (no copy of it could be hashed when this was written: the page is not reachable from the
+machine the pins were taken on); each extracted file is, by the sha256 of the reference copies
+(``PTB_SHA256``), and is refused before it is written unless it matches.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import math
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,6 +38,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from stacklm.atomic import write_bytes_atomically
+from stacklm.data.download import fetch_url
 from stacklm.data.vocabulary import EOS, Vocabulary
 from stacklm.errors import StacklmError, located
 
@@ -43,8 +54,41 @@ PTB_SHA256: dict[Split, str] = {
 }
 
 
+PTB_SPLITS: tuple[Split, ...] = ("train", "valid", "test")
+PTB_ARCHIVE_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"  # the authors' scripts/download-ptb.bash
+PTB_ARCHIVE_FOLDER = "simple-examples/data"  # of the PTB files inside the archive
+OFFLINE = "to work offline, set ptb.mirror to a folder holding ptb/ptb.{train,valid,test}.txt"
+
+
 def ptb_file_name(split: Split) -> str:
     return f"ptb.{split}.txt"
+
+
+def extract_ptb(archive: bytes, source: str, out: str | Path) -> None:
+    """Write ``out/ptb.{train,valid,test}.txt`` from the bytes of ``simple-examples.tgz`` (read
+    from ``source``), each refused unless its sha256 is the pinned one; nothing is written unless
+    all three are found and match."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+            members = {member.name.removeprefix("./"): member for member in tar.getmembers() if member.isfile()}
+            files = {}
+            for split in PTB_SPLITS:
+                name = f"{PTB_ARCHIVE_FOLDER}/{ptb_file_name(split)}"
+                if name not in members:
+                    raise StacklmError(f"{source}: no {name} in the archive")
+                files[split] = tar.extractfile(members[name]).read()  # type: ignore[union-attr]  (a file member)
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise StacklmError(f"{source}: not a readable .tgz archive ({error})") from None
+    for split, data in files.items():
+        if (digest := hashlib.sha256(data).hexdigest()) != PTB_SHA256[split]:
+            raise StacklmError(f"{source}: {PTB_ARCHIVE_FOLDER}/{ptb_file_name(split)} has sha256 {digest}, not the pinned {PTB_SHA256[split]}")
+    for split, data in files.items():
+        write_bytes_atomically(Path(out) / ptb_file_name(split), data)
+
+
+def download_ptb(out: str | Path, url: str = PTB_ARCHIVE_URL) -> None:
+    """Fetch ``simple-examples.tgz`` from ``url`` and extract the PTB files into ``out`` (:func:`extract_ptb`)."""
+    extract_ptb(fetch_url(url, OFFLINE), url, out)
 
 
 def tokens_of_text(text: str) -> list[str]:

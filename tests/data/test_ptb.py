@@ -128,3 +128,52 @@ def test_a_slice_is_the_first_lines_through_their_eos() -> None:
     assert first_lines(tokens, 3) == first_lines(tokens, 9) == first_lines(tokens, None) == tokens
     with pytest.raises(StacklmError, match="at least 1 line, got 0"):
         first_lines(tokens, 0)
+
+
+def simple_examples(path: Path, files: dict[str, bytes]) -> Path:
+    """A ``simple-examples.tgz`` laid out as Mikolov's: ``./simple-examples/data/<name>`` for each of ``files``."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in files.items():
+            member = tarfile.TarInfo(f"./simple-examples/data/{name}")
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return path
+
+
+def reference_files(upstream_dir: Path) -> dict[str, bytes]:
+    return {f"ptb.{split}.txt": (upstream_dir / "ptb" / f"ptb.{split}.txt").read_bytes() for split in ("train", "valid", "test")}
+
+
+def test_the_download_extracts_the_three_files_of_simple_examples_each_checked(tmp_path: Path, upstream_dir: Path) -> None:
+    from stacklm.data.ptb import download_ptb
+
+    archive = simple_examples(tmp_path / "simple-examples.tgz", reference_files(upstream_dir) | {"ptb.char.train.txt": b"a b\n"})
+    download_ptb(tmp_path / "resources" / "ptb", url=archive.as_uri())
+    assert sorted(path.name for path in (tmp_path / "resources" / "ptb").iterdir()) == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert len(read_split(tmp_path / "resources" / "ptb", "valid")) == 70_390 + 3_370  # words, then an <eos> per line
+
+
+def test_an_archive_whose_files_are_not_the_pinned_ones_writes_nothing(tmp_path: Path, upstream_dir: Path) -> None:
+    from stacklm.data.ptb import download_ptb, extract_ptb
+
+    files = reference_files(upstream_dir)
+    tampered = simple_examples(tmp_path / "tampered.tgz", files | {"ptb.valid.txt": files["ptb.valid.txt"] + b" extra\n"})
+    with pytest.raises(StacklmError, match=r"tampered.tgz: simple-examples/data/ptb.valid.txt has sha256 \w+, not the pinned c9fe6985"):
+        download_ptb(tmp_path / "out", url=tampered.as_uri())
+    assert not (tmp_path / "out").exists()  # not even the files that matched
+    partial = simple_examples(tmp_path / "partial.tgz", {"ptb.train.txt": files["ptb.train.txt"]})
+    with pytest.raises(StacklmError, match="partial.tgz: no simple-examples/data/ptb.valid.txt in the archive"):
+        download_ptb(tmp_path / "out", url=partial.as_uri())
+    with pytest.raises(StacklmError, match="page.html: not a readable .tgz archive"):
+        extract_ptb(b"<html>moved</html>", "page.html", tmp_path / "out")
+
+
+def test_a_failed_download_names_the_url_and_the_offline_mirror(tmp_path: Path) -> None:
+    from stacklm.data.ptb import download_ptb
+
+    missing = (tmp_path / "absent.tgz").as_uri()
+    with pytest.raises(StacklmError, match=f"{missing}: download failed .*set ptb.mirror to a folder holding ptb/ptb"):
+        download_ptb(tmp_path / "out", url=missing)

@@ -53,22 +53,24 @@ def job_counts(output: str) -> dict[str, int]:
 # question formation's 4, and follows the paper's protocol, 10 trials and 5 seeds: 4 x (10 + 5) = 60 train and
 # 4 x 5 = 20 evaluate jobs (60 -> 108). Then the cadence settings (training.progress_interval_s) in a file of their own,
 # which the training jobs read as an ancient input: one settings job more (4,619 -> 4,620, 105 -> 106, 32 -> 33, 108 -> 109).
+# Then the PTB and SyntaxGym files as inputs, downloaded when ptb.mirror is null (the default): one ptb_download and one
+# ptb_suites where PTB runs (4,620 -> 4,622; small 106 -> 108).
 DAG_JOBS: dict[str | None, dict[str, int]] = {
     None: {"cfl_generate": 5, "data_generate": 7, "settings": 9, "cfl_train": 1060, "cfl_train_actions": 40, "data_summarize": 7, "hparams": 119,
            "tracking": 1, "cfl_select": 35, "data_report": 1, "train": 1785, "cfl_evaluate": 35, "select": 119,
            "cfl_figures": 1, "tracking_sync": 13, "curves": 7, "evaluate": 595, "aggregate": 1, "report": 1, "html": 7,
            "ptb_train": 350, "ptb_evaluate": 350, "ptb_select": 35, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
-           "data_fetch": 28, "data_repair": 4, "total": 4620},
+           "data_fetch": 28, "data_repair": 4, "ptb_download": 1, "ptb_suites": 1, "total": 4622},
     "small": {"cfl_generate": 5, "data_generate": 7, "settings": 9, "data_summarize": 7, "hparams_group1": 7,
               "tracking": 1, "data_report": 1, "select_group1": 7, "train_final_group1": 7,
               "cfl_figures": 1, "curves": 7, "evaluate_final_group1": 7, "aggregate": 1, "report": 1, "html": 7,
               **{f"tracking_sync_group{number}": 1 for number in (1, 2, 3)}, "ptb_train_group1": 1, "ptb_evaluate_group1": 1,
-              "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1,
+              "ptb_select": 5, "ptb_report": 1, "ptb_html": 2, "cfl_actions": 1, "all": 1, "ptb_download": 1, "ptb_suites": 1,
               **{f"cfl_train_{language}_group1": 1 for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
               "cfl_train_marked_reversal_group2": 1,
               **{f"cfl_{command}_{language}_group1": 1 for command in ("select", "evaluate")
                  for language in ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck_2", "hardest_cfl")},
-              "total": 106},
+              "total": 108},
     "ci": {"data_generate": 1, "settings": 7, "data_summarize": 1, "hparams": 2, "tracking": 1, "data_report": 1, "train": 8,
            "select": 2, "curves": 1, "evaluate": 4, "aggregate": 1, "tracking_sync": 1, "report": 1, "html": 1, "all": 1,
            "total": 33},

@@ -6,9 +6,10 @@
 # figure of SG score against test perplexity, from that Parquet alone. The `ptb` settings reach the
 # jobs as options, so a job reruns when one of its own options changes. Rule ptb_X runs
 # `stacklm ptb X`; select and report import no torch. No job touches MLflow: `tracking_sync`
-# mirrors the experiment `ptb` once every restart is scored. The PTB files and the suites are read
-# from ptb.mirror and refused by the jobs unless their sha256 is the pinned one; they are no inputs
-# of the DAG, which is built (and dry-run) without them. With resources.runs_per_job K > 1, the rules
+# mirrors the experiment `ptb` once every restart is scored. The PTB files and the suites are inputs:
+# ptb.mirror's (checked to exist when the settings are built) or, when it is null, those that
+# `ptb_download` (Mikolov's simple-examples.tgz) and `ptb_suites` (the authors' repository) fetch into
+# resources/; the jobs refuse a file unless its sha256 is the pinned one. With resources.runs_per_job K > 1, the rules
 # ptb_train_group<n> and ptb_evaluate_group<n> train and evaluate the restarts K to a job instead.
 import stacklm.experiments.ptb.dag as ptb_dag
 import stacklm.workflow.document as document
@@ -17,6 +18,8 @@ LANGUAGE_MODELLING = "Learning Hierarchical Structures (DuSell & Chiang, 2022)" 
 
 
 localrules:
+    ptb_download,
+    ptb_suites,
     ptb_select,
     ptb_report,
 
@@ -26,7 +29,35 @@ wildcard_constraints:
     restart=r"[1-9][0-9]*",
 
 
+rule ptb_download:
+    output:
+        ptb_dag.downloaded_ptb(),
+    params:
+        options=ptb_dag.download_options(),
+    log:
+        ptb_dag.DOWNLOAD_LOG,
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm ptb download {params.options} > {log} 2>&1"
+
+
+rule ptb_suites:
+    output:
+        ptb_dag.downloaded_suites(SETTINGS.ptb),
+    params:
+        options=ptb_dag.suites_options(SETTINGS.ptb),
+    log:
+        ptb_dag.SUITES_LOG,
+    conda:
+        CONDA_ENV
+    shell:
+        "stacklm ptb suites {params.options} > {log} 2>&1"
+
+
 rule ptb_train:
+    input:
+        SETTINGS.ptb.ptb_files(),
     output:
         model=ptb_dag.RUN_MODEL,
         curve=ptb_dag.RUN_CURVE,
@@ -52,6 +83,8 @@ rule ptb_train:
 rule ptb_evaluate:
     input:
         ptb_dag.RUN_MODEL,
+        SETTINGS.ptb.ptb_files(),
+        SETTINGS.ptb.syntaxgym_files(),
     output:
         ptb_dag.RUN_METRICS,
     params:
@@ -81,6 +114,8 @@ for group in ptb_dag.run_groups(SETTINGS.ptb, SETTINGS.resources.runs_per_job):
     rule:
         name:
             group.rule("train")
+        input:
+            SETTINGS.ptb.ptb_files(),
         output:
             model=group.paths(ptb_dag.RUN_MODEL),
             curve=group.paths(ptb_dag.RUN_CURVE),
@@ -107,6 +142,8 @@ for group in ptb_dag.run_groups(SETTINGS.ptb, SETTINGS.resources.runs_per_job):
             group.rule("evaluate")
         input:
             group.paths(ptb_dag.RUN_MODEL),
+            SETTINGS.ptb.ptb_files(),
+            SETTINGS.ptb.syntaxgym_files(),
         output:
             group.paths(ptb_dag.RUN_METRICS),
         params:

@@ -5,6 +5,8 @@ The files are the authors' copies of the SyntaxGym-format suites (``iclr2022`` t
 bdusell/nondeterministic-stack-rnn, ``data/syntaxgym/`` and ``data/circuits.json``; see
 ``cfl-and-ptb.md`` §3.6). A folder holding them is laid out as the reference copies:
 ``circuits.json`` and ``syntaxgym-format/<suite>.json``. A file whose sha256 differs is refused.
+``download_suites`` (``stacklm ptb suites``, the rule ``ptb_suites``) fetches them from that
+repository at the pinned commit into such a folder, each checked before it is written.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from stacklm.atomic import write_bytes_atomically
+from stacklm.data.download import fetch_url
 from stacklm.errors import StacklmError
 from stacklm.evaluation.syntaxgym.circuits import Circuit, SGScores, circuits_from_dict, sg_scores
 from stacklm.evaluation.syntaxgym.score import SuiteResult, TokenLogProbs, score_suite
@@ -58,6 +62,32 @@ SUITE_SHA256: dict[str, str] = {
 }
 
 
+# bdusell/nondeterministic-stack-rnn at the tag iclr2022: data/circuits.json and data/syntaxgym/<suite>.json
+SUITES_URL = "https://raw.githubusercontent.com/bdusell/nondeterministic-stack-rnn/7e27df658b1c36990d261f07470fdebcc499c7a8/data"
+CIRCUITS_FILE = "circuits.json"
+SUITE_FOLDER = "syntaxgym-format"
+OFFLINE = "to work offline, set ptb.mirror to a folder holding sg-test-suites/circuits.json and sg-test-suites/syntaxgym-format/<suite>.json"
+
+
+def download_suites(out: str | Path, suites: tuple[str, ...], url: str = SUITES_URL) -> None:
+    """Fetch ``circuits.json`` and each of ``suites`` from the authors' repository at ``url`` into
+    ``out`` (``out/circuits.json``, ``out/syntaxgym-format/<suite>.json``), each refused unless
+    its sha256 is the pinned one; nothing is written unless every file matches."""
+    unknown = [name for name in suites if name not in SUITE_SHA256]
+    if unknown:
+        raise StacklmError(f"no pinned suite {', '.join(map(repr, unknown))}; pinned: {', '.join(SUITE_SHA256)}")
+    wanted = [(f"{url}/{CIRCUITS_FILE}", CIRCUITS_FILE, CIRCUITS_SHA256)]
+    wanted += [(f"{url}/syntaxgym/{name}.json", f"{SUITE_FOLDER}/{name}.json", SUITE_SHA256[name]) for name in suites]
+    fetched = []
+    for source, target, sha256 in wanted:
+        data = fetch_url(source, OFFLINE)
+        if (digest := hashlib.sha256(data).hexdigest()) != sha256:
+            raise StacklmError(f"{source}: sha256 {digest} does not match the pinned {sha256}")
+        fetched.append((target, data))
+    for target, data in fetched:
+        write_bytes_atomically(Path(out) / target, data)
+
+
 def _pinned_json(path: Path, sha256: str) -> object:
     try:
         data = path.read_bytes()
@@ -72,14 +102,14 @@ def _pinned_json(path: Path, sha256: str) -> object:
 
 
 def read_pinned_circuits(directory: str | Path) -> tuple[Circuit, ...]:
-    path = Path(directory) / "circuits.json"
+    path = Path(directory) / CIRCUITS_FILE
     return circuits_from_dict(_pinned_json(path, CIRCUITS_SHA256), str(path))
 
 
 def read_pinned_suite(directory: str | Path, name: str) -> Suite:
     if name not in SUITE_SHA256:
         raise StacklmError(f"no pinned suite {name!r}; pinned: {', '.join(SUITE_SHA256)}")
-    path = Path(directory) / "syntaxgym-format" / f"{name}.json"
+    path = Path(directory) / SUITE_FOLDER / f"{name}.json"
     return suite_from_dict(_pinned_json(path, SUITE_SHA256[name]), str(path))
 
 

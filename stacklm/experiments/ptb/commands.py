@@ -1,5 +1,8 @@
-"""``stacklm ptb``: the commands of the rules ``ptb_train``, ``ptb_evaluate``, ``ptb_select`` and
-``ptb_report`` (DuSell & Chiang (2022) §5.2, App. 10–11).
+"""``stacklm ptb``: the commands of the rules ``ptb_download``, ``ptb_suites``, ``ptb_train``,
+``ptb_evaluate``, ``ptb_select`` and ``ptb_report`` (DuSell & Chiang (2022) §5.2, App. 10–11).
+
+    stacklm ptb download --out resources/ptb
+    stacklm ptb suites [--suites NAME ...] --out resources/sg-test-suites
 
     stacklm ptb train --model M... --restart K... --data MIRROR/ptb [--salt S] [--lines N] [--max-epochs E]
         [--progress-interval-s T] --checkpoint CKPT... --out RUN_DIR... [--log LOG...]
@@ -12,8 +15,10 @@
 
 The workflow passes the ``ptb`` settings as these options (``stacklm.experiments.ptb.dag``), so
 that a job reruns when an option it takes changes, and only then; by hand, every default is the
-paper's. ``train`` and ``evaluate`` import torch when they run; ``select`` and ``report`` never
-do. No command touches MLflow: ``stacklm tracking sync`` mirrors the Parquet files.
+paper's. ``download`` fetches Mikolov's ``simple-examples.tgz`` and writes its three PTB files,
+``suites`` the authors' circuit map and suites (all 33 by default), each file checked against
+its pinned sha256 before it is written. ``train`` and ``evaluate`` import torch when they run;
+``select``, ``report`` and ``suites`` never do. No command touches MLflow: ``stacklm tracking sync`` mirrors the Parquet files.
 
 Several ``--restart`` values are several restarts trained one after another in one process (the
 rule ``ptb_train_group<n>`` when ``resources.runs_per_job`` > 1), each with its own ``--model`` (or
@@ -26,7 +31,6 @@ several restarts evaluated one after another (rule ``ptb_evaluate_group<n>``), e
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +106,23 @@ def evaluate_command(args: argparse.Namespace) -> int:
     device = _device_and_threads(args)
     suites = tuple(args.suites) if args.suites else None
     run_each(planned, lambda run, stream: evaluate_restart(run.run, args.data, args.syntaxgym, run.out, lines=args.lines, suites=suites, device=device, stream=stream))
+    return 0
+
+
+def download_command(args: argparse.Namespace) -> int:
+    from stacklm.data.ptb import download_ptb
+
+    download_ptb(args.out)
+    print(f"PTB: {args.out}/ptb.{{train,valid,test}}.txt, each checked against its pinned sha256")
+    return 0
+
+
+def suites_command(args: argparse.Namespace) -> int:
+    from stacklm.evaluation.syntaxgym.sources import SUITE_SHA256, download_suites
+
+    suites = tuple(args.suites) if args.suites else tuple(SUITE_SHA256)
+    download_suites(args.out, suites)
+    print(f"SyntaxGym: {args.out}: circuits.json and {len(suites)} suites, each checked against its pinned sha256")
     return 0
 
 
@@ -195,6 +216,15 @@ def report_command(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     ptb = subparsers.add_parser("ptb")
     commands = ptb.add_subparsers(dest="ptb_command", required=True, metavar="COMMAND")
+
+    download = commands.add_parser("download", help="fetch Mikolov's simple-examples.tgz and write its PTB files (sha256 checked)")
+    download.add_argument("--out", required=True, type=Path, help="the folder of ptb.{train,valid,test}.txt to write")
+    download.set_defaults(func=download_command)
+
+    suites = commands.add_parser("suites", help="fetch the SyntaxGym suites and circuit map the authors scored (sha256 checked)")
+    suites.add_argument("--suites", nargs="*", default=None, help="the suites to fetch (default: all 33)")
+    suites.add_argument("--out", required=True, type=Path, help="the folder of circuits.json and syntaxgym-format/ to write")
+    suites.set_defaults(func=suites_command)
 
     train = commands.add_parser("train", help="train random restarts of PTB models (App. 10); each resumes from its --checkpoint")
     train.add_argument("--model", required=True, nargs="+", help="lstm, lstm-H, jm-hidden, jm-learned, ns-Q-S or rns-Q-S: one for all, or one per restart")

@@ -1,6 +1,9 @@
 """The DAG of the PTB experiment of DuSell & Chiang (2022) (§5.2, App. 10–11), for
 ``workflow/rules/ptb.smk``. Per model M of ``ptb.models`` and restart k = 1 … ``ptb.restarts``:
 
+- ``ptb_download`` and ``ptb_suites`` (when ``ptb.mirror`` is null): the PTB splits and the
+  SyntaxGym files under ``resources/``, downloaded and checked against their sha256; the jobs
+  below take them (or the mirror's) as inputs;
 - ``ptb_train``: ``results/ptb/runs/M/k/{model.pt,train.parquet}`` (the draw and the initial
   parameters derived from (salt, M, k); the resumable state under ``results/ptb/checkpoints``);
 - ``ptb_evaluate``: ``results/ptb/runs/M/k/metrics.parquet``: validation and test perplexity
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from stacklm.experiments.common import FIGURE_EXTENSIONS, job_groups, one_per_job
-from stacklm.experiments.ptb.settings import PtbSettings
+from stacklm.experiments.ptb.settings import DOWNLOADS, PTB_FOLDER, SYNTAXGYM_FOLDER, PtbSettings, ptb_files, syntaxgym_files
 
 EXPERIMENT = "ptb"  # the MLflow experiment, and the runs' task
 # {ptb_model} is a model's name (rns-2-3), {restart} 1-based.
@@ -49,12 +52,37 @@ PAGE = "results/ptb/report/{table}.html"  # a Markdown table as a page of `snake
 FIGURE = "results/ptb/report/sg-against-perplexity.{extension}"  # App. 11
 
 
+DOWNLOAD_LOG = "logs/ptb/download.log"
+SUITES_LOG = "logs/ptb/suites.log"
+
+
 def data_dir(ptb: PtbSettings) -> str:
-    return str(Path(ptb.mirror) / "ptb")
+    return str(Path(ptb.data_root) / PTB_FOLDER)
 
 
 def syntaxgym_dir(ptb: PtbSettings) -> str:
-    return str(Path(ptb.mirror) / "sg-test-suites")
+    return str(Path(ptb.data_root) / SYNTAXGYM_FOLDER)
+
+
+def downloaded_ptb() -> list[str]:
+    """What ``ptb_download`` writes: the PTB splits under ``resources/``."""
+    return ptb_files(DOWNLOADS)
+
+
+def downloaded_suites(ptb: PtbSettings) -> list[str]:
+    """What ``ptb_suites`` writes: the circuit map and the suites scored, under ``resources/``."""
+    return syntaxgym_files(DOWNLOADS, ptb.suites)
+
+
+def suites_options(ptb: PtbSettings) -> str:
+    """``--suites`` (the suites scored; none: all 33) and ``--out`` of ``stacklm ptb suites``."""
+    suites = [] if ptb.suites is None else ["--suites", *ptb.suites]
+    return shlex.join([*suites, "--out", str(Path(DOWNLOADS) / SYNTAXGYM_FOLDER)])
+
+
+def download_options() -> str:
+    """``--out`` of ``stacklm ptb download``."""
+    return shlex.join(["--out", str(Path(DOWNLOADS) / PTB_FOLDER)])
 
 
 def runs(ptb: PtbSettings) -> list[dict[str, str | int]]:

@@ -7,7 +7,6 @@ import io
 import json
 from pathlib import Path
 
-import pandas as pd
 
 from stacklm.atomic import write_bytes_atomically, write_text_atomically
 from stacklm.errors import StacklmError

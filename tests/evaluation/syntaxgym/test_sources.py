@@ -44,3 +44,38 @@ def test_each_suite_is_reported_once_scored_in_the_circuits_order(upstream_dir: 
         upstream_dir / "sg-test-suites", words, lambda inputs, targets: [-math.log(2)] * len(targets), ("center_embed", "number_orc"), on_suite=lambda suite: heard.append(suite.suite)
     )
     assert heard == [suite.suite for suite in result.suites] == ["number_orc", "center_embed"]  # Agreement comes first in circuits.json
+
+
+def authors_repository(root: Path, upstream_dir: Path) -> Path:
+    """A folder laid out as the authors' repository's ``data/``: ``circuits.json``, ``syntaxgym/<suite>.json``."""
+    (root / "syntaxgym").mkdir(parents=True)
+    (root / "circuits.json").symlink_to(upstream_dir / "sg-test-suites" / "circuits.json")
+    for name in SUITE_SHA256:
+        (root / "syntaxgym" / f"{name}.json").symlink_to(upstream_dir / "sg-test-suites" / "syntaxgym-format" / f"{name}.json")
+    return root
+
+
+def test_the_download_writes_the_circuits_and_the_suites_asked_for_as_the_reference_copies_lay_them_out(tmp_path: Path, upstream_dir: Path) -> None:
+    from stacklm.evaluation.syntaxgym.sources import download_suites
+
+    repository = authors_repository(tmp_path / "data", upstream_dir)
+    download_suites(tmp_path / "out", ("number_src", "cleft"), url=repository.as_uri())
+    assert sorted(str(path.relative_to(tmp_path / "out")) for path in (tmp_path / "out").rglob("*.json")) == [
+        "circuits.json", "syntaxgym-format/cleft.json", "syntaxgym-format/number_src.json",
+    ]
+    assert len(read_pinned_suite(tmp_path / "out", "cleft").items) > 0 and read_pinned_circuits(tmp_path / "out")
+
+
+def test_a_downloaded_file_that_differs_from_its_pin_writes_nothing(tmp_path: Path, upstream_dir: Path) -> None:
+    from stacklm.evaluation.syntaxgym.sources import download_suites
+
+    repository = authors_repository(tmp_path / "data", upstream_dir)
+    (repository / "syntaxgym" / "cleft.json").unlink()
+    (repository / "syntaxgym" / "cleft.json").write_text("{}")
+    with pytest.raises(StacklmError, match=r"syntaxgym/cleft.json: sha256 [0-9a-f]{64} does not match the pinned"):
+        download_suites(tmp_path / "out", ("number_src", "cleft"), url=repository.as_uri())
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(StacklmError, match="no pinned suite 'nn-nv-rpl'"):
+        download_suites(tmp_path / "out", ("nn-nv-rpl",), url=repository.as_uri())
+    with pytest.raises(StacklmError, match=r"absent/circuits.json: download failed .*set ptb.mirror"):
+        download_suites(tmp_path / "out", ("cleft",), url=(tmp_path / "absent").as_uri())

@@ -5,16 +5,26 @@ the settings give them (quoted), the targets and the MLflow mirror's files."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pytest
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.ptb import dag
-from stacklm.experiments.ptb.settings import PAPER_MODELS, PtbSettings
+from stacklm.experiments.ptb.settings import PAPER_MODELS, PtbSettings, ptb_files, syntaxgym_files
 from stacklm.models.ptb import ptb_config
 from stacklm.settings_file import build
 
-SMALL = build(PtbSettings, {"models": ["lstm", "rns-2-3"], "restarts": 2, "lines": 50, "max_epochs": 2, "suites": ["number_src", "cleft"], "mirror": "my mirror"}, "ptb")
+SMALL_SECTION = {"models": ["lstm", "rns-2-3"], "restarts": 2, "lines": 50, "max_epochs": 2, "suites": ["number_src", "cleft"]}
+SMALL = build(PtbSettings, SMALL_SECTION, "ptb")
+
+
+def mirror_folder(root: Path, suites: tuple[str, ...] = ("number_src", "cleft")) -> Path:
+    """A folder laid out as the reference copies (empty files: the jobs check the contents, the settings their presence)."""
+    for path in [*ptb_files(str(root)), *syntaxgym_files(str(root), suites)]:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).touch()
+    return root
 
 
 def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> None:
@@ -59,15 +69,18 @@ def test_a_model_name_is_checked_with_the_models(models: list[str], message: str
         section.check_models()
 
 
-def test_the_jobs_options_come_from_the_section_quoted() -> None:
-    assert shlex.split(dag.train_options(SMALL)) == [
-        "--data", "my mirror/ptb", "--salt", "0", "--lines", "50", "--max-epochs", "2", "--progress-interval-s", "60.0",
+def test_the_jobs_options_come_from_the_section_quoted(tmp_path: Path) -> None:
+    mirror = mirror_folder(tmp_path / "my mirror")
+    settings = build(PtbSettings, SMALL_SECTION | {"mirror": str(mirror)}, "ptb")
+    assert shlex.split(dag.train_options(settings)) == [
+        "--data", f"{mirror}/ptb", "--salt", "0", "--lines", "50", "--max-epochs", "2", "--progress-interval-s", "60.0",
     ]
-    assert shlex.split(dag.evaluate_options(SMALL)) == [
-        "--data", "my mirror/ptb", "--syntaxgym", "my mirror/sg-test-suites", "--lines", "50", "--suites", "number_src", "cleft",
+    assert shlex.split(dag.evaluate_options(settings)) == [
+        "--data", f"{mirror}/ptb", "--syntaxgym", f"{mirror}/sg-test-suites", "--lines", "50", "--suites", "number_src", "cleft",
     ]
-    assert shlex.split(dag.train_options(PtbSettings())) == ["--data", "../shared/upstream/ptb", "--salt", "0", "--max-epochs", "100", "--progress-interval-s", "60.0"]
-    assert shlex.split(dag.evaluate_options(PtbSettings())) == ["--data", "../shared/upstream/ptb", "--syntaxgym", "../shared/upstream/sg-test-suites"]
+    # no mirror (the default): the files the download rules write under resources/
+    assert shlex.split(dag.train_options(PtbSettings())) == ["--data", "resources/ptb", "--salt", "0", "--max-epochs", "100", "--progress-interval-s", "60.0"]
+    assert shlex.split(dag.evaluate_options(PtbSettings())) == ["--data", "resources/ptb", "--syntaxgym", "resources/sg-test-suites"]
     assert shlex.split(dag.report_options(SMALL)) == ["--figure-models", "lstm", "rns-2-3"]
 
 
@@ -99,3 +112,25 @@ def test_runs_per_job_groups_the_restarts_in_the_order_model_by_restart() -> Non
     assert first.train_options == "--model lstm lstm rns-2-3 --restart 1 2 1"
     (whole,) = dag.run_groups(SMALL, 17)
     assert [path for group in dag.run_groups(SMALL, 3) for path in group.paths(dag.RUN_METRICS)] == whole.paths(dag.RUN_METRICS) == dag.run_files(SMALL, dag.RUN_METRICS)
+
+
+def test_without_a_mirror_the_jobs_read_what_the_download_rules_write() -> None:
+    assert SMALL.ptb_files() == dag.downloaded_ptb() == ["resources/ptb/ptb.train.txt", "resources/ptb/ptb.valid.txt", "resources/ptb/ptb.test.txt"]
+    assert SMALL.syntaxgym_files() == dag.downloaded_suites(SMALL) == [
+        "resources/sg-test-suites/circuits.json", "resources/sg-test-suites/syntaxgym-format/number_src.json", "resources/sg-test-suites/syntaxgym-format/cleft.json",
+    ]
+    assert len(dag.downloaded_suites(PtbSettings())) == 1 + 33  # every suite, by default
+    assert shlex.split(dag.suites_options(SMALL)) == ["--suites", "number_src", "cleft", "--out", "resources/sg-test-suites"]
+    assert shlex.split(dag.suites_options(PtbSettings())) == ["--out", "resources/sg-test-suites"]
+    assert shlex.split(dag.download_options()) == ["--out", "resources/ptb"]
+
+
+def test_a_mirror_that_lacks_a_file_stops_the_settings_naming_the_key_the_file_and_where_to_get_it(tmp_path: Path) -> None:
+    mirror = mirror_folder(tmp_path / "mirror")
+    assert build(PtbSettings, SMALL_SECTION | {"mirror": str(mirror)}, "ptb").ptb_files()[0] == f"{mirror}/ptb/ptb.train.txt"
+    (mirror / "ptb" / "ptb.valid.txt").unlink()
+    with pytest.raises(StacklmError, match=r"config key 'ptb.mirror': .*mirror/ptb/ptb.valid.txt not found .*simple-examples.tgz.*ptb.mirror: null to download"):
+        build(PtbSettings, SMALL_SECTION | {"mirror": str(mirror)}, "ptb")
+    with pytest.raises(StacklmError, match=r"config key 'ptb.mirror': .*nowhere/ptb/ptb.train.txt not found \(37 of"):
+        build(PtbSettings, {"mirror": str(tmp_path / "nowhere")}, "ptb")  # every suite of the default settings, and the three splits
+    assert build(PtbSettings, {"models": [], "mirror": str(tmp_path / "nowhere")}, "ptb").models == ()  # no PTB job: nothing to read
