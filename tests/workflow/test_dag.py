@@ -123,7 +123,8 @@ def test_two_runs_per_job_train_and_evaluate_each_group_of_runs_in_one_job_and_k
     expected |= GROUPED_JOBS[preset]
     assert job_counts(output) == expected
     commands = [line for line in output.splitlines() if line.startswith("Shell command: stacklm ")]
-    final = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase final" in line and "--architecture Tf Tf " in line)
+    final = next(line for line in commands if line.startswith("Shell command: stacklm train") and "--phase final" in line and "--architecture Tf Tf " in line
+                 and line.endswith("final/group1.log 2>&1"))  # the first group, wherever the dry run lists it
     assert "--seed 1 2 " in final and "--hparams results/search/question-formation/tf/best.json results/search/question-formation/tf/best.json " in final
     assert (" --out results/runs/question-formation/tf/final/1 results/runs/question-formation/tf/final/2"
             " --log logs/train/question-formation/tf/final/1.log logs/train/question-formation/tf/final/2.log") in final
