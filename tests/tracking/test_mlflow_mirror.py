@@ -403,6 +403,7 @@ def test_a_final_runs_model_loads_back_through_mlflow_and_gives_the_trained_mode
     assert [model.source_run_id for model in client.search_logged_models([experiment])] == [changed[FINAL_KEY]] != [manifest[FINAL_KEY]]
 
 
+@pytest.mark.e2e
 def test_a_model_file_that_is_not_a_model_is_named(tmp_path: Path, runs: tuple[list[Path], list[Path]]) -> None:
     (tmp_path / "runs" / "final" / "model.pt").write_bytes(b"not a model")
     settings = write_settings(tmp_path, {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})

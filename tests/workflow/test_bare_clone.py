@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 import yaml
 
 from stacklm.workflow.settings import ResolvedSettings, plain
@@ -39,6 +40,7 @@ def jobs(output: str) -> set[str]:
     return set(re.findall(r"^(?:local)?rule (\w+):", output, flags=re.MULTILINE))
 
 
+@pytest.mark.e2e
 def test_a_bare_clones_small_dag_downloads_the_ptb_data(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
     directory = workflow_copy({"preset": "small"})
     assert not (directory.parent / "shared").exists()
@@ -50,6 +52,7 @@ def test_a_bare_clones_small_dag_downloads_the_ptb_data(workflow_copy: Callable[
     assert "--data resources/ptb" in result.stdout and "--syntaxgym resources/sg-test-suites" in result.stdout
 
 
+@pytest.mark.e2e
 def test_with_a_mirror_given_by_config_the_ptb_jobs_read_it_and_nothing_is_downloaded(
     workflow_copy: Callable[[dict[str, Any]], Path], upstream_dir: Path, tmp_path: Path
 ) -> None:
@@ -70,6 +73,7 @@ def test_with_a_mirror_given_by_config_the_ptb_jobs_read_it_and_nothing_is_downl
     assert re.search(r"config key 'ptb.mirror': .*sg-test-suites/circuits.json not found .*ptb.mirror: null to download them", result.stderr + result.stdout)
 
 
+@pytest.mark.e2e
 def test_a_bare_clones_ptb_run_with_a_mirror_given_by_config_passes(workflow_copy: Callable[[dict[str, Any]], Path], upstream_dir: Path, tmp_path: Path) -> None:
     """The small preset's PTB part (one model, one restart: a minute) trained, scored and reported from the mirror's files."""
     import pandas as pd
