@@ -74,14 +74,17 @@ def test_one_step_reads_the_push() -> None:
     torch.testing.assert_close(compiled_readings(actions, True), expected)
 
 
-def test_float32_follows_float64() -> None:
-    """Float32 at n = 60, logits of std 3 (unnormalized): readings and gradients near float64's."""
-    logits = random_actions(10, 60, 2, 3, seed=5, scale=3.0)
-    weights = torch.randn(10, 60, 6, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("scale", [3.0, 30.0])
+def test_float32_follows_float64(normalize: bool, scale: float) -> None:
+    """Float32 at n = 80, logits of std 3 and 30 (transition weights e^±90 apart): readings and
+    gradients near float64's (each target's own scale keeps every part in float32's range)."""
+    logits = random_actions(10, 80, 2, 3, seed=5, scale=scale)
+    weights = torch.randn(10, 80, 6, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     results = []
     for dtype in (torch.float64, torch.float32):
         leaf = logits.to(dtype).requires_grad_()
-        readings = compiled_readings(NondeterministicActions.from_logits(leaf, 2, 3, normalize=False), True)
+        readings = compiled_readings(NondeterministicActions.from_logits(leaf, 2, 3, normalize=normalize), True)
         (gradient,) = torch.autograd.grad((readings * weights.to(dtype)).sum(), leaf)
         results.append((readings.double(), gradient.double()))
     (readings64, gradient64), (readings32, gradient32) = results

@@ -12,9 +12,9 @@
 // of a row at step t reads its columns i+1 … t−2 in one contiguous run:
 //   shares:   Ŝ_t[i][a][c] = α[i][a] γ[i→t][a,c] / α[t][c] ∈ [0, 1]
 //   adjoint:  H_t[i][a][c] = (∂L/∂ log γ[i→t][a,c]) / Ŝ_t[i][a][c], accumulated by the backward
-// and per step: alpha  α̂[t] = α[t] / max_c α[t][c];  totals T_t[c], the sum over (i, a) of the
-// terms of column t at step t's scale (ε_t = max_c α[t−1][c] · exp(max of step t's log weights));
-// grad_alpha e_t[c] = ∂L/∂ log α[t][c].
+// and per step: alpha  α̂[t] = α[t] / max_c α[t][c];  scales g[c], f[c], the factors of target c's
+// push-and-replace and pop terms at step t (``step_products``, ``forward_group``); totals T_t[c],
+// the terms' sum over (i, a) at that scale; grad_alpha e_t[c] = ∂L/∂ log α[t][c].
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -74,80 +74,120 @@ struct Sizes {
   int64_t table() const { return configs * configs * capacity * (capacity + 1) / 2; }
 };
 
-// Step t's transition weights in lanes, exp(log Δ − μ) with μ the largest log weight of the step
-// (per lane): push D̂[a][c], replace R̂[b][c], pop P̂[b][r].
+// Lane by lane: exp and log (the DP's few per step; the products are vector operations).
 template <typename T>
-struct Weights {
+Vec<T> lanes_exp(Vec<T> value) {
+  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) value[lane] = std::exp(value[lane]);
+  return value;
+}
+
+template <typename T>
+Vec<T> lanes_log(Vec<T> value) {
+  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) value[lane] = std::log(value[lane]);
+  return value;
+}
+
+// −∞ (no term) as 0, so that subtracting it never gives NaN.
+template <typename T>
+Vec<T> finite_or_zero(Vec<T> value) {
+  const Vec<T> limit = splat<T>(std::numeric_limits<T>::max());
+  return value >= -limit ? value : splat<T>(0);
+}
+
+// Step t's log transition weights in lanes: push log Δ⁺[a][c], replace log Δ^R[b][c], pop log Δ⁻[b][r].
+template <typename T>
+struct LogWeights {
   std::vector<Vec<T>> push, replace, pop;
 };
 
 template <typename T>
-Weights<T> load_weights(const Sizes& sizes, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                        int64_t group, int64_t batch) {
+LogWeights<T> load_weights(const Sizes& sizes, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
+                           int64_t group, int64_t batch) {
   const int64_t N = sizes.configs, Q = sizes.states;
-  Weights<T> weights{std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q)};
+  LogWeights<T> weights{std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q)};
   for (int64_t lane = 0; lane < LANE_COUNT; ++lane) {
     const int64_t element = std::min(group * LANE_COUNT + lane, batch - 1);
     const T* element_push = push.data_ptr<T>() + element * push.stride(0);
     const T* element_replace = replace.data_ptr<T>() + element * replace.stride(0);
     const T* element_pop = pop.data_ptr<T>() + element * pop.stride(0);
-    T largest = -std::numeric_limits<T>::infinity();
     for (int64_t b = 0; b < N; ++b) {
       for (int64_t c = 0; c < N; ++c) {
-        largest = std::max({largest, element_push[b * push.stride(1) + c], element_replace[b * replace.stride(1) + c]});
+        weights.push[b * N + c][lane] = element_push[b * push.stride(1) + c];
+        weights.replace[b * N + c][lane] = element_replace[b * replace.stride(1) + c];
       }
-      for (int64_t r = 0; r < Q; ++r) largest = std::max(largest, element_pop[b * pop.stride(1) + r]);
-    }
-    if (!std::isfinite(largest)) largest = 0;
-    for (int64_t b = 0; b < N; ++b) {
-      for (int64_t c = 0; c < N; ++c) {
-        weights.push[b * N + c][lane] = std::exp(element_push[b * push.stride(1) + c] - largest);
-        weights.replace[b * N + c][lane] = std::exp(element_replace[b * replace.stride(1) + c] - largest);
-      }
-      for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r][lane] = std::exp(element_pop[b * pop.stride(1) + r] - largest);
+      for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r][lane] = element_pop[b * pop.stride(1) + r];
     }
   }
   return weights;
 }
 
-// The step-t products shared by forward and backward: wR[b][c] = α̂[t−1][b] R̂[b][c],
-// wP[b][r] = α̂[t−1][b] P̂[b][r], and W[k][d][r] = Σ_b Ŝ_{t−1}[k][d][b] wP[b][r] for k ≤ t−2.
+// The step-t products shared by forward and backward, each target's own scale:
+//   κ[c] = max_b (log α̂[t−1][b] + max(log Δ⁺[b,c], log Δ^R[b,c])),  λ[r] = max_b (log α̂[t−1][b] + log Δ⁻[b,r]);
+//   wD[a][c] = α̂[t−1][a] Δ⁺[a,c] / e^κ[c],  wR[b][c] = α̂[t−1][b] Δ^R[b,c] / e^κ[c],  wP[b][r] = α̂[t−1][b] Δ⁻[b,r] / e^λ[r]
+// (each at most 1, the largest 1), and W[k][d][r] = Σ_b Ŝ_{t−1}[k][d][b] wP[b][r] for k ≤ t−2. Since the
+// shares of column t−1 into b sum to 1 wherever α[t−1][b] > 0, the push and replace terms of target c
+// sum to at least 1 at the scale e^κ[c] (t ≥ 2; at t = 1 κ takes the push alone): they never all underflow.
 template <typename T>
 struct StepProducts {
-  std::vector<Vec<T>> replace, pop, flow;
+  std::vector<Vec<T>> push_offset, pop_offset, push, replace, pop, flow;
 };
 
 template <typename T, int QC, int SC>
-StepProducts<T> step_products(const Sizes& sizes, const Weights<T>& weights, const Vec<T>* previous_alpha,
+StepProducts<T> step_products(const Sizes& sizes, const LogWeights<T>& weights, const Vec<T>* previous_alpha,
                               const Vec<T>* shares, int64_t t) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
-  StepProducts<T> products{std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q),
+  const Vec<T> none = splat<T>(-std::numeric_limits<T>::infinity());
+  StepProducts<T> products{std::vector<Vec<T>>(N, none), std::vector<Vec<T>>(Q, none), std::vector<Vec<T>>(N * N),
+                           std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q),
                            std::vector<Vec<T>>(std::max<int64_t>(t - 1, 0) * N * Q)};
+  std::vector<Vec<T>> log_alpha(N);
+  for (int64_t b = 0; b < N; ++b) log_alpha[b] = lanes_log<T>(previous_alpha[b]);
   for (int64_t b = 0; b < N; ++b) {
-    for (int64_t c = 0; c < N; ++c) products.replace[b * N + c] = previous_alpha[b] * weights.replace[b * N + c];
-    for (int64_t r = 0; r < Q; ++r) products.pop[b * Q + r] = previous_alpha[b] * weights.pop[b * Q + r];
-  }
-  if (t >= 2) {
-    for (int64_t kd = 0; kd < (t - 1) * N; ++kd) {
-      const Vec<T>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
-      Vec<T> sums[QC ? QC : 16] = {};
-      for (int64_t b = 0; b < N; ++b) {
-        const Vec<T> share = previous[b];
-        for (int64_t r = 0; r < Q; ++r) sums[r] += share * products.pop[b * Q + r];
-      }
-      for (int64_t r = 0; r < Q; ++r) products.flow[kd * Q + r] = sums[r];
+    for (int64_t c = 0; c < N; ++c) {
+      // At t = 1 column 0 has no rows to replace in: only the push reaches column 1.
+      const Vec<T> largest = t >= 2 ? maximum<T>(weights.push[b * N + c], weights.replace[b * N + c]) : weights.push[b * N + c];
+      products.push_offset[c] = maximum<T>(products.push_offset[c], log_alpha[b] + largest);
     }
+    for (int64_t r = 0; r < Q; ++r) products.pop_offset[r] = maximum<T>(products.pop_offset[r], log_alpha[b] + weights.pop[b * Q + r]);
+  }
+  for (int64_t c = 0; c < N; ++c) products.push_offset[c] = finite_or_zero<T>(products.push_offset[c]);
+  for (int64_t r = 0; r < Q; ++r) products.pop_offset[r] = finite_or_zero<T>(products.pop_offset[r]);
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t c = 0; c < N; ++c) {
+      products.push[b * N + c] = lanes_exp<T>(log_alpha[b] + weights.push[b * N + c] - products.push_offset[c]);
+      products.replace[b * N + c] = lanes_exp<T>(log_alpha[b] + weights.replace[b * N + c] - products.push_offset[c]);
+    }
+    for (int64_t r = 0; r < Q; ++r) products.pop[b * Q + r] = lanes_exp<T>(log_alpha[b] + weights.pop[b * Q + r] - products.pop_offset[r]);
+  }
+  for (int64_t kd = 0; kd < (t - 1) * N; ++kd) {
+    const Vec<T>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
+    Vec<T> sums[QC ? QC : 16] = {};
+    for (int64_t b = 0; b < N; ++b) {
+      const Vec<T> share = previous[b];
+      for (int64_t r = 0; r < Q; ++r) sums[r] += share * products.pop[b * Q + r];
+    }
+    for (int64_t r = 0; r < Q; ++r) products.flow[kd * Q + r] = sums[r];
   }
   return products;
 }
 
+// Column t's terms at their target's scale e^μ[c]: the push and replace terms scaled by
+// g[c] = e^(κ[c] − μ[c]), the pop terms by f[c] = e^(λ[r] − μ[c]) (0 where step t has no pop term
+// into c), μ[c] the larger of the two parts' log sums, so neither part underflows where the other
+// is large. The forward stores g and f (``scales``: [0][c] g, [1][c] f) for the backward.
+template <typename T>
+Vec<T> bounded_exp(Vec<T> value) {
+  const Vec<T> limit = splat<T>(std::log(std::numeric_limits<T>::max()) - 1);
+  return lanes_exp<T>(value < limit ? value : limit);
+}
+
 template <typename T, int QC, int SC>
-void forward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, Vec<T>* shares, Vec<T>* alpha,
-                   Vec<T>* totals) {
+void forward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights, Vec<T>* shares, Vec<T>* alpha,
+                   Vec<T>* totals, Vec<T>* scales) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
-  const Vec<T>* previous_alpha = alpha + (t - 1) * N;
-  const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, previous_alpha, shares, t);
-  std::vector<Vec<T>> total(N, splat<T>(0));
+  const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
+  std::vector<Vec<T>> push_total(N, splat<T>(0)), pop_total(N, splat<T>(0));
+  std::vector<Vec<T>> popped(t * N * N, splat<T>(0));  // the pop terms of each row, until μ is known
   // Rows i ≤ t−2: replace Σ_b Ŝ_{t−1}[i][a][b] wR[b][c], pop Σ_k Σ_u Ŝ_k[i][a][(u,y)] W[k][(u,y)][r].
   for (int64_t i = 0; i + 2 <= t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
@@ -156,6 +196,12 @@ void forward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, Vec
       for (int64_t b = 0; b < N; ++b) {
         const Vec<T> share = previous[b];
         for (int64_t c = 0; c < N; ++c) sums[c] += share * products.replace[b * N + c];
+      }
+      Vec<T>* column = shares + sizes.entry(i, a, t);
+      for (int64_t c = 0; c < N; ++c) {
+        column[c] = sums[c];
+        push_total[c] += sums[c];
+        sums[c] = splat<T>(0);
       }
       const Vec<T>* below = shares + sizes.entry(i, a, i + 1);
       for (int64_t k = i + 1; k + 2 <= t; ++k, below += N) {
@@ -167,41 +213,51 @@ void forward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, Vec
           }
         }
       }
-      Vec<T>* column = shares + sizes.entry(i, a, t);
       for (int64_t c = 0; c < N; ++c) {
-        column[c] = sums[c];
-        total[c] += sums[c];
+        popped[(i * N + a) * N + c] = sums[c];
+        pop_total[c] += sums[c];
       }
     }
   }
-  // Row t−1: the push, α̂[t−1][a] D̂[a][c].
+  // Row t−1: the push, wD[a][c].
   for (int64_t a = 0; a < N; ++a) {
     Vec<T>* column = shares + sizes.entry(t - 1, a, t);
     for (int64_t c = 0; c < N; ++c) {
-      const Vec<T> term = previous_alpha[a] * weights.push[a * N + c];
-      column[c] = term;
-      total[c] += term;
+      column[c] = products.push[a * N + c];
+      push_total[c] += products.push[a * N + c];
     }
   }
-  std::vector<Vec<T>> inverse(N);
-  Vec<T> largest = splat<T>(0);
+  // μ[c], g, f, T_t[c] at that scale, and log α[t][c] − (the scale of α[t−1]) = μ[c] + log T_t[c].
+  std::vector<Vec<T>> log_alpha(N), inverse(N);
+  Vec<T>* push_scale = scales + t * 2 * N;
+  Vec<T>* pop_scale = push_scale + N;
+  Vec<T> largest = splat<T>(-std::numeric_limits<T>::infinity());
+  const Vec<T> zero = splat<T>(0);
   for (int64_t c = 0; c < N; ++c) {
-    inverse[c] = inverse_or_zero<T>(total[c]);
-    largest = maximum<T>(largest, total[c]);
-    totals[t * N + c] = total[c];
+    const Vec<T> push_log = products.push_offset[c] + lanes_log<T>(push_total[c]);
+    const Vec<T> pop_log = products.pop_offset[c / S] + lanes_log<T>(pop_total[c]);
+    const Vec<T> offset = finite_or_zero<T>(maximum<T>(push_log, pop_log));
+    push_scale[c] = bounded_exp<T>(products.push_offset[c] - offset);
+    pop_scale[c] = pop_total[c] > zero ? bounded_exp<T>(products.pop_offset[c / S] - offset) : zero;
+    const Vec<T> total = push_total[c] * push_scale[c] + pop_total[c] * pop_scale[c];
+    totals[t * N + c] = total;
+    inverse[c] = inverse_or_zero<T>(total);
+    log_alpha[c] = offset + lanes_log<T>(total);
+    largest = maximum<T>(largest, log_alpha[c]);
   }
+  largest = finite_or_zero<T>(largest);
   for (int64_t row = 0; row < t * N; ++row) {
     Vec<T>* column = shares + sizes.entry(row / N, row % N, t);
-    for (int64_t c = 0; c < N; ++c) column[c] *= inverse[c];
+    for (int64_t c = 0; c < N; ++c) column[c] = (column[c] * push_scale[c] + popped[row * N + c] * pop_scale[c]) * inverse[c];
   }
-  const Vec<T> scale = inverse_or_zero<T>(largest);
-  for (int64_t c = 0; c < N; ++c) alpha[t * N + c] = total[c] * scale;
+  for (int64_t c = 0; c < N; ++c) alpha[t * N + c] = lanes_exp<T>(log_alpha[c] - largest);
 }
 
 template <typename T, int QC, int SC>
-void backward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, const Vec<T>* shares,
-                    const Vec<T>* alpha, const Vec<T>* totals, Vec<T>* adjoint, Vec<T>* grad_alpha,
-                    std::vector<Vec<T>>& grad_push, std::vector<Vec<T>>& grad_replace, std::vector<Vec<T>>& grad_pop) {
+void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights, const Vec<T>* shares,
+                    const Vec<T>* alpha, const Vec<T>* totals, const Vec<T>* scales, Vec<T>* adjoint,
+                    Vec<T>* grad_alpha, std::vector<Vec<T>>& grad_push, std::vector<Vec<T>>& grad_replace,
+                    std::vector<Vec<T>>& grad_pop) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
   const Vec<T>* step_grad_alpha = grad_alpha + t * N;
   // α[t][c] = Σ_{i,a} α[i][a] γ[i→t][a,c]: each term's share of e_t[c].
@@ -223,23 +279,31 @@ void backward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, co
   }
   if (t < 2) return;
   const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
-  std::vector<Vec<T>> inverse_total(N);
-  for (int64_t c = 0; c < N; ++c) inverse_total[c] = inverse_or_zero<T>(totals[t * N + c]);
+  std::vector<Vec<T>> replace_scale(N), pop_scale(N);  // g[c] / T_t[c], f[c] / T_t[c]
+  for (int64_t c = 0; c < N; ++c) {
+    const Vec<T> inverse = inverse_or_zero<T>(totals[t * N + c]);
+    replace_scale[c] = scales[t * 2 * N + c] * inverse;
+    pop_scale[c] = scales[t * 2 * N + N + c] * inverse;
+  }
   std::vector<Vec<T>> replace_sums(N * N, splat<T>(0)), pop_sums(N * Q, splat<T>(0));
   std::vector<Vec<T>> flow_adjoint((t - 1) * N * Q, splat<T>(0));  // Z[k][d][r]
   for (int64_t i = 0; i + 2 <= t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
-      Vec<T> ratio[QC && SC ? QC * SC : 64];  // ρ[c] = H_t[i][a][c] / T_t[c]
+      // ρ[c] = H_t[i][a][c] / T_t[c], times the part's scale g[c] (replace) or f[c] (pop)
+      Vec<T> replace_ratio[QC && SC ? QC * SC : 64], pop_ratio[QC && SC ? QC * SC : 64];
       const Vec<T>* column_adjoint = adjoint + sizes.entry(i, a, t);
-      for (int64_t c = 0; c < N; ++c) ratio[c] = column_adjoint[c] * inverse_total[c];
+      for (int64_t c = 0; c < N; ++c) {
+        replace_ratio[c] = column_adjoint[c] * replace_scale[c];
+        pop_ratio[c] = column_adjoint[c] * pop_scale[c];
+      }
       const Vec<T>* previous = shares + sizes.entry(i, a, t - 1);
       Vec<T>* previous_adjoint = adjoint + sizes.entry(i, a, t - 1);
       for (int64_t b = 0; b < N; ++b) {
         Vec<T> sum = splat<T>(0);
         const Vec<T> share = previous[b];
         for (int64_t c = 0; c < N; ++c) {
-          sum += ratio[c] * products.replace[b * N + c];
-          replace_sums[b * N + c] += ratio[c] * share;
+          sum += replace_ratio[c] * products.replace[b * N + c];
+          replace_sums[b * N + c] += replace_ratio[c] * share;
         }
         previous_adjoint[b] += sum;
       }
@@ -254,8 +318,8 @@ void backward_group(const Sizes& sizes, int64_t t, const Weights<T>& weights, co
             const Vec<T> share = below[d];
             Vec<T> sum = splat<T>(0);
             for (int64_t r = 0; r < Q; ++r) {
-              sum += ratio[r * S + y] * flow[d * Q + r];
-              flow_sums[d * Q + r] += ratio[r * S + y] * share;
+              sum += pop_ratio[r * S + y] * flow[d * Q + r];
+              flow_sums[d * Q + r] += pop_ratio[r * S + y] * share;
             }
             below_adjoint[d] += sum;
           }
@@ -289,17 +353,18 @@ T* lanes_at(const at::Tensor& table, int64_t group) {
 template <typename T, int QC, int SC>
 at::Tensor step_typed(const Sizes& sizes, int64_t t, const at::Tensor& push, const at::Tensor& replace,
                       const at::Tensor& pop, const at::Tensor& shares, const at::Tensor& alpha,
-                      const at::Tensor& totals, bool states_in_reading) {
+                      const at::Tensor& totals, const at::Tensor& scales, bool states_in_reading) {
   const int64_t batch = push.size(0), groups = shares.size(0), N = sizes.configs, S = sizes.symbols;
   const int64_t reading_size = states_in_reading ? N : S;
   at::Tensor reading = at::empty({batch, reading_size}, push.options());
   T* reading_data = reading.data_ptr<T>();
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t group = begin; group < end; ++group) {
-      const Weights<T> weights = load_weights<T>(sizes, push, replace, pop, group, batch);
+      const LogWeights<T> weights = load_weights<T>(sizes, push, replace, pop, group, batch);
       auto* group_alpha = reinterpret_cast<Vec<T>*>(lanes_at<T>(alpha, group));
       forward_group<T, QC, SC>(sizes, t, weights, reinterpret_cast<Vec<T>*>(lanes_at<T>(shares, group)), group_alpha,
-                               reinterpret_cast<Vec<T>*>(lanes_at<T>(totals, group)));
+                               reinterpret_cast<Vec<T>*>(lanes_at<T>(totals, group)),
+                               reinterpret_cast<Vec<T>*>(lanes_at<T>(scales, group)));
       const Vec<T>* current = group_alpha + t * N;
       Vec<T> sum = splat<T>(0);
       for (int64_t c = 0; c < N; ++c) sum += current[c];
@@ -318,7 +383,7 @@ template <typename T, int QC, int SC>
 std::vector<at::Tensor> step_backward_typed(const Sizes& sizes, int64_t t, const at::Tensor& grad_reading,
                                             const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
                                             const at::Tensor& shares, const at::Tensor& alpha,
-                                            const at::Tensor& totals, const at::Tensor& adjoint,
+                                            const at::Tensor& totals, const at::Tensor& scales, const at::Tensor& adjoint,
                                             const at::Tensor& grad_alpha, bool states_in_reading) {
   const int64_t batch = push.size(0), groups = shares.size(0), N = sizes.configs, S = sizes.symbols, Q = sizes.states;
   const int64_t reading_size = states_in_reading ? N : S;
@@ -347,10 +412,11 @@ std::vector<at::Tensor> step_backward_typed(const Sizes& sizes, int64_t t, const
         const int64_t j = states_in_reading ? c : c % S;
         group_grad_alpha[t * N + c] += current[c] * inverse * (gradient[j] - mean);
       }
-      const Weights<T> weights = load_weights<T>(sizes, push, replace, pop, group, batch);
+      const LogWeights<T> weights = load_weights<T>(sizes, push, replace, pop, group, batch);
       std::vector<Vec<T>> group_push(N * N), group_replace(N * N, splat<T>(0)), group_pop(N * Q, splat<T>(0));
       backward_group<T, QC, SC>(sizes, t, weights, reinterpret_cast<const Vec<T>*>(lanes_at<T>(shares, group)),
                                 group_alpha, reinterpret_cast<const Vec<T>*>(lanes_at<T>(totals, group)),
+                                reinterpret_cast<const Vec<T>*>(lanes_at<T>(scales, group)),
                                 reinterpret_cast<Vec<T>*>(lanes_at<T>(adjoint, group)), group_grad_alpha, group_push,
                                 group_replace, group_pop);
       for (int64_t lane = 0; lane < LANE_COUNT && group * LANE_COUNT + lane < batch; ++lane) {
@@ -400,24 +466,27 @@ std::vector<at::Tensor> start(const at::Tensor& like, int64_t batch, int64_t cap
   at::Tensor alpha = at::zeros({groups, capacity + 1, N, LANE_COUNT}, like.options());
   alpha.select(1, 0).select(1, 0).fill_(1);  // α[0] = 𝟙[q0, ⊥]
   at::Tensor totals = at::zeros({groups, capacity + 1, N, LANE_COUNT}, like.options());
-  return {shares, alpha, totals};
+  at::Tensor scales = at::zeros({groups, capacity + 1, 2 * N, LANE_COUNT}, like.options());
+  return {shares, alpha, totals, scales};
 }
 
 at::Tensor step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals, bool states_in_reading) {
+                const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales,
+                bool states_in_reading) {
   const Sizes sizes = sizes_of(pop, alpha);
   check_step(t, push, replace, pop, shares, sizes);
   return AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "symbol_stack_step", [&] {
     return with_sizes(sizes, [&](auto states, auto symbols) {
       return step_typed<scalar_t, decltype(states)::value, decltype(symbols)::value>(sizes, t, push, replace, pop, shares,
-                                                                                      alpha, totals, states_in_reading);
+                                                                                      alpha, totals, scales, states_in_reading);
     });
   });
 }
 
 std::vector<at::Tensor> step_backward(int64_t t, const at::Tensor& grad_reading, const at::Tensor& push,
                                       const at::Tensor& replace, const at::Tensor& pop, const at::Tensor& shares,
-                                      const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& adjoint,
+                                      const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales,
+                                      const at::Tensor& adjoint,
                                       const at::Tensor& grad_alpha, bool states_in_reading) {
   const Sizes sizes = sizes_of(pop, alpha);
   check_step(t, push, replace, pop, shares, sizes);
@@ -425,7 +494,7 @@ std::vector<at::Tensor> step_backward(int64_t t, const at::Tensor& grad_reading,
   return AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "symbol_stack_step_backward", [&] {
     return with_sizes(sizes, [&](auto states, auto symbols) {
       return step_backward_typed<scalar_t, decltype(states)::value, decltype(symbols)::value>(
-          sizes, t, grad_reading, push, replace, pop, shares, alpha, totals, adjoint, grad_alpha, states_in_reading);
+          sizes, t, grad_reading, push, replace, pop, shares, alpha, totals, scales, adjoint, grad_alpha, states_in_reading);
     });
   });
 }
@@ -436,10 +505,10 @@ TORCH_LIBRARY(stacklm_symbol_stack, library) {
   library.def("start(Tensor like, int batch, int capacity, int states, int symbols) -> Tensor[]");
   library.def(
       "step(int t, Tensor push, Tensor replace, Tensor pop, Tensor(a!) shares, Tensor(b!) alpha, Tensor(c!) totals, "
-      "bool states_in_reading) -> Tensor");
+      "Tensor(d!) scales, bool states_in_reading) -> Tensor");
   library.def(
       "step_backward(int t, Tensor grad_reading, Tensor push, Tensor replace, Tensor pop, Tensor shares, Tensor alpha, "
-      "Tensor totals, Tensor(a!) adjoint, Tensor(b!) grad_alpha, bool states_in_reading) -> Tensor[]");
+      "Tensor totals, Tensor scales, Tensor(a!) adjoint, Tensor(b!) grad_alpha, bool states_in_reading) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(stacklm_symbol_stack, CompositeExplicitAutograd, library) {

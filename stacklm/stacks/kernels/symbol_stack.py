@@ -17,14 +17,21 @@ one step-t weight:
                       wR[b,c] = α̂[t−1][b] Δ^R_t[b,c],   W[k][d][r] = Σ_b Ŝ_{t−1}[k][d][b] α̂[t−1][b] Δ⁻_t[b,r]
 
 (c = (r, y); α[k][d] γ'_t[k][d][r] = α[t−1]-weighted W[k][d][r], so α[k] cancels from the pop).
-All terms share one factor, max_c α[t−1][c] · exp(μ_t), μ_t the largest log weight of the step,
-which the kernel leaves out: every value lies in [0, t·N] and nothing overflows, in float32 as
-in float64. T_t[c] = Σ_{i,a} of the terms (at that scale) normalises them into Ŝ_t and gives α̂[t].
-The reading is r_t = α[t] / Σ α[t] (+S), or its sum over states (eq. 5): the scale cancels.
+Each target c has its own scale, since the shares of column t are normalised per c: the push and
+replace terms are computed relative to e^κ[c], κ[c] = max_b (log α̂[t−1][b] + max(log Δ⁺[b,c],
+log Δ^R[b,c])), the pops relative to e^λ[r], λ[r] = max_b (log α̂[t−1][b] + log Δ⁻[b,r]), and the
+two parts are joined at the larger of their log sums μ[c], by g[c] = e^(κ[c] − μ[c]) and
+f[c] = e^(λ[r] − μ[c]). The shares of column t − 1 into each b sum to 1, so the push and replace
+terms of c sum to at least 1 at their scale: no part underflows where another is large, and
+float32 follows float64 with transition weights e^±90 apart (at e^±300, logits of std 100,
+the float32 readings still do, but the backward's H, which grows as 1/Ŝ, overflows). T_t[c], the terms' sum at the joined
+scale, normalises them into Ŝ_t; α̂[t][c] ∝ e^μ[c] T_t[c]. The reading is r_t = α[t] / Σ α[t] (+S),
+or its sum over states (eq. 5): the scale of α[t−1] cancels.
 
-Backward, exact (the scale is a constant factor of every α[t] and cancels from every reading).
-With E = ∂L/∂ log γ[i→t][a,c] kept as H_t[i][a][c] = E / Ŝ_t[i][a][c] and e_t[c] = ∂L/∂ log α[t][c],
-step t passes, after the reading's part of e_t:
+Backward, exact (the scales are constant factors, which the normalised shares and readings
+cancel). With E = ∂L/∂ log γ[i→t][a,c] kept as H_t[i][a][c] = E / Ŝ_t[i][a][c] and
+e_t[c] = ∂L/∂ log α[t][c], step t passes, after the reading's part of e_t (in the replace terms ρ is
+taken times g[c], in the pop terms times f[c]):
 
     H_t[i][a][c] += e_t[c];   e_i[a] += Σ_c e_t[c] Ŝ_t[i][a][c]                   (α[t] = Σ α[i] γ[i→t])
     ∂L/∂ log Δ⁺_t[a,c] = H_t[t−1][a][c] Ŝ_t[t−1][a][c]
@@ -116,7 +123,7 @@ class SymbolStackTables:
 
     def __init__(self, batch_size: int, capacity: int, num_states: int, num_symbols: int, states_in_reading: bool, like: Tensor) -> None:
         load()
-        self.shares, self.alpha, self.totals = torch.ops.stacklm_symbol_stack.start(like, batch_size, capacity, num_states, num_symbols)
+        self.shares, self.alpha, self.totals, self.scales = torch.ops.stacklm_symbol_stack.start(like, batch_size, capacity, num_states, num_symbols)
         self.batch_size = batch_size
         self.capacity = capacity
         self.states_in_reading = states_in_reading
@@ -129,7 +136,9 @@ class _SymbolStep(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, order: Tensor, tables: SymbolStackTables) -> tuple[Tensor, Tensor]:
         step = tables.steps + 1
-        reading = torch.ops.stacklm_symbol_stack.step(step, push, replace, pop, tables.shares, tables.alpha, tables.totals, tables.states_in_reading)
+        reading = torch.ops.stacklm_symbol_stack.step(
+            step, push, replace, pop, tables.shares, tables.alpha, tables.totals, tables.scales, tables.states_in_reading
+        )
         tables.steps = step
         ctx.save_for_backward(push, replace, pop)
         ctx.tables = tables
@@ -145,7 +154,7 @@ class _SymbolStep(torch.autograd.Function):
             tables.grad_alpha = torch.zeros_like(tables.alpha)
         grad_push, grad_replace, grad_pop = torch.ops.stacklm_symbol_stack.step_backward(
             ctx.step, grad_reading.contiguous(), *ctx.saved_tensors, tables.shares, tables.alpha, tables.totals,
-            tables.adjoint, tables.grad_alpha, tables.states_in_reading,
+            tables.scales, tables.adjoint, tables.grad_alpha, tables.states_in_reading,
         )  # fmt: skip
         if ctx.step == 1:
             tables.adjoint = tables.grad_alpha = None
