@@ -40,7 +40,7 @@ Stacks", §4, App. 8), per language L and model X of the ``cfl`` section:
 **PTB** (the same paper, §5, App. 10), per model of the ``ptb`` section: restarts × (E epochs ×
 (training targets ÷ training rate + validation targets ÷ evaluation rate) + test targets ÷
 evaluation rate + the SG suites' seconds), with the split sizes counted from the PTB files of
-``ptb.mirror`` (the first ``ptb.lines`` lines when set) and the rates of ``bench/ptb.py
+``ptb.mirror`` or the downloads in ``resources/`` (the first ``ptb.lines`` lines when set) and the rates of ``bench/ptb.py
 --project --json`` (``--ptb-rates``, or measured now). E is min(``--ptb-epochs``, ``max_epochs``),
 an assumption like ``--cfl-epochs`` (early stopping after 2 epochs without a new best); the cap
 is projected too.
@@ -235,8 +235,11 @@ class PtbTargets:
 
 
 def ptb_targets(settings: PtbSettings) -> PtbTargets:
-    mirror = Path(settings.mirror) if Path(settings.mirror).is_absolute() else ROOT / settings.mirror
-    return PtbTargets(*(len(first_lines(read_split(mirror / "ptb", split), settings.lines)) for split in ("train", "valid", "test")))
+    """From the PTB files the jobs read: ``ptb.mirror``'s, or those the download rules put in ``resources/``."""
+    root = Path(settings.data_root) if Path(settings.data_root).is_absolute() else ROOT / settings.data_root
+    if not (root / "ptb").is_dir():
+        raise SystemExit(f"no PTB files under {root / 'ptb'}: set ptb.mirror, or download them (snakemake ptb_download)")
+    return PtbTargets(*(len(first_lines(read_split(root / "ptb", split), settings.lines)) for split in ("train", "valid", "test")))
 
 
 def ptb_hours(settings: PtbSettings, targets: PtbTargets, rates: dict[str, Any], epochs: int) -> float:
