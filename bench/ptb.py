@@ -160,7 +160,9 @@ def project(args: argparse.Namespace) -> None:
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     config["preset"] = args.preset
     ptb = resolve(config).ptb
-    mirror = Path(ptb.mirror) if Path(ptb.mirror).is_absolute() else ROOT / ptb.mirror
+    mirror = Path(ptb.data_root) if Path(ptb.data_root).is_absolute() else ROOT / ptb.data_root
+    if not all((ROOT / path).is_file() for path in ptb.ptb_files()):
+        raise SystemExit(f"bench/ptb.py: the PTB files are not in {mirror}: set ptb.mirror, or let `snakemake ... ptb_download` fetch them")
     work = workload(mirror, ptb.lines, ptb.suites)
     device = torch.device(args.device)
     warm, measured, source = token_batches(mirror / "ptb", 35, torch.Generator().manual_seed(0))
