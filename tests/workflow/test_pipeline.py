@@ -303,10 +303,12 @@ def test_snakemake_report_holds_figure3_and_every_table_with_captions(pipelines:
     for extension in ("png", "pdf"):
         path = f"results/report/figures/figure3.{extension}"
         assert path in fruit["Figure 3"] and "Figure 3 of DuSell &amp; Cotterell (2025)" in results[path]["caption"]
+        assert "Preset ci: data drawn from stacklm" in results[path]["caption"] and "A reduced scale" in results[path]["caption"]
         assert embedded(results[path]) == (directory / path).read_bytes()
     for task in settings.tasks:
         path = f"results/report/tables/{task}.html"
         assert path in fruit[task] and f"<strong>{task}</strong>" in results[path]["caption"]
+        assert "<strong>Scale.</strong> Preset ci: data drawn from stacklm" in results[path]["caption"]  # the run's scale, in every caption
         assert results[path]["mime_type"] == "text/html"  # shown in the page, not offered as a download
         page = embedded(results[path]).decode()
         assert page == (directory / path).read_text()

@@ -11,6 +11,7 @@
 # train a language's runs K to a job, and select among its models' runs and evaluate the selected
 # runs K models to a job, instead.
 # No job touches MLflow: `tracking_sync` mirrors each language's curves and evaluations once all are done.
+import stacklm.workflow.document as document  # the scale in the `snakemake --report` captions
 
 CFL_FIGURES = {figure: cfl_dag.cfl_figures(figure) for figure in cfl_dag.CFL_FIGURES}
 HIERARCHY = "Learning Hierarchical Structures (DuSell & Chiang, 2022)"  # the category of `snakemake --report`
@@ -225,6 +226,8 @@ rule cfl_figures:
         metrics=cfl_dag.CFL_METRICS,
         validation=[report(path, caption="../report/cfl-validation.rst", category=HIERARCHY) for path in CFL_FIGURES["validation"]],
         test=[report(path, caption="../report/cfl-test-by-length.rst", category=HIERARCHY) for path in CFL_FIGURES["test-by-length"]],
+    params:
+        caption_scale=document.cfl_scale(config.get("preset"), SETTINGS.cfl),  # for the `snakemake --report` captions
     log:
         "logs/cfl/figures.log",
     conda:
@@ -243,6 +246,7 @@ rule cfl_actions:
         figures=[report(path, caption="../report/cfl-stack-actions.rst", category=HIERARCHY) for path in cfl_dag.cfl_figures(cfl_dag.CFL_ACTIONS_FIGURE)],
     params:
         runs=cfl_dag.cfl_action_files(cfl_dag.CFL_RUNS),
+        caption_scale=document.cfl_scale(config.get("preset"), SETTINGS.cfl),
     log:
         "logs/cfl/actions.log",
     conda:

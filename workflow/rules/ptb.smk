@@ -191,6 +191,7 @@ rule ptb_report:
     params:
         options=ptb_dag.report_options(SETTINGS.ptb),
         scale=document.ptb_report_options(config.get("preset"), SETTINGS),
+        caption_scale=document.ptb_scale(config.get("preset"), SETTINGS.ptb),  # for the `snakemake --report` caption
     log:
         "logs/ptb/report.log",
     conda:
@@ -205,6 +206,8 @@ rule ptb_html:
         ptb_dag.MARKDOWN_TABLE,
     output:
         report(ptb_dag.PAGE, caption="../report/ptb-table.rst", category=LANGUAGE_MODELLING, subcategory="Penn Treebank"),
+    params:
+        caption_scale=document.ptb_scale(config.get("preset"), SETTINGS.ptb),
     wildcard_constraints:
         table="|".join(ptb_dag.TABLE_NAMES),
     log:

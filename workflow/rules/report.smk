@@ -2,7 +2,7 @@
 # layout of DuSell & Cotterell (2025), Tables 1-7, Figure 3, and a standalone document (report.tex)
 # including them and the CFL figures and PTB tables and figure where those experiments run. Its title
 # page and every caption state the scale (stacklm.workflow.document: preset, data, examples, epochs,
-# seeds). The report reads Parquet only: MLflow is a mirror for browsing.
+# seeds), and so do the captions of `snakemake --report` (params.caption_scale in workflow/report/*.rst). The report reads Parquet only: MLflow is a mirror for browsing.
 import stacklm.workflow.document as document
 
 REPORT = dag.report_outputs(SETTINGS)
@@ -45,6 +45,7 @@ rule report:
         ],
     params:
         document=document.report_options(config.get("preset"), SETTINGS),
+        caption_scale=document.transformations_scale(config.get("preset"), SETTINGS),  # for the `snakemake --report` caption
     log:
         "logs/report.log",
     conda:
@@ -59,6 +60,8 @@ rule html:
         dag.REPORT_MARKDOWN,
     output:
         report(dag.REPORT_HTML, caption="../report/table.rst", category=FRUIT, subcategory="{task}"),
+    params:
+        caption_scale=document.transformations_scale(config.get("preset"), SETTINGS),
     log:
         "logs/html/{task}.log",
     conda:
@@ -76,6 +79,8 @@ rule curves:
             report(path, caption="../report/curves.rst", category=FRUIT, subcategory="{task}")
             for path in dag.curve_figures("{task}")
         ],
+    params:
+        caption_scale=document.transformations_scale(config.get("preset"), SETTINGS),
     log:
         "logs/curves/{task}.log",
     conda:
