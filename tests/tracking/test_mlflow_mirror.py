@@ -392,6 +392,20 @@ def test_a_final_runs_model_loads_back_through_mlflow_and_gives_the_trained_mode
     folder = Path(mlflow.artifacts.download_artifacts(f"runs:/{manifest[FINAL_KEY]}/model", dst_path=str(tmp_path / "download")))
     assert (folder / "extra_files" / "vocabulary.txt").read_text().split("\n")[:-1] == list(VOCABULARY)
     assert (folder / "code" / "stacklm" / "models" / "transformer.py").is_file()  # the model's code travels with it
+    # a fresh interpreter, as a user loads it: the model's classes come from the code logged with it
+    script = (
+        "import sys, mlflow, mlflow.pytorch, torch\n"
+        f"mlflow.set_tracking_uri({uri!r})\n"
+        f"model = mlflow.pytorch.load_model('runs:/{manifest[FINAL_KEY]}/model')\n"
+        f"torch.save(model(torch.tensor({tokens.tolist()})).detach(), {str(tmp_path / 'outputs.pt')!r})\n"
+        "print(sys.modules[type(model).__module__].__file__)\n"
+    )
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"} | {"MLFLOW_DISABLE_TELEMETRY": "true"}
+    loading = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
+    assert loading.returncode == 0, loading.stderr[-3000:]
+    assert "/code/stacklm/models/" in loading.stdout.strip().splitlines()[-1]
+    with torch.no_grad():
+        torch.testing.assert_close(torch.load(tmp_path / "outputs.pt"), trained(tokens), rtol=0, atol=0)
 
     # the source tags the UI shows as Source and Version
     tags = client.get_run(manifest[FINAL_KEY]).data.tags
