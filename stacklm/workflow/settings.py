@@ -102,7 +102,7 @@ SCHEMA = Path(__file__).with_name("config.schema.yaml")  # package data; workflo
 PRESET_KEYS = ("preset", "presets")  # choose the preset; not settings any job reads
 STRING_HINT = (
     "(a nested value given with --config arrives as a string: put nested keys in a YAML file"
-    " passed with --configfile, README \"Running it\")"
+    " passed with --configfile, docs/running.md)"
 )
 
 
