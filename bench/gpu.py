@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stacklm.kernels.backend import accelerate, resolve
 from stacklm.models.base import LanguageModel
 from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
@@ -83,6 +84,7 @@ def check(name: str, task: str, device: torch.device, length: int) -> dict[str, 
     vocabulary = vocabulary_size(name, task)
     cpu_model = build(name, task, dropout=0.0)
     device_model = copy.deepcopy(cpu_model).to(device)
+    accelerate(cpu_model, resolve("auto", torch.device("cpu")))  # as `stacklm train` runs it on the CPU
     inputs, targets = batch(vocabulary, 4, length, seed=1)
     result: dict[str, Any] = {"architecture": name, "n": length}
     readings = []

@@ -13,7 +13,7 @@ out="${OUT:-bench/measurements}"
 mkdir -p "$out"
 if "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   # The kernel of the CPU path builds first (10-20 s), outside the measurement's budget.
-  "$python" -c 'from stacklm.stacks.kernels import compiled; compiled.load()'
+  "$python" -c 'from stacklm.kernels import build; build.load()'
   timeout 470 "$python" bench/gpu.py --out "$out/gpu.json" --budget-s 400
   echo "wrote $out/gpu.json"
 else

@@ -56,13 +56,14 @@ from stacklm.cfl.splits import BATCH_SIZE as CFL_BATCH_STRINGS
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.experiments.cfl.commands import model_options
 from stacklm.experiments.cfl.experiment import VECTOR_MODELS
+from stacklm.kernels.backend import accelerate, resolve
 from stacklm.models.base import LanguageModel
 from stacklm.models.cfl_names import CFL_PREFIX
 from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.transformer import Transformer
-from stacklm.stacks.kernels.symbol_stack import CompiledNondeterministicStack
+from stacklm.kernels.symbol_stack import CompiledNondeterministicStack
 from stacklm.stacks.nondeterministic import NondeterministicStack
 from stacklm.tasks import get_task
 from stacklm.training.batching import Batch, epoch_groups, make_batch
@@ -137,12 +138,12 @@ def build(name: str, vocabulary_size: int, arguments: argparse.Namespace) -> Lan
     if arguments.cfl_language and name.startswith(CFL_PREFIX):
         options = model_options(arguments.cfl_language, name, CFL_VECTOR_SIZE if name in VECTOR_MODELS else None)
     model = build_model(name, vocabulary_size, token_features=features, options=options, generator=torch.Generator().manual_seed(0))
-    return model.train()
+    return accelerate(model, resolve("auto", torch.device("cpu"))).train()  # as `stacklm train` runs it on the CPU
 
 
 def with_symbol_stack_kernel(model: LanguageModel) -> LanguageModel | None:
     """A copy of ``model`` whose NS stack (full stack) runs its whole-sequence forward on the compiled
-    symbol stack (``stacklm.stacks.kernels.symbol_stack``); None for a model without one."""
+    symbol stack (``stacklm.kernels.symbol_stack``); None for a model without one."""
     stack = getattr(getattr(model, "interface", None), "stack", None)
     if type(stack) is not NondeterministicStack or stack.sizes.window is not None:
         return None

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from stacklm.stacks.kernels import compiled
+from stacklm.kernels import build
+from stacklm.kernels.backend import accelerate
 from stacklm.stacks.nondeterministic import num_action_logits
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 
@@ -156,14 +157,14 @@ def main() -> None:
     results = []
     if "dvpda" in arguments.stacks and device.type == "cpu":
         start = time.perf_counter()
-        compiled.load()  # built once per source (the first time, a compilation)
+        build.load()  # built once per source (the first time, a compilation)
         seconds = time.perf_counter() - start
         print(json.dumps({"kernel_load_seconds": seconds}) if arguments.json else f"kernel loaded in {seconds:.1f} s")
     for choice in arguments.stacks:
         window = arguments.window if choice == "window" else None
-        kernel = "compiled" if choice == "dvpda" and device.type == "cpu" else "torch"
+        backend = "cpu-compiled" if choice == "dvpda" and device.type == "cpu" else "torch"
         name = choice if window is None else f"dvpda-window{window}"
-        stack = VectorNondeterministicStack(3, 3, 5, window=window, kernel=kernel).to(device)
+        stack = accelerate(VectorNondeterministicStack(3, 3, 5, window=window).to(device), backend)
         for steps in arguments.lengths:
             stacked = measure(
                 stack_forward(stack, arguments.batch, steps, device, generator), device, arguments.repeats

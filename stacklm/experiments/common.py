@@ -90,6 +90,16 @@ def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=integer_at_least(1), default=None, help="torch threads; default: the cores this job may use")
 
 
+def add_backend_arguments(parser: argparse.ArgumentParser, training: bool) -> None:
+    """``--backend`` of a command that runs a model of ``stacklm.models`` (``stacklm.kernels.backend``),
+    and for one that trains, ``--resume-other-backend``."""
+    parser.add_argument("--backend", choices=("auto", "torch", "cpu-compiled"), default="auto",
+                        help="the models' implementation: auto (default) is cpu-compiled on the CPU where its kernels build, else torch")
+    if training:
+        parser.add_argument("--resume-other-backend", action="store_true",
+                            help="resume a state saved under another backend (its runs continue with other dropout masks and rounding)")
+
+
 # Several runs in one process (``stacklm train``, ``stacklm evaluate``): each run's options are
 # given one per run, in the same order; the runs go one after another, each writing its lines to
 # its own log; one run's error stops none of the others, and the command fails after the last.

@@ -14,17 +14,13 @@ come from the top layer's h^(L)_t (not dropped out), and r_t is the reading afte
 ``reading_to_output`` (+R, DuSell & Cotterell (2025) §4.1) y_t = Ẽ Dropout([h^(L)_t ; r_t]) and the embedding
 width is d + |r|; r_0 is the reading of the empty stack. Without +R the actions of h_t are
 only needed at step t + 1, so the stack is updated lazily there: n − 1 updates for n tokens
-(n with +R), as in the reference. The whole-sequence forward drives the stack through its
-``sequence_state`` (the dVPDA: one compiled kernel call per step, forward and backward).
+(n with +R), as in the reference.
 
 A step's products: the token's columns of W^(1) x'_t are batched over time; then one product
 per layer, W^(1) over [r_{t−1} ; h^(1)_{t−1}], W^(ℓ) over [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] for ℓ > 1, and
 one for all of the stack's action layers from h^(L)_t, their weights joined once per forward
-(``StepWeights``). Dropout is ``stacklm.models.dropout``'s; the whole-sequence forward draws the
-masks of h̸^(ℓ)_t for all steps at once. In the whole-sequence forward a step's products and cells
-are one compiled autograd node (``SequenceSteps``: ``stacks/kernels/recurrent.cpp``, its backward
-written out) and the weights' gradients one product per weight over all steps; where the library
-does not build, every operation goes through autograd (``_forward_stepwise``).
+(``StepWeights``). The whole-sequence forward draws the dropout masks of h̸^(ℓ)_t for all steps at
+once. ``stacklm.kernels.recurrent`` runs a stack RNN's whole-sequence forward on compiled CPU kernels.
 
 Two variants share this module:
 
@@ -43,7 +39,6 @@ from typing import Any, Callable, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from stacklm.models.base import LanguageModel, Layers, ModelState, uniform_, xavier_
 from stacklm.models.dropout import Dropout
@@ -51,7 +46,6 @@ from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackSpec, build_interface
 from stacklm.stacks.base import StackState
-from stacklm.stacks.kernels import compiled
 
 Variant = Literal["bearing-syntactic-fruit", "rns-rnn"]
 
@@ -178,9 +172,16 @@ class RecurrentLanguageModel(LanguageModel):
             return self.output_layer(output)
         return self.embedding.logits(self.dropout(output), self.vocabulary_size)
 
-    def _initial(self, batch_size: int, max_steps: int | None, sequence: bool = False) -> RecurrentState:
-        """The state before any token; ``sequence``: for one whole-sequence forward of
-        ``max_steps`` stack updates (the stack's ``sequence_state``, advanced once per step)."""
+    def _initial(self, batch_size: int, max_steps: int | None) -> RecurrentState:
+        """The state before any token; ``max_steps``: the stack updates of one whole-sequence forward, if that is its use."""
+        hidden, cells = self._initial_layers(batch_size)
+        stack = None
+        if self.interface is not None:
+            stack = self.interface.initial_state(batch_size, self.layers[0].input_weight, max_steps)
+        return RecurrentState(self, hidden, cells, stack, pending=False)
+
+    def _initial_layers(self, batch_size: int) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+        """h^(ℓ)_0 per layer (B, d), and c^(ℓ)_0 (LSTM) or ()."""
         like = self.layers[0].input_weight
         hidden_units = self.config.hidden_units
         if self.initial_hidden is None:
@@ -188,52 +189,16 @@ class RecurrentLanguageModel(LanguageModel):
         else:
             hidden = tuple(torch.tanh(w).expand(batch_size, hidden_units) for w in self.initial_hidden)
         cells = tuple(like.new_zeros(batch_size, hidden_units) for _ in self.layers) if self.config.cell == "lstm" else ()
-        stack = None
-        if self.interface is not None and sequence and max_steps:
-            stack = self.interface.sequence_state(batch_size, like, max_steps)
-        elif self.interface is not None:
-            stack = self.interface.initial_state(batch_size, like, max_steps)
-        return RecurrentState(self, hidden, cells, stack, pending=False)
+        return hidden, cells
 
     def initial_state(self, batch_size: int) -> RecurrentState:
         return self._initial(batch_size, None)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        batch_size, length = tokens.shape
-        interface = self.interface
-        if interface is None:
+        if self.interface is None:
             return self._forward_layerwise(tokens)
-        if not compiled.available()[0]:
-            return self._forward_stepwise(tokens)
-        reading_to_output = self.config.reading_to_output
-        updates, initial, projected, weights, masks = self._sequence_start(tokens)
-        steps = SequenceSteps(self, weights, batch_size, length, updates, masks)
-        order = steps.order(weights)
-        hidden, cells, stack = initial.hidden, initial.cells, initial.stack
-        assert stack is not None
-        top_hidden = [hidden[-1]]  # h^(L)_0 … h^(L)_n
-        readings = [stack.reading()] if reading_to_output else []  # r_0 … r_n (+R)
-        pending = None  # without +R: the action layers' outputs of h_{t−1}, applied at step t
-        for t, projected_token in enumerate(projected.unbind(1)):  # unbind: one backward for all steps
-            if pending is not None:
-                stack = interface.sequence_next(stack, pending)
-            hidden, cells, action_parts = steps.step(t, order, projected_token, stack.reading(), hidden, cells)
-            top_hidden.append(hidden[-1])
-            if reading_to_output:
-                assert action_parts is not None
-                stack = interface.sequence_next(stack, action_parts)
-                readings.append(stack.reading())
-            else:
-                pending = action_parts
-        output = torch.stack(top_hidden, dim=1)  # (B, n + 1, d)
-        if reading_to_output:
-            output = torch.cat([output, torch.stack(readings, dim=1)], dim=-1)  # (B, n + 1, d + |r|)
-        return self._logits(output)  # (B, n + 1, V)
-
-    def _forward_stepwise(self, tokens: Tensor) -> Tensor:
-        """``forward`` by ``RecurrentState.advance``, autograd through every operation: where the
-        compiled step (``SequenceSteps``) is not built."""
-        _, state, projected, weights, masks = self._sequence_start(tokens)
+        updates, projected, weights, masks = self._sequence_start(tokens)
+        state = self._initial(tokens.size(0), updates or None)
         step_masks = [None] * tokens.size(1) if masks is None else masks.unbind(0)
         outputs = [state.pre_output()]
         for projected_token, step_mask in zip(projected.unbind(1), step_masks):  # unbind: one backward for all steps
@@ -241,16 +206,15 @@ class RecurrentLanguageModel(LanguageModel):
             outputs.append(state.pre_output())
         return self._logits(torch.stack(outputs, dim=1))  # (B, n + 1, V)
 
-    def _sequence_start(self, tokens: Tensor) -> tuple[int, RecurrentState, Tensor, StepWeights, Tensor | None]:
-        """What both whole-sequence forwards of a stack RNN start from: the number of steps whose
-        h^(L)_t drives the stack (n with +R, else n − 1), the initial state, W^(1)'s token columns
-        and biases applied to every x'_t (B, n, gates · d), the steps' weights joined once, and the
-        dropout masks of all steps drawn at once (n, L − 1, B, d)."""
+    def _sequence_start(self, tokens: Tensor) -> tuple[int, Tensor, StepWeights, Tensor | None]:
+        """What a whole-sequence forward of a stack RNN starts from: the number of steps whose
+        h^(L)_t drives the stack (n with +R, else n − 1), W^(1)'s token columns and biases applied
+        to every x'_t (B, n, gates · d), the steps' weights joined once, and the dropout masks of
+        all steps drawn at once (n, L − 1, B, d)."""
         batch_size, length = tokens.shape
         updates = length if self.config.reading_to_output else max(length - 1, 0)
-        initial = self._initial(batch_size, updates or None, sequence=True)
         projected = self.layers[0].project(self._tokens(tokens), slice(0, self.token_width))
-        return updates, initial, projected, self._step_weights(), self._dropout_masks(length, batch_size)
+        return updates, projected, self._step_weights(), self._dropout_masks(length, batch_size)
 
     def _forward_layerwise(self, tokens: Tensor) -> Tensor:
         """Without a stack, each layer runs over the whole sequence before the next starts."""
@@ -310,143 +274,6 @@ class StepWeights:
     layers: tuple[Tensor, ...]  # W^(ℓ)ᵀ (inputs, gates · d)
     biases: tuple[Tensor, ...]  # b^(ℓ) for ℓ = 2 … L, (gates · d,)
     actions: tuple[Tensor, Tensor | None] | None  # the interface's ``input_weight()``
-
-
-class SequenceSteps:
-    """The products and cells of one whole-sequence forward of a stack RNN, one autograd node per
-    step (``_Step``: forward and backward in ``stacks/kernels/recurrent.cpp``, ATen operations called
-    from C++), the weights' gradients deferred to one node after all steps (``_WeightGradients``).
-
-    Step t multiplies X^(ℓ)_t = [r_{t−1} ; h^(1)_{t−1}] (ℓ = 1) or [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] (ℓ > 1)
-    by W^(ℓ)ᵀ, and h^(L)_t by the action layers' weights joined (``StepWeights``). Its backward
-    passes the gradients to X^(ℓ)_t and keeps G^(ℓ)_t, the gradient of the product's output; then
-
-        ∂L/∂W^(ℓ)ᵀ = Σ_t X^(ℓ)_tᵀ G^(ℓ)_t,   ∂L/∂b^(ℓ) = Σ_t Σ_rows G^(ℓ)_t,
-
-    one product over all n·B rows instead of one over B rows per step (the action layers' likewise).
-    The inputs and gradients are kept time-major, (n, B, ·), in tables made once per forward. The
-    action layers' output leaves the step in the parts the interface's ``step_parts`` asks for (the
-    dVPDA's: its logits, and log σ of its pushed vector's), which the stack's step reads as they are.
-    """
-
-    def __init__(
-        self,
-        model: RecurrentLanguageModel,
-        weights: StepWeights,
-        batch_size: int,
-        length: int,
-        updates: int,
-        dropout_masks: Tensor | None,
-    ) -> None:
-        assert weights.actions is not None
-        self.num_layers = len(weights.layers)
-        self.lstm = model.config.cell == "lstm"
-        self.updates = updates  # steps whose h^(L)_t drives the stack
-        self.dropout_masks = dropout_masks  # (n, L − 1, B, d) or None
-        self.layer_weights = [weight.detach() for weight in weights.layers]  # W^(ℓ)ᵀ (inputs, gates · d)
-        self.biases = [bias.detach() for bias in weights.biases]
-        action_weight, action_bias = weights.actions
-        self.action_weight = action_weight.detach()  # (actions, d)
-        self.action_bias = None if action_bias is None else action_bias.detach()
-        assert model.interface is not None
-        self.action_sizes, self.log_sigmoid_last = model.interface.step_parts()  # how the step splits a_t
-        like = self.action_weight
-        self.inputs = [like.new_empty(length, batch_size, weight.size(0)) for weight in self.layer_weights]  # X^(ℓ)
-        # G^(ℓ) and the action layers' G, zeros: a step whose backward does not run adds nothing
-        self.gate_gradients = [like.new_zeros(length, batch_size, weight.size(1)) for weight in self.layer_weights]
-        self.action_inputs = like.new_empty(updates, batch_size, model.config.hidden_units)  # h^(L)_t
-        self.action_gradients = like.new_zeros(updates, batch_size, self.action_weight.size(0))
-        self.order_gradient = like.new_zeros(0)  # every step's: the order tensor carries no gradient
-
-    def order(self, weights: StepWeights) -> Tensor:
-        """The empty tensor that every step takes (``step``), so that the weights' gradients run after
-        all steps' backward. Not kept here: the node's context holds these steps (no reference cycle)."""
-        assert weights.actions is not None
-        return _WeightGradients.apply(self, *weights.layers, *weights.biases, *weights.actions)
-
-    def step(
-        self,
-        t: int,
-        order: Tensor,
-        projected: Tensor,
-        reading: Tensor,
-        hidden: tuple[Tensor, ...],
-        cells: tuple[Tensor, ...],
-    ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...] | None]:
-        """h^(ℓ)_t, c^(ℓ)_t and, for steps that drive the stack, the parts of the action layers' outputs
-        (the interface's ``step_parts``: (B, width) each) from ``order``, W^(1)'s token columns and
-        biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|) and the states of step t − 1."""
-        outputs = _Step.apply(self, t, projected, reading, order, *hidden, *cells)
-        num_layers = self.num_layers
-        states = num_layers * (2 if self.lstm else 1)
-        new_cells = outputs[num_layers:states] if self.lstm else ()
-        return outputs[:num_layers], new_cells, outputs[states:] if t < self.updates else None
-
-    def weight_gradients(self) -> list[Tensor]:
-        """∂L/∂W^(ℓ)ᵀ, ∂L/∂b^(ℓ) (ℓ > 1), the action layers' weight and bias gradients: one product
-        each over the steps (class docstring)."""
-        rows = [table.flatten(0, 1) for table in self.gate_gradients]  # (n · B, gates · d)
-        layers = [torch.mm(inputs.flatten(0, 1).t(), grad) for inputs, grad in zip(self.inputs, rows)]
-        biases = [grad.sum(0) for grad in rows[1:]]
-        action_rows = self.action_gradients.flatten(0, 1)  # (updates · B, actions)
-        action_weight = torch.mm(action_rows.t(), self.action_inputs.flatten(0, 1))
-        return [*layers, *biases, action_weight, action_rows.sum(0)]
-
-
-class _Step(torch.autograd.Function):
-    """One step of ``SequenceSteps``; ``order`` (``_WeightGradients``'s output) orders the weights'
-    gradients after every step's backward."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, steps: SequenceSteps, t: int, projected: Tensor, reading: Tensor, order: Tensor, *states: Tensor
-    ) -> tuple[Tensor, ...]:
-        num_layers = steps.num_layers
-        has_actions = t < steps.updates
-        outputs = torch.ops.stacklm_recurrent.step(
-            t, projected, reading, states[:num_layers], states[num_layers:], steps.layer_weights, steps.biases,
-            steps.dropout_masks, steps.inputs, steps.action_inputs if has_actions else None,
-            steps.action_weight, steps.action_bias, steps.action_sizes, steps.log_sigmoid_last,
-        )  # fmt: skip
-        # h^(ℓ)_t, c^(ℓ)_t, the parts of the action layers' outputs
-        count = num_layers * (2 if steps.lstm else 1) + (len(steps.action_sizes) if has_actions else 0)
-        ctx.steps, ctx.t, ctx.has_actions = steps, t, has_actions
-        ctx.saved = outputs[count:]  # intermediates, not outputs: no reference cycle
-        ctx.save_for_backward(*outputs[:num_layers], *states[num_layers:])
-        return tuple(outputs[:count])
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
-        steps: SequenceSteps = ctx.steps
-        num_layers = steps.num_layers
-        states = num_layers * (2 if steps.lstm else 1)
-        saved = ctx.saved_tensors
-        gradients = torch.ops.stacklm_recurrent.step_backward(
-            ctx.t, grads[:num_layers], grads[num_layers:states], grads[states:], saved[:num_layers],
-            saved[num_layers:], ctx.saved,
-            steps.layer_weights, steps.dropout_masks, steps.gate_gradients,
-            steps.action_gradients if ctx.has_actions else None, steps.action_weight,
-        )  # fmt: skip
-        # the projection's gradient is G^(1)_t, which the backward wrote into its table
-        return None, None, steps.gate_gradients[0][ctx.t], gradients[0], steps.order_gradient, *gradients[1:]
-
-
-class _WeightGradients(torch.autograd.Function):
-    """The weights of one forward's steps: an empty tensor every step takes, so that this node's
-    backward (``SequenceSteps.weight_gradients``) runs after all of theirs."""
-
-    @staticmethod
-    def forward(ctx: Any, steps: SequenceSteps, *weights: Tensor | None) -> Tensor:
-        ctx.steps = steps
-        ctx.has_weight = [weight is not None for weight in weights]
-        return steps.action_weight.new_empty(0)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad_order: Tensor) -> tuple[Tensor | None, ...]:
-        gradients = ctx.steps.weight_gradients()
-        return None, *(grad if present else None for grad, present in zip(gradients, ctx.has_weight))
 
 
 @dataclass(frozen=True)

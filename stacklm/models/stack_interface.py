@@ -6,11 +6,7 @@ x̄_t^LN in a stack-attention sublayer); the interface computes the stack's acti
 stack of ``stacklm.stacks``. ``actions`` accepts h with or without a time dimension, (B, d) or
 (B, n, d), so one interface serves step-by-step and whole-sequence use. Every layer reading h is
 linear, so the actions are ``actions_from_logits`` of their outputs side by side; a stack RNN
-computes those in one product with the weights stacked (``input_weight``), its weight gradient
-deferred over the steps, and its compiled step hands them to the stack in parts (``step_parts``,
-``sequence_next``: the dVPDA's action logits and log v_t apart, no operation between the steps).
-The dVPDA's whole-sequence readings on the compiled kernel take that one product too, as it is
-(``readings``: no split, log σ or concatenation around the kernel).
+computes those in one product with the weights stacked (``input_weight``).
 
 Each kind of stack has a frozen spec (the sizes of the stack; the first field ``kind`` tags
 it in configs) and an interface module:
@@ -42,11 +38,7 @@ from stacklm.stacks.base import Stack, StackState
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack, num_action_logits
 from stacklm.stacks.stratification import StratificationActions, StratificationStack
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
-from stacklm.stacks.vector_nondeterministic import (
-    CompiledState,
-    VectorNondeterministicActions,
-    VectorNondeterministicStack,
-)
+from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 
 
 @dataclass(frozen=True)
@@ -131,16 +123,6 @@ class StackInterface(nn.Module, ABC):
             return weight, None
         return weight, torch.cat([layer.bias for layer in layers])
 
-    def step_parts(self) -> tuple[list[int], bool]:
-        """How a stack RNN's compiled step hands over the outputs of ``input_layers``: the widths of
-        the parts it splits them into, and whether it takes the last part as log σ (``sequence_next``)."""
-        return [sum(layer.out_features for layer in self.input_layers())], False
-
-    def sequence_next(self, state: StackState[Any], parts: tuple[Tensor, ...]) -> StackState[Any]:
-        """The state after the actions of the outputs of ``input_layers``, as ``step_parts`` hands them over."""
-        (logits,) = parts
-        return state.next(self.actions_from_logits(logits))
-
     def actions(self, hidden: Tensor) -> Any:
         """The stack's actions for h of shape (B, d) or (B, n, d)."""
         return self.actions_from_logits(torch.cat([layer(hidden) for layer in self.input_layers()], dim=-1))
@@ -150,10 +132,6 @@ class StackInterface(nn.Module, ABC):
 
     def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> StackState[Any]:
         return self.stack.initial_state(batch_size, like, max_steps)
-
-    def sequence_state(self, batch_size: int, like: Tensor, max_steps: int) -> StackState[Any]:
-        """The stack's ``sequence_state``: for one whole-sequence forward driven step by step."""
-        return self.stack.sequence_state(batch_size, like, max_steps)
 
     def readings(self, hidden: Tensor) -> Tensor:
         """r_1 … r_n of a stack driven by the actions of h (B, n, d): (B, n, reading_size)."""
@@ -256,28 +234,6 @@ class VectorNondeterministicInterface(StackInterface):
         action_logits, pushed = logits.split([logits.size(-1) - vector_size, vector_size], dim=-1)  # (…, QS(2QS + Q)), (…, m)
         log_pushed = nn.functional.logsigmoid(pushed) if self.pushed_vector == "sigmoid" else pushed
         return VectorNondeterministicActions.from_logits(action_logits, log_pushed, spec.num_states, spec.num_symbols)
-
-    def readings(self, hidden: Tensor) -> Tensor:
-        """On the compiled kernel, from one product with the stacked weights (``input_weight``),
-        which the kernel reads as it is, log σ of the pushed part included (``packed_readings``)."""
-        if not self.stack.uses_compiled_kernel(hidden):
-            return super().readings(hidden)
-        outputs = nn.functional.linear(hidden, *self.input_weight())  # (B, n, QS(2QS + Q) + m)
-        return self.stack.packed_readings(outputs, log_sigmoid=self.pushed_vector == "sigmoid")
-
-    def step_parts(self) -> tuple[list[int], bool]:
-        """The action logits and the pushed vector apart, the latter as log v_t = log σ(W_v h + b_v)
-        unless ``pushed_vector="raw"``."""
-        return [self.action_layer.out_features, self.push_layer.out_features], self.pushed_vector == "sigmoid"
-
-    def sequence_next(self, state: StackState[Any], parts: tuple[Tensor, ...]) -> StackState[Any]:
-        """On the compiled kernel, the step reads the parts as they are (no views for the actions)."""
-        action_logits, log_pushed = parts
-        if isinstance(state, CompiledState):
-            return state.next_from_logits(action_logits, log_pushed)
-        spec = self.spec
-        actions = VectorNondeterministicActions.from_logits(action_logits, log_pushed, spec.num_states, spec.num_symbols)
-        return state.next(actions)
 
     def initialize(self, generator: torch.Generator) -> None:
         _linear_(self.action_layer, self.xavier, generator)

@@ -12,14 +12,9 @@ driven by a'_t = W_a LN(x)_t and v_t = σ(W_v LN(x)_t) after its t-th step (one 
 position, BOS included). After the last layer: LN, then the tied output y_t = Ẽ_{:V} x_t (no
 bias). Position t's output (BOS = position 0) gives the logits of w_{t+1}; position n's, EOS.
 
-Dropout is ``stacklm.models.dropout``'s (on the CPU, masks from a counter-based generator,
-fused with the scaling and, after the input and each sublayer in training, with the residual add
-and the layer norm that reads the sum: the next sublayer's, or the final one). On the CPU, a whole
-sequence's attention runs on a compiled kernel from the packed q, k, v projection
-(``stacklm.models.transformer_attention``), with dropout on its probabilities inside it. In
-training there, the input (embedding, encoding, dropout and the first norm) is one autograd node
-and each run of attention layers between stack layers another, the modules' operations in one
-compiled call each way (the same results bit for bit, tested).
+Each residual add is computed with the layer norm that reads its sum (the next sublayer's, or
+the final one: ``Dropout.add_norm``), so that a faster implementation can fuse them
+(``stacklm.kernels.attention`` runs this model on compiled CPU kernels).
 
 Step by step, the state caches the keys and values of every attention layer and the stack
 state of every stack layer, so each new token costs one position.
@@ -28,7 +23,6 @@ state of every stack layer, so each new token costs one position.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -38,11 +32,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models.base import RELU_GAIN, LanguageModel, Layers, ModelState, layer_norm_, uniform_layer_, xavier_
-from stacklm.models.dropout import Dropout, ReLUDropout, draw_key, draw_keys, dropout, fuses_norm
+from stacklm.models.dropout import Dropout, ReLUDropout
 from stacklm.models.embedding import FeatureTable, TiedEmbedding
 from stacklm.models.options import ReferenceBehaviour
 from stacklm.models.stack_interface import StackInterface, StackSpec, build_interface
-from stacklm.models.transformer_attention import LayerSettings, attention_layers, causal_attention, uses_attention_kernel
 from stacklm.stacks.base import StackState
 
 
@@ -92,7 +85,7 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, width: int, num_heads: int, dropout: float) -> None:
         super().__init__()
         self.num_heads = num_heads
-        self.dropout = dropout
+        self.dropout = Dropout(dropout)  # on the attention probabilities
         self.query = nn.Linear(width, width)
         self.key = nn.Linear(width, width)
         self.value = nn.Linear(width, width)
@@ -105,32 +98,32 @@ class CausalSelfAttention(nn.Module):
     def _attend(self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
         """softmax(q kᵀ / √(d/heads) + mask) v, dropout on the probabilities; (B·heads, ·, d/heads) in, (B, ·, d) out.
 
-        Steps, and whole sequences where the compiled kernel does not run. Written out rather
-        than ``F.scaled_dot_product_attention``: with dropout, PyTorch's CPU path is its
-        reference implementation, whose safe softmax adds a comparison, a reduction and a
-        select per layer. Here the scaled scores and the mask are one ``baddbmm``.
+        Written out rather than ``F.scaled_dot_product_attention``: with dropout, PyTorch's CPU
+        path is its reference implementation, whose safe softmax adds a comparison, a reduction
+        and a select per layer. Here the scaled scores and the mask are one ``baddbmm``.
         """
         scale = queries.size(-1) ** -0.5
         if mask is None:
             scores = torch.bmm(queries, keys.transpose(1, 2)) * scale  # (B·heads, n_q, n_k)
         else:
             scores = torch.baddbmm(mask, queries, keys.transpose(1, 2), alpha=scale)  # (B·heads, n_q, n_k)
-        probabilities = dropout(torch.softmax(scores, dim=-1), self.dropout, self.training)
+        probabilities = self.dropout(torch.softmax(scores, dim=-1))
         attended = torch.bmm(probabilities, values)  # (B·heads, n_q, d/heads)
         heads, length, head_width = attended.shape
         attended = attended.view(heads // self.num_heads, self.num_heads, length, head_width).transpose(1, 2)
         return self.out(attended.reshape(heads // self.num_heads, length, self.num_heads * head_width))  # (B, n, d)
 
+    def project(self, x: Tensor) -> Tensor:
+        """[q ; k ; v] of x (B, n, d) from one product, the three layers' weights side by side: (B, n, 3d),
+        each of q, k and v with its heads side by side."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3d, d)
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # (3d,)
+        return F.linear(x, weight, bias)
+
     def forward(self, x: Tensor) -> Tensor:
         """x (B, n, d) → (B, n, d)."""
         batch_size, length, width = x.shape
-        # q, k and v from one product: the three layers' weights side by side.
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # (3d, d)
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # (3d,)
-        projected = F.linear(x, weight, bias)  # (B, n, 3d): q, k, v, each with its heads side by side
-        if uses_attention_kernel(projected):
-            return self.out(causal_attention(projected, self.num_heads, self.dropout, self.training))
-        projected = projected.view(batch_size, length, 3, self.num_heads, width // self.num_heads)
+        projected = self.project(x).view(batch_size, length, 3, self.num_heads, width // self.num_heads)
         heads = projected.permute(2, 0, 3, 1, 4).reshape(3, batch_size * self.num_heads, length, width // self.num_heads)
         queries, keys, values = heads.unbind(0)  # (B·heads, n, d/heads) each
         return self._attend(queries, keys, values, causal_mask(length, x))
@@ -218,34 +211,9 @@ class Block(nn.Module):
         """x (B, n, d) and LN(x) by ``sublayer_norm`` → the layer's output and ``next_norm`` of it.
 
         x ← x + Dropout(Sublayer(LN(x))), then x ← x + Dropout(FFN(LN(x))): each add in one call
-        with the layer norm that reads its sum (the FFN's, then the next layer's or the final one).
-        Where ``_runs_as_one_node``, ``Transformer.forward`` runs the layer on the kernels instead
-        (:func:`run_as_one_node`: the same operations, so the same results)."""
+        with the layer norm that reads its sum (the FFN's, then the next layer's or the final one)."""
         x, normed = self.dropout.add_norm(x, self.sublayer(normed), self.feedforward_norm)
         return self.dropout.add_norm(x, self.feedforward(normed), next_norm)
-
-    def _layer_parameters(self, next_norm: nn.LayerNorm) -> list[Tensor]:
-        """The parameters ``attention_layers`` takes for this layer, in its order."""
-        attention, feedforward = self.sublayer, self.feedforward
-        assert isinstance(attention, CausalSelfAttention)
-        return [
-            attention.query.weight, attention.key.weight, attention.value.weight,
-            attention.query.bias, attention.key.bias, attention.value.bias, attention.out.weight, attention.out.bias,
-            self.feedforward_norm.weight, self.feedforward_norm.bias, feedforward.expand.weight, feedforward.expand.bias,
-            feedforward.project.weight, feedforward.project.bias, next_norm.weight, next_norm.bias,
-        ]  # fmt: skip
-
-    def _runs_as_one_node(self, x: Tensor, next_norm: nn.LayerNorm) -> bool:
-        """Whether the layer runs on ``attention_layers`` (:func:`run_as_one_node`) rather than ``forward``:
-        an attention layer, in training with dropout (elsewhere the modules skip the masks), on the
-        kernels, the norms affine in x's dtype (only x's dtype and device are read)."""
-        p = self.dropout.p
-        if not (self.training and p > 0 and isinstance(self.sublayer, CausalSelfAttention) and uses_attention_kernel(x)):
-            return False
-        if self.sublayer.dropout != p or self.feedforward.dropout.p != p:
-            return False
-        norms = (self.feedforward_norm, next_norm)
-        return all(norm.weight is not None and norm.bias is not None and norm.weight.dtype == x.dtype for norm in norms)
 
     def step(self, x: Tensor, cache: Any) -> tuple[Tensor, Any]:
         sublayer_output, cache = self.sublayer.step(self.sublayer_norm(x), cache)
@@ -257,51 +225,6 @@ class Block(nn.Module):
         layer_norm_(self.feedforward_norm)
         self.sublayer.initialize(generator)
         self.feedforward.initialize(generator, self.xavier_feedforward)
-
-
-def run_as_one_node(layers: list[tuple[Block, nn.LayerNorm]], x: Tensor, normed: Tensor) -> tuple[Tensor, Tensor]:
-    """Blocks in a row, each with its next norm and ``_runs_as_one_node``, as one ``attention_layers``
-    node: the keys drawn in the order of the modules' forwards (per layer: attention, first residual,
-    ReLU, second residual), in one draw."""
-    parameters = [parameter for block, next_norm in layers for parameter in block._layer_parameters(next_norm)]
-    eps = tuple(value for block, next_norm in layers for value in (block.feedforward_norm.eps, next_norm.eps))
-    first = layers[0][0]
-    assert isinstance(first.sublayer, CausalSelfAttention)
-    settings = LayerSettings(first.sublayer.num_heads, first.dropout.p, eps, tuple(draw_keys(4 * len(layers))))
-    return attention_layers(x.contiguous(), normed.contiguous(), parameters, settings)
-
-
-class _EncodedInput(torch.autograd.Function):
-    """(s, LN(s)) for s = Dropout(scale · Ẽ_w + PE), one node: the modules' operations (the embedding,
-    the scaling, the encoding's add, ``dropout_add_norm``'s kernel without a residual) and the backwards
-    autograd would run for them (the embedding's as ``index_add_``, the same sums in the same order),
-    so the same results bit for bit."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, matrix: Tensor, tokens: Tensor, encoding: Tensor, weight: Tensor, bias: Tensor, settings: tuple[float, float, float, int]
-    ) -> tuple[Tensor, Tensor]:
-        scale, eps, p, key = settings
-        encoded = F.embedding(tokens, matrix) * scale + encoding  # (B, n, d)
-        total, normed, mean, rstd, keep = torch.ops.stacklm_dropout.dropout_add_norm(None, encoded, weight, bias, eps, p, key)
-        ctx.save_for_backward(tokens, total, weight, mean, rstd, keep)
-        ctx.scale, ctx.p, ctx.rows = scale, p, matrix.size(0)
-        ctx.set_materialize_grads(False)
-        return total, normed
-
-    @staticmethod
-    def backward(ctx: Any, grad_total: Tensor | None, grad_normed: Tensor | None) -> tuple[Tensor | None, ...]:
-        tokens, total, weight, mean, rstd, keep = ctx.saved_tensors
-        grad_normed = torch.zeros_like(total) if grad_normed is None else grad_normed.contiguous()
-        grad_total = None if grad_total is None else grad_total.contiguous()
-        _, grad_encoded, grad_weight, grad_bias = torch.ops.stacklm_dropout.dropout_add_norm_backward(
-            grad_total, grad_normed, total, weight, mean, rstd, keep, ctx.p
-        )
-        # Each token's gradient added into its row in token order, as embedding_backward adds them
-        # (one operation per token there): (rows, d).
-        grad_rows = (grad_encoded * ctx.scale).view(-1, grad_encoded.size(-1))  # (B·n, d)
-        grad_matrix = grad_encoded.new_zeros(ctx.rows, grad_encoded.size(-1)).index_add_(0, tokens.view(-1), grad_rows)
-        return grad_matrix, None, None, grad_weight, grad_bias, None
 
 
 class Transformer(LanguageModel):
@@ -336,14 +259,8 @@ class Transformer(LanguageModel):
 
     def _encode_norm(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """x = Dropout(√d · Ẽ_w + PE) for tokens (B, n) from position 0, and its norm by the first layer's
-        sublayer_norm: (B, n, d) each; in training on the kernels as one node (:class:`_EncodedInput`)."""
-        norm = self.blocks[0].sublayer_norm
-        matrix = self.embedding.matrix()  # (rows, d)
-        if not fuses_norm(matrix, norm, self.input_dropout.p, self.input_dropout.training):
-            return self.input_dropout.norm(self._encode(tokens, 0), norm)
-        encoding = self._positional_encoding(0, tokens.size(1), matrix)
-        settings = (math.sqrt(self.config.width), norm.eps, self.input_dropout.p, draw_key())
-        return _EncodedInput.apply(matrix, tokens, encoding, norm.weight, norm.bias, settings)
+        sublayer_norm: (B, n, d) each."""
+        return self.input_dropout.norm(self._encode(tokens, 0), self.blocks[0].sublayer_norm)
 
     def _embed(self, tokens: Tensor, first_position: int) -> Tensor:
         """Dropout(√d · Ẽ_w + PE): (B, n, d)."""
@@ -355,18 +272,13 @@ class Transformer(LanguageModel):
     def forward(self, tokens: Tensor) -> Tensor:
         bos = tokens.new_full((tokens.size(0), 1), self.bos_index)
         x, normed = self._encode_norm(torch.cat([bos, tokens], dim=1))  # (B, n + 1, d) each
-        next_norms = [block.sublayer_norm for block in self.blocks][1:] + [self.final_norm]
-        layers = list(zip(self.blocks, next_norms))
-        one_node = [block._runs_as_one_node(x, next_norm) for block, next_norm in layers]  # x's dtype and device hold throughout
-        # Attention layers in a row that run as one node run as one node together.
-        for fused, run in itertools.groupby(zip(one_node, layers), key=lambda item: item[0]):
-            run_layers = [layer for _, layer in run]
-            if fused:
-                x, normed = run_as_one_node(run_layers, x, normed)
-            else:
-                for block, next_norm in run_layers:
-                    x, normed = block(x, normed, next_norm)
+        for block, next_norm in zip(self.blocks, self.next_norms()):
+            x, normed = block(x, normed, next_norm)
         return self.embedding.logits(normed, self.vocabulary_size)  # (B, n + 1, V)
+
+    def next_norms(self) -> list[nn.LayerNorm]:
+        """The norm after each layer: the next layer's sublayer norm, the final norm after the last."""
+        return [block.sublayer_norm for block in self.blocks][1:] + [self.final_norm]
 
     def initial_state(self, batch_size: int) -> TransformerState:
         like = self.embedding.token_weight

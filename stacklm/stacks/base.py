@@ -6,9 +6,6 @@ v_t) and exposes a reading r_t of size ``reading_size``. It runs in two ways:
 
 - step by step, with explicit state (stack RNNs, sampling): ``state = stack.initial_state(B, …)``,
   then ``state = state.next(actions_t)`` and ``state.reading()``; states are immutable;
-- step by step within one whole-sequence forward (a stack RNN, whose actions at step t depend
-  on r_{t−1}): ``state = stack.sequence_state(B, …, max_steps)``, then ``next`` and ``reading``
-  as above, each state advanced once and never copied; a stack may run such a state faster;
 - over a whole sequence when every action is known in advance (stack attention):
   ``stack.readings(actions)``, where ``actions`` holds a time dimension at index 1, returns the
   readings after each step, shape (B, n, reading_size). The default is built from ``next``;
@@ -62,14 +59,6 @@ class Stack(ABC, Generic[ActionsT]):
 
         ``max_steps``, when known, lets an implementation allocate its tables once.
         """
-
-    def sequence_state(self, batch_size: int, like: Tensor, max_steps: int) -> StackState[ActionsT]:
-        """The empty stack for one run of at most ``max_steps`` steps, each state advanced once
-        by ``next`` and never copied, sliced or advanced twice (a whole-sequence forward driven
-        step by step). ``initial_state`` by default; a stack may return a faster state that
-        supports only this use, equal to ``initial_state``'s step by step.
-        """
-        return self.initial_state(batch_size, like, max_steps)
 
     @abstractmethod
     def step_actions(self, actions: ActionsT, step: int) -> ActionsT:

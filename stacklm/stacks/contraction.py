@@ -7,7 +7,7 @@ that engine's later products read: its own typed column. Two engines:
 - ``ReferenceContraction`` materialises every term in the semiring (the definition; REAL,
   LOG, MAX_PLUS) and keeps a column as it is (``ReferenceColumn``);
 - ``ShiftedLogContraction`` (LOG) turns each product into a real matrix product shifted by
-  log α (``kernels/shifted.py``) and keeps a column as ``ShiftedColumn``: Ĝ = exp(γ − log α − ρ)
+  log α (``shifted.py``) and keeps a column as ``ShiftedColumn``: Ĝ = exp(γ − log α − ρ)
   with row maxima 1 for the products over the last column, the shares
   Ŝ = α[i]γ[i→k]/α[k] ∈ [0, 1] for the pop, and, when every column is kept (no window), one
   dense buffer of the shares of this column and every earlier one, which the pop reads as a view.
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from stacklm.semiring import LOG, Semiring, logsumexp
-from stacklm.stacks.kernels.shifted import (
+from stacklm.stacks.shifted import (
     ShareBuffer,
     append_share,
     column_shares,
@@ -171,7 +171,7 @@ class ReferenceContraction:
 
 
 class ShiftedColumn(NamedTuple):
-    """A column as the shifted real-space products read it (``kernels/shifted.py``)."""
+    """A column as the shifted real-space products read it (``shifted.py``)."""
 
     left_hat: Tensor  # (B, rows, N): Ĝ = exp(γ − log α − ρ), row maxima 1
     row_offset: Tensor  # (B, rows): ρ
@@ -181,7 +181,7 @@ class ShiftedColumn(NamedTuple):
 
 @dataclass(frozen=True)
 class ShiftedLogContraction:
-    """LOG only: products as real matrix products in a space shifted by log α (``kernels/shifted.py``).
+    """LOG only: products as real matrix products in a space shifted by log α (``shifted.py``).
 
     The products over the last column read Ĝ; the pop reads the shares Ŝ, as a view of the
     buffer when every column is kept, else stacked with the window's mask each step; the

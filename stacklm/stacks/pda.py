@@ -61,7 +61,7 @@ kept. The state also holds α of the rows of the last column (B, slots, N), α[t
 The sums of products are left to a ``Contraction`` (``contraction.py``): the reference one
 materialises every term in the semiring (the definition; REAL, LOG, MAX_PLUS); the shifted
 one (LOG) turns each into a real matrix product shifted by log α and keeps each column, once
-made, in real form (``kernels/shifted.py``). Each engine keeps its columns as its own typed
+made, in real form (``shifted.py``). Each engine keeps its columns as its own typed
 column, buffers included; the DP below is the same for both.
 
 Cost per sequence, full stack: the pop contraction, Σ_t (t·N + m) × (t·Q) × Q per symbol,

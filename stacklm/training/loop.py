@@ -154,11 +154,16 @@ def train(
     stop_request: StopRequest | None = None,
     checkpoint_scores: CheckpointScores | None = None,
     after_step: AfterStep | None = None,
+    backend: dict[str, str] | None = None,
+    resume_other_backend: bool = False,
 ) -> TrainResult:
     """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
 
     ``fingerprint`` identifies the run (config, seed, data); a checkpoint written under another
-    fingerprint is refused rather than resumed. When ``stop_request`` is set, the state is saved
+    fingerprint is refused rather than resumed. ``backend`` (``stacklm.kernels.backend.record``:
+    the implementation the model runs on) is saved with the state; a state saved under another
+    backend is refused unless ``resume_other_backend`` (its dropout masks and rounding would
+    differ from there on; a state that names none resumes). When ``stop_request`` is set, the state is saved
     after the current step and ``TrainingInterrupted`` is raised. ``checkpoint_scores()``, called
     with the model in eval mode and without gradients, adds its values to each checkpoint's record;
     ``after_step(step, epoch)``, called likewise after each optimizer step and once before the
@@ -175,7 +180,7 @@ def train(
     validation_batches = [make_batch(validation, group, eos_index).to(device) for group in validation_groups([len(string) for string in validation], config)]
     state = TrainingState(schedule=ScheduleState.initial(config))
     if checkpoint_path is not None and Path(checkpoint_path).exists():
-        state = _restore(checkpoint_path, fingerprint, model, optimizer, device)
+        state = _restore(checkpoint_path, fingerprint, model, optimizer, device, None if resume_other_backend else backend)
         checkpoints = len(state.curve)
         progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}, "
                       f"after {checkpoints} checkpoint{'' if checkpoints == 1 else 's'}{':' if checkpoints else ''}")
@@ -188,7 +193,7 @@ def train(
         state.wall_time_s = wall_before + time.monotonic() - session_start
         summary = _take_checkpoint(model, optimizer, state, validation_batches, config, checkpoint_scores)
         if checkpoint_path is not None:
-            _save(checkpoint_path, fingerprint, model, optimizer, state)
+            _save(checkpoint_path, fingerprint, model, optimizer, state, backend)
         progress.line(summary)
 
     def log_step() -> None:
@@ -233,7 +238,7 @@ def train(
             if stop_request is not None and stop_request.reason is not None:
                 state.wall_time_s = wall_before + time.monotonic() - session_start
                 if checkpoint_path is not None:
-                    _save(checkpoint_path, fingerprint, model, optimizer, state)
+                    _save(checkpoint_path, fingerprint, model, optimizer, state, backend)
                 progress.close()
                 raise TrainingInterrupted(
                     f"{stop_request.reason} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)})"
@@ -302,13 +307,16 @@ def _take_checkpoint(
     return f"{record.describe()} next learning rate {state.schedule.learning_rate:.3g}" + (" — stopping early" if state.stopped_early else "")
 
 
-def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState) -> None:
+def _save(
+    path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState, backend: dict[str, str] | None
+) -> None:
     """The whole training state at ``path``; a write that fails (a full disk) leaves the state saved
     before as it was, and its error says so."""
     kept_apart = ("schedule", "curve", "best_parameters", "step_rows")
     counters = {item.name: getattr(state, item.name) for item in fields(state) if item.name not in kept_apart}
     payload = {
         "fingerprint": fingerprint,
+        "backend": backend,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "schedule": asdict(state.schedule),
@@ -326,10 +334,13 @@ def _save(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch
                            "the same command continues from it") from None
 
 
-def _restore(path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> TrainingState:
+def _restore(
+    path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, backend: dict[str, str] | None
+) -> TrainingState:
     """The training state saved at ``path``, its model and optimizer states loaded into ``model`` and
-    ``optimizer``; a state of another run, or one that does not fit this run's model (a missing key,
-    a reshaped tensor), is a one-line ``StacklmError`` naming the file."""
+    ``optimizer``; a state of another run, one saved under a backend other than ``backend`` (None:
+    any), or one that does not fit this run's model (a missing key, a reshaped tensor), is a
+    one-line ``StacklmError`` naming the file."""
     payload: dict[str, Any] = checkpoint_file.load(path)
     if "fingerprint" not in payload:
         raise located(path, None, "this checkpoint holds no fingerprint, so no run can tell it as its own; delete it to start this run afresh")
@@ -337,6 +348,13 @@ def _restore(path: str | Path, fingerprint: str, model: nn.Module, optimizer: to
         raise StacklmError(
             f"{path}: this checkpoint belongs to another run (its fingerprint differs from this run's config, seed and data); "
             "delete it to start this run afresh"
+        )
+    saved_backend = payload.get("backend")  # None in states saved before backends were recorded
+    if backend is not None and saved_backend is not None and saved_backend["backend"] != backend["backend"]:
+        raise StacklmError(
+            f"{path}: this run was trained on the {saved_backend['backend']} backend, and this process runs {backend['backend']}, "
+            f"whose dropout masks and rounding differ; resume it with --backend {saved_backend['backend']}, "
+            "or with --resume-other-backend to continue on this one"
         )
     checkpoint_file.load_parameters(model, payload.get("model"), path)
     try:

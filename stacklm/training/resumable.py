@@ -32,6 +32,8 @@ def resumable_training(
     on_state: Callable[[Path], None] | None = None,
     stop_request: StopRequest | None = None,
     progress_stream: TextIO | None = None,
+    backend: dict[str, str] | None = None,
+    resume_other_backend: bool = False,
 ) -> TrainResult:
     """Train as ``stacklm train`` and ``stacklm cfl train`` do: the state is kept beside
     ``checkpoint`` under the fingerprint of ``fingerprint_source`` (what determines the trained
@@ -41,7 +43,7 @@ def resumable_training(
     ``on_state(path)`` learns the state file before training starts (the live mirror's watcher).
     A process that trains several runs passes its one ``stop_request``, installed once, so that
     a SIGTERM between two runs still stops it; ``progress_stream`` takes the run's progress lines
-    (default: stderr)."""
+    (default: stderr); ``backend`` and ``resume_other_backend`` as in ``train``."""
     fingerprint = checkpoint_file.fingerprint(fingerprint_source)
     state = checkpoint_file.keyed_path(checkpoint, fingerprint)
     if stop_request is None:
@@ -64,6 +66,8 @@ def resumable_training(
             stop_request=stop_request,
             checkpoint_scores=checkpoint_scores,
             after_step=after_step,
+            backend=backend,
+            resume_other_backend=resume_other_backend,
         )
     checkpoint_file.remove_others(checkpoint, keep=state)
     return result

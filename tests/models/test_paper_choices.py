@@ -17,13 +17,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stacklm.models import transformer
-from stacklm.models.dropout import Dropout, ReLUDropout, dropout
+from stacklm.models.dropout import Dropout, ReLUDropout
 from stacklm.models.options import ModelOptions, ReferenceBehaviour
 from stacklm.models.recurrent import RecurrentLanguageModel
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.stack_interface import SuperpositionInterface, VectorNondeterministicInterface
 from stacklm.models.transformer import CausalSelfAttention, StackAttention, Transformer
-from stacklm.models.transformer_attention import causal_attention
 from stacklm.stacks.superposition import NOOP_INDEX, POP_INDEX, PUSH_INDEX
 
 V = 7  # six tokens and EOS
@@ -381,7 +380,6 @@ def test_every_dropout_rate_is_0_1_by_default() -> None:
     for name in ("Tf", "Tf+Nd", "LSTM+Sup+R", "RNN"):
         model = build_model(name, V, options=ModelOptions(width=8))
         rates = [module.p for module in model.modules() if isinstance(module, nn.Dropout)]
-        rates += [module.dropout for module in model.modules() if isinstance(module, CausalSelfAttention)]
         assert rates and set(rates) == {0.1}, name
 
 
@@ -409,21 +407,10 @@ def test_transformer_dropout_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Dropout, "add_norm", recording_add_norm)
     for block in model.blocks:
         block.feedforward.dropout.register_forward_hook(lambda module, args, output: calls["hidden"].append(output))
-    rates: list[float] = []
-
-    def recording(input: Tensor, p: float, training: bool) -> Tensor:  # the attention probabilities' dropout
-        rates.append(p if training else 0.0)
-        return dropout(input, p, training)
-
-    def recording_attention(projected: Tensor, num_heads: int, p: float, training: bool) -> Tensor:  # the same, in the compiled attention
-        rates.append(p if training else 0.0)
-        return causal_attention(projected, num_heads, p, training)
-
-    monkeypatch.setattr(transformer, "dropout", recording)
-    monkeypatch.setattr(transformer, "causal_attention", recording_attention)
-    # The modules' path, whose calls the hooks above see; in training an attention layer runs as one
-    # node instead, with the same results bit for bit (test_transformer_attention.py).
-    monkeypatch.setattr(transformer.Block, "_runs_as_one_node", lambda self, x, next_norm: False)
+    rates: list[float] = []  # the attention probabilities' dropout
+    for module in model.modules():
+        if isinstance(module, CausalSelfAttention):
+            module.dropout.register_forward_hook(lambda module, args, output: rates.append(module.p if module.training else 0.0))
     logits = model(TOKENS)
     dropped, kept = calls["input"][0], eval_inputs[0]
     assert bool(((dropped == 0) | torch.isclose(dropped, 2 * kept)).all()) and 0.3 < float((dropped == 0).double().mean()) < 0.7

@@ -33,26 +33,3 @@ def test_joined_layers_give_the_actions_of_the_separate_layers(spec: StackSpec, 
     separate = interface.actions(hidden)
     for field in dataclasses.fields(separate):
         torch.testing.assert_close(getattr(joined, field.name), getattr(separate, field.name), rtol=1e-13, atol=1e-14)
-
-
-@pytest.mark.parametrize("pushed_vector", ["sigmoid", "raw"])
-def test_dvpda_readings_from_one_product_equal_those_of_the_actions(pushed_vector: str) -> None:
-    """On the compiled kernel the dVPDA interface's whole-sequence readings come from one product
-    with the stacked weights, read in place (log σ in the kernel): readings and the gradients of
-    h, every weight and w₀ equal those of its actions (separate layers, split, log σ) on the
-    PyTorch DP, on a batch of nine (a group of eight lanes and one)."""
-    interface = build_interface(VectorNondeterministicSpec(), 6, bias=False, pushed_vector=pushed_vector).double()
-    interface.initialize(torch.Generator().manual_seed(2))
-    hidden = 2.0 * torch.randn(9, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
-    assert interface.stack.uses_compiled_kernel(hidden)
-
-    def results(kernel: str) -> list[torch.Tensor]:
-        interface.stack.kernel = kernel
-        interface.zero_grad()
-        leaf = hidden.clone().requires_grad_()
-        readings = interface.readings(leaf)
-        (readings * torch.linspace(-1, 1, readings.numel(), dtype=torch.float64).view_as(readings)).sum().backward()
-        return [readings, leaf.grad, *(parameter.grad for parameter in interface.parameters())]
-
-    for got, expected in zip(results("compiled"), results("torch"), strict=True):
-        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from stacklm.stacks.kernels.shifted import (
+from stacklm.stacks.shifted import (
     append_share,
     column_shares,
     prepare_column,

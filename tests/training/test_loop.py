@@ -69,6 +69,21 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
               checkpoint_path=tmp_path / "ckpt.pt", fingerprint="other", progress=Progress(io.StringIO()))
 
 
+def test_a_state_of_another_backend_is_refused_unless_asked_for(tmp_path: Path) -> None:
+    """The backend is saved with the state: resuming under another one names both and the flag;
+    with ``resume_other_backend`` the run resumes (a finished one: the same result)."""
+    compiled, pytorch = {"backend": "cpu-compiled", "cpu_vectors": "avx2"}, {"backend": "torch", "cpu_vectors": "avx2"}
+    model = ToyLanguageModel(3, dropout=0.1)
+    model.initialize(torch.Generator().manual_seed(1))
+    arguments = (counting_data(120, 1), counting_data(30, 2), toy_config())
+    options = {"seed": 1, "eos_index": 2, "checkpoint_path": tmp_path / "ckpt.pt", "progress": Progress(io.StringIO())}
+    first = train(model, *arguments, backend=compiled, **options)
+    with pytest.raises(StacklmError, match=r"trained on the cpu-compiled backend, and this process runs torch.*--backend cpu-compiled.*--resume-other-backend"):
+        train(ToyLanguageModel(3, dropout=0.1), *arguments, backend=pytorch, **options)
+    resumed = train(ToyLanguageModel(3, dropout=0.1), *arguments, backend=pytorch, resume_other_backend=True, **options)
+    assert resumed.curve == first.curve
+
+
 class PoisonedModel(ToyLanguageModel):
     """Its forward returns NaN logits from the 5th training call on."""
 

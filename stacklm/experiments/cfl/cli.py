@@ -18,7 +18,7 @@ from typing import Callable
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.splits import SPLIT_LENGTHS
 from stacklm.experiments.cfl.experiment import PDA_SIZES, select_command
-from stacklm.experiments.common import add_cadence_argument, add_resource_arguments
+from stacklm.experiments.common import add_backend_arguments, add_cadence_argument, add_resource_arguments
 
 
 def deferred(name: str, module: str = "stacklm.experiments.cfl.commands") -> Callable[[argparse.Namespace], int]:
@@ -85,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--log", type=Path, nargs="+", default=None, help="a file per run for its progress lines; default: stderr")
     add_resource_arguments(train)
+    add_backend_arguments(train, training=True)
     train.set_defaults(func=deferred("train_command"))
 
     select = commands.add_parser(
@@ -110,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--out", required=True, nargs="+", type=Path, help="metrics Parquet, one per selection")
     evaluate.add_argument("--log", type=Path, nargs="+", default=None, help="a file per selection for its lines; default: stderr")
     add_resource_arguments(evaluate)
+    add_backend_arguments(evaluate, training=False)
     evaluate.set_defaults(func=deferred("evaluate_command"))
 
     figures = commands.add_parser("figures", help="validation Δ per epoch (Figure 1) and test Δ by length, from Parquet")

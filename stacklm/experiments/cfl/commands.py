@@ -57,6 +57,7 @@ from stacklm.experiments.cfl.actions import ActionLog, actions_table, check_logg
 from stacklm.experiments.cfl.experiment import PDA_SIZES, VECTOR_MODELS, CflRun, CflSettings, best_delta, parse_setting, run_seeds
 from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
 from stacklm.experiments.common import per_run, run_each, train_each, with_cadence
+from stacklm.kernels import backend as backends
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model, get_architecture, model_for_config
 from stacklm.settings_file import read_settings
@@ -136,12 +137,23 @@ def train_command(args: argparse.Namespace) -> int:
     training = with_cadence(settings.section("training", TrainingSettings), args.cadence)
     device = choose_device(args.device)
     set_threads(args.threads)
-    train_each(planned, lambda run_plan, stop_request, stream: train_run(run_plan, cfl, training, device, stop_request, stream))
+    placement = Placement(device, backends.resolve(args.backend, device), args.resume_other_backend)
+    train_each(planned, lambda run_plan, stop_request, stream: train_run(run_plan, cfl, training, placement, stop_request, stream))
     return 0
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a command's models run: the device, the backend (``stacklm.kernels.backend``) and
+    whether a state saved under another backend resumes."""
+
+    device: torch.device
+    backend: backends.Backend
+    resume_other_backend: bool = False
+
+
 def train_run(
-    planned: PlannedRun, cfl: CflSettings, training: TrainingSettings, device: torch.device, stop_request: StopRequest, stream: TextIO | None
+    planned: PlannedRun, cfl: CflSettings, training: TrainingSettings, placement: Placement, stop_request: StopRequest, stream: TextIO | None
 ) -> None:
     """Train one grid run and write its ``model.pt``, ``train.parquet`` and, when asked, ``actions.parquet``."""
     run = planned.run
@@ -163,11 +175,12 @@ def train_run(
         "model": asdict(options),
         "train_config": asdict(config),
         "cfl": asdict(cfl),
-    }
+    } | backends.record(placement.backend)
     determining = ("language", "architecture", "seeds", "model", "train_config")
     fingerprint_source = {key: run_settings[key] for key in determining} | {"data_version": data_version}
 
     model = build_model(run.model, language.vocabulary_size, options=options, generator=torch.Generator().manual_seed(seeds.parameters))
+    backends.accelerate(model, placement.backend)
     action_log = None
     if planned.actions is not None:  # Figure 2: the stack actions on one fixed string, every cfl.action_log_every updates
         check_logged_run(run)
@@ -181,11 +194,13 @@ def train_run(
         seed=seeds.shuffle,
         eos_index=language.eos,
         checkpoint=planned.checkpoint,
-        device=device,
+        device=placement.device,
         progress_interval_s=training.progress_interval_s,
         after_step=action_log,
         stop_request=stop_request,
         progress_stream=stream,
+        backend=backends.record(placement.backend),
+        resume_other_backend=placement.resume_other_backend,
     )
     if planned.actions is not None:
         write_table(actions_table(result.step_rows, run), planned.actions)
@@ -243,12 +258,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     set_threads(args.threads)
     test = first_strings_per_length(read_split(args.test), cfl.test_strings_per_length)
-    run_each(evaluated, lambda run, stream: evaluate_run(run, test, cfl, evaluation, device, stream))
+    placement = Placement(device, backends.resolve(args.backend, device))
+    run_each(evaluated, lambda run, stream: evaluate_run(run, test, cfl, evaluation, placement, stream))
     return 0
 
 
 def evaluate_run(
-    evaluated: EvaluatedSelection, test: CflDataset, cfl: CflSettings, evaluation: EvaluationSettings, device: torch.device, stream: TextIO | None
+    evaluated: EvaluatedSelection, test: CflDataset, cfl: CflSettings, evaluation: EvaluationSettings, placement: Placement, stream: TextIO | None
 ) -> None:
     """Score one model's selected run on the test set and write its metrics Parquet."""
     selection = pd.read_parquet(evaluated.selection)
@@ -258,13 +274,14 @@ def evaluate_run(
         raise StacklmError(f"{evaluated.runs / setting} holds a {saved.architecture} run on {saved.task}, not the selected run of {evaluated.selection}")
     # the run's settings, with those this command used
     metadata = RunMetadata(**saved.metadata)
-    used = {"evaluation": asdict(evaluation), "test_strings_per_length": cfl.test_strings_per_length}
+    used = {"evaluation": asdict(evaluation), "test_strings_per_length": cfl.test_strings_per_length,
+            "evaluation_backend": backends.record(placement.backend)}
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | used, sort_keys=True))
     language = LANGUAGES[saved.task]
     model = model_for_config(saved.model_config)
     load_parameters(model, saved.parameters, saved.source)
-    model = model.eval().to(device)
-    scores = score_cfl_dataset(model, test, eos_index=language.eos, tokens_per_batch=evaluation.tokens_per_batch, device=device)
+    model = backends.accelerate(model.eval().to(placement.device), placement.backend)
+    scores = score_cfl_dataset(model, test, eos_index=language.eos, tokens_per_batch=evaluation.tokens_per_batch, device=placement.device)
     rows = [
         MetricValue("validation", None, DELTA, best_delta(selection)),  # on the run's own validation set
         MetricValue("test", None, DELTA, scores.overall),

@@ -29,8 +29,9 @@ from tqdm import tqdm
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import located
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_resource_arguments
+from stacklm.experiments.common import add_backend_arguments, add_resource_arguments
 from stacklm.experiments.transformations.evaluate import TaskData, add_other_data_argument, task_evaluator
+from stacklm.kernels import backend as backends
 from stacklm.settings_file import build
 from stacklm.tasks import get_task
 from stacklm.tracking.records import RunMetadata, write_table
@@ -63,17 +64,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders of one task, each with its model.pt")
     add_other_data_argument(parser)
     add_resource_arguments(parser)
+    add_backend_arguments(parser, training=False)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     set_threads(args.threads)
+    backend = backends.resolve(args.backend, device)
     rows: list[ConstructionRow] = []
     data: TaskData | None = None
     for folder in tqdm(args.runs, desc="scoring runs", unit="run", file=sys.stderr):
         saved, data = checked_run(folder, args.data_dir, data, args.other_data)
-        rows += construction_rows(folder, saved, data, device)
+        rows += construction_rows(folder, saved, data, device, backend)
     assert data is not None  # argparse requires one run or more
     write_text_atomically(args.markdown, render_page(rows, data))
     if args.parquet is not None:
@@ -97,13 +100,13 @@ def checked_run(folder: Path, data_dir: Path, data: TaskData | None, other_data:
     return saved, data
 
 
-def construction_rows(folder: Path, saved: SavedModel, data: TaskData, device: torch.device) -> list[ConstructionRow]:
+def construction_rows(folder: Path, saved: SavedModel, data: TaskData, device: torch.device, backend: backends.Backend) -> list[ConstructionRow]:
     """The run's rows, in the order of the task's constructions."""
     generalization = data.splits["generalization"]
     labels = [data.task.generalization_construction(example.source) for example in generalization]
     metadata = RunMetadata(**saved.metadata)
     evaluation = build(EvaluationSettings, saved.settings.get("evaluation"), "evaluation", folder / "model.pt")
-    evaluator = task_evaluator(saved, data.task, evaluation, device)
+    evaluator = task_evaluator(saved, data.task, evaluation, device, backend)
     partial = "partial_accuracy" if evaluator.partial.exact else "partial_accuracy_sampled"
     order = list(data.task.generalization_constructions)
     rows = []

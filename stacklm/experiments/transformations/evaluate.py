@@ -37,7 +37,8 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import EvaluatedRun, add_resource_arguments, evaluated_runs, run_each
+from stacklm.experiments.common import EvaluatedRun, add_backend_arguments, add_resource_arguments, evaluated_runs, run_each
+from stacklm.kernels import backend as backends
 from stacklm.settings_file import read_settings
 from stacklm.tasks import Task, get_task
 from stacklm.tasks.example import Example
@@ -55,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log", type=Path, nargs="+", help="a file per run for its errors; default: stderr")
     add_other_data_argument(parser)
     add_resource_arguments(parser)
+    add_backend_arguments(parser, training=False)
     parser.set_defaults(func=run)
 
 
@@ -70,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     set_threads(args.threads)
     data = TaskData(get_task(args.task), args.data_dir, args.other_data)
+    backend = backends.resolve(args.backend, device)
 
     def evaluate(run: EvaluatedRun, stream: TextIO | None) -> None:
-        evaluate_run(run.run, run.out, data, evaluation, device)
+        evaluate_run(run.run, run.out, data, evaluation, device, backend)
 
     run_each(runs, evaluate)
     return 0
@@ -108,8 +111,10 @@ class TaskData:
         return {"directory": str(self.directory), "data_version": self.version}
 
 
-def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: EvaluationSettings, device: torch.device) -> None:
-    """Score one run's ``model.pt`` and write its ``metrics.parquet``."""
+def evaluate_run(
+    run_dir: Path, out: Path, data: TaskData, evaluation: EvaluationSettings, device: torch.device, backend: backends.Backend
+) -> None:
+    """Score one run's ``model.pt`` on ``backend`` and write its ``metrics.parquet``."""
     task = data.task
     saved = load_model(run_dir / "model.pt")
     if saved.task != task.name:
@@ -120,17 +125,19 @@ def evaluate_run(run_dir: Path, out: Path, data: TaskData, evaluation: Evaluatio
     # the run's settings, with the evaluation settings this command used
     metadata = RunMetadata(**saved.metadata)
     data.check_version(run_dir, metadata.data_version)
-    recorded = {"evaluation": asdict(evaluation)}
+    recorded = {"evaluation": asdict(evaluation), "evaluation_backend": backends.record(backend)}
     if data.other_data:
         recorded["scored_data"] = data.scored_data()
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | recorded, sort_keys=True))
-    evaluator = task_evaluator(saved, task, evaluation, device)
+    evaluator = task_evaluator(saved, task, evaluation, device, backend)
     rows = evaluator.evaluate(data.splits["validation"], data.splits["test"], data.splits["generalization"])
     write_table(metrics_table(rows, metadata), out)
 
 
-def task_evaluator(saved: SavedModel, task: Task, evaluation: EvaluationSettings, device: torch.device) -> TaskEvaluator:
-    """The evaluator of a saved model, rebuilt on ``device``, with the task's partial accuracy."""
-    model = rebuild_model(saved, task).to(device)
+def task_evaluator(
+    saved: SavedModel, task: Task, evaluation: EvaluationSettings, device: torch.device, backend: backends.Backend
+) -> TaskEvaluator:
+    """The evaluator of a saved model, rebuilt on ``device`` and ``backend``, with the task's partial accuracy."""
+    model = backends.accelerate(rebuild_model(saved, task).to(device), backend)
     partial = PartialAccuracy.of(task)
     return TaskEvaluator(model, Vocabulary(saved.vocabulary), partial, evaluation, device)

@@ -37,7 +37,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import UsageError
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_cadence_argument, add_resource_arguments, integer_at_least, per_run, train_each, with_cadence
+from stacklm.experiments.common import (
+    add_backend_arguments,
+    add_cadence_argument,
+    add_resource_arguments,
+    integer_at_least,
+    per_run,
+    train_each,
+    with_cadence,
+)
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.settings_file import build, read_json, read_settings
 from stacklm.tasks import TASK_NAMES, Task, get_task
@@ -46,6 +54,7 @@ from stacklm.training.config import Hyperparameters, TrainingSettings
 if TYPE_CHECKING:  # torch, the models and the Parquet records load when the command runs: `stacklm train --help` answers at once
     import torch
 
+    from stacklm.kernels.backend import Backend
     from stacklm.tasks.example import Example
     from stacklm.training.loop import StopRequest
 
@@ -71,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--trial", type=integer_at_least(1), nargs="+", default=None, help="trial number of a search run, one per seed")
     parser.add_argument("--log", type=Path, nargs="+", help="a file per seed for its run's progress lines; default: stderr")
     add_resource_arguments(parser)
+    add_backend_arguments(parser, training=True)
     parser.set_defaults(func=run)
 
 
@@ -106,10 +116,13 @@ class SharedInputs:
     validation_strings: list[list[int]]
     curve_sets: tuple[list[Example], list[Example]]  # the fixed test and generalization subsets of the curves
     device: torch.device
+    backend: Backend  # the models' implementation (stacklm.kernels.backend)
+    resume_other_backend: bool
 
 
 def run(args: argparse.Namespace) -> int:
     from stacklm.evaluation.metrics import curve_subset
+    from stacklm.kernels import backend
     from stacklm.tracking.records import data_version
     from stacklm.training.run_files import choose_device, read_splits, set_threads, split_paths
 
@@ -133,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         validation_strings=[vocabulary.encode(example.language_model_string()) for example in splits["validation"]],
         curve_sets=(curve_subset(splits["test"], evaluation.curve_examples), curve_subset(splits["generalization"], evaluation.curve_examples)),
         device=device,
+        backend=backend.resolve(args.backend, device),
+        resume_other_backend=args.resume_other_backend,
     )
     check_budgets(planned, shared.training_strings, args.data_dir / "train.tsv")
     train_each(planned, lambda run_plan, stop_request, stream: train_run(args.phase, run_plan, shared, stop_request, stream))
@@ -154,6 +169,7 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
     import torch
 
     from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
+    from stacklm.kernels.backend import accelerate, record
     from stacklm.models.registry import build_model
     from stacklm.tracking import live
     from stacklm.tracking.finished_run import run_metadata, save_trained_model
@@ -176,7 +192,7 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
         "training": asdict(shared.training),
         "evaluation": asdict(shared.evaluation),
         "data": shared.data_origins,
-    }
+    } | record(shared.backend)
     determining = ("task", "architecture", "seed", "hyperparameters", "model", "train_config")
     fingerprint_source = {key: run_settings[key] for key in determining} | {
         "parameter_budget": shared.training.parameter_budget, "data_version": shared.data_version}
@@ -190,6 +206,7 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
         options=shared.options,
         generator=torch.Generator().manual_seed(planned.seed),
     )
+    accelerate(model, shared.backend)
     torch.manual_seed(planned.seed)  # dropout
     checkpoint_scores = None
     if shared.evaluation.curve_examples > 0:
@@ -211,6 +228,8 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
         on_state=lambda state: live.start(state, task.name, *task_run_identity(task.name, architecture, phase, planned.trial, planned.seed)),
         stop_request=stop_request,
         progress_stream=stream,
+        backend=record(shared.backend),
+        resume_other_backend=shared.resume_other_backend,
     )
     metadata = run_metadata(
         model,

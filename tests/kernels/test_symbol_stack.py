@@ -12,7 +12,8 @@ from torch import Tensor
 from tests.stacks.test_nondeterministic import VARIANTS, brute_force_readings, random_actions
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
-from stacklm.stacks.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackSequence, SymbolStackTables, symbol_step
+from stacklm.kernels.backend import accelerate
+from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackSequence, SymbolStackTables, symbol_step
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
 
 
@@ -107,7 +108,7 @@ def test_a_stack_rnn_on_the_kernel_equals_it_on_the_pytorch_dp(name: str, monkey
     steps: list[int] = []
     monkeypatch.setattr(SymbolStackSequence, "next", lambda self, actions, next=SymbolStackSequence.next: steps.append(1) or next(self, actions))
     options = ModelOptions(cfl_num_states=2, cfl_num_symbols=3)
-    model = build_model(name, 4, options=options, generator=torch.Generator().manual_seed(0)).double()
+    model = accelerate(build_model(name, 4, options=options, generator=torch.Generator().manual_seed(0)).double(), "cpu-compiled")
     tokens = torch.randint(0, 3, (10, 12), generator=torch.Generator().manual_seed(1))
     results = []
     for compiled in (False, True):

@@ -11,13 +11,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stacklm.models.dropout import draw_key, draw_keys, dropout, dropout_add, dropout_add_norm, relu_dropout, uses_kernel
-from stacklm.models.registry import build_model
+from stacklm.kernels import build
+from stacklm.kernels.backend import accelerate
+from stacklm.kernels.dropout import draw_key, draw_keys, dropout, dropout_add, dropout_add_norm, relu_dropout
 from stacklm.models.options import ModelOptions
+from stacklm.models.registry import build_model
 
 MASK32 = 0xFFFFFFFF
 
-pytestmark = pytest.mark.skipif(not uses_kernel(torch.zeros(1)), reason="the compiled kernels do not build here")
+pytestmark = pytest.mark.skipif(not build.available()[0], reason="the compiled kernels do not build here")
 
 
 def philox4x32_10(counter: tuple[int, int, int, int], key: tuple[int, int]) -> tuple[int, int, int, int]:
@@ -200,10 +202,12 @@ def test_off_is_the_identity() -> None:
     torch.testing.assert_close(dropout_add(residual, x, 0.1, False), residual + x, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("backend", ["cpu-compiled", "torch"])
 @pytest.mark.parametrize("name", ["Tf", "Tf+Nd", "RNN", "LSTM", "RNN+Nd", "LSTM+Nd+R", "LSTM+Sup"])
-def test_a_training_step_is_the_same_from_the_same_seed(name: str) -> None:
+def test_a_training_step_is_the_same_from_the_same_seed(name: str, backend: str) -> None:
     """Same seed, same masks: the same loss and gradients, twice; another seed, another loss."""
-    model = build_model(name, 6, options=ModelOptions(width=16), generator=torch.Generator().manual_seed(0)).train()
+    model = build_model(name, 6, options=ModelOptions(width=16), generator=torch.Generator().manual_seed(0))
+    model = accelerate(model, backend).train()
     tokens = torch.randint(0, 5, (4, 7), generator=torch.Generator().manual_seed(1))
     results = []
     for seed in (5, 5, 6):
@@ -214,3 +218,16 @@ def test_a_training_step_is_the_same_from_the_same_seed(name: str) -> None:
         results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters() if parameter.grad is not None]))
     assert torch.equal(results[0][0], results[1][0]) and not torch.equal(results[0][0], results[2][0])
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
+
+
+@pytest.mark.parametrize("name", ["Tf", "LSTM+Nd"])
+def test_the_backends_draw_other_masks_from_the_same_seed(name: str) -> None:
+    """What a run's recorded backend makes visible: the same model and seed, another loss."""
+    losses = []
+    for backend in ("cpu-compiled", "torch"):
+        model = build_model(name, 6, options=ModelOptions(width=16), generator=torch.Generator().manual_seed(0))
+        model = accelerate(model, backend).train()
+        torch.manual_seed(5)
+        losses.append(model(torch.randint(0, 5, (4, 7), generator=torch.Generator().manual_seed(1))).logsumexp(dim=-1).sum())
+    assert not torch.equal(*losses)
+

@@ -1,6 +1,6 @@
 """The compiled dVPDA kernel against brute-force runs and the PyTorch DP: readings, gradients, float32.
 
-Every test asks for ``kernel="compiled"``, so a kernel that fails to build fails them (no fallback).
+Every test runs on ``accelerate(…, "cpu-compiled")``, so a kernel that fails to build fails them (no fallback).
 """
 
 from __future__ import annotations
@@ -14,18 +14,29 @@ import pytest
 import torch
 from torch import Tensor
 
-from tests.stacks.recorded_ops import RecordedOps
+from tests.kernels.recorded_ops import RecordedOps
 from tests.stacks.test_vector_nondeterministic import brute_force_readings, random_actions, superposition_as_dvpda
-from stacklm.stacks.kernels import compiled
+from stacklm.kernels import build as compiled
+from stacklm.kernels.backend import accelerate
+from stacklm.kernels.dvpda import (
+    CompiledState,
+    CompiledVectorNondeterministicInterface,
+    CompiledVectorNondeterministicStack,
+    SequenceRun,
+    compiled_state,
+    packed_logits,
+    packed_readings,
+)
+from stacklm.models.stack_interface import VectorNondeterministicSpec, build_interface
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
-from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
+from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack, VectorNondeterministicState
 
 
 def stacks(states: int, symbols: int, vector_size: int, **options: object) -> tuple[VectorNondeterministicStack, ...]:
     """The same dVPDA with the compiled kernel and with the PyTorch DP (float64, one w₀)."""
     result = []
-    for kernel in ("compiled", "torch"):
-        stack = VectorNondeterministicStack(states, symbols, vector_size, kernel=kernel, **options).double()
+    for backend in ("cpu-compiled", "torch"):
+        stack = accelerate(VectorNondeterministicStack(states, symbols, vector_size, **options).double(), backend)
         if stack.bottom_logits is not None:
             with torch.no_grad():
                 stack.bottom_logits.copy_(torch.linspace(-1.0, 1.5, vector_size, dtype=torch.float64))
@@ -78,7 +89,7 @@ def readings_and_gradients(
 def test_readings_equal_brute_force(states: int, symbols: int, steps: int, bottom: str) -> None:
     actions = random_actions(2, steps, states, symbols, 3, seed=states * 10 + symbols)
     stack, _ = stacks(states, symbols, 3, bottom=bottom)
-    assert stack.uses_compiled_kernel(actions.pop)
+    assert isinstance(stack, CompiledVectorNondeterministicStack)
     expected = brute_force_readings(actions, stack.log_bottom(actions.pop))
     torch.testing.assert_close(stack.readings(actions), expected, rtol=1e-9, atol=1e-9)
 
@@ -117,7 +128,7 @@ def test_weights_of_zero() -> None:
     probabilities = torch.randn(2, 7, 3, generator=generator, dtype=torch.float64).softmax(dim=-1)
     pushed = torch.randn(2, 7, 4, generator=generator, dtype=torch.float64).sigmoid()
     expected = SuperpositionStack(4, length_hint=False).readings(SuperpositionActions(probabilities, pushed))
-    dvpda = VectorNondeterministicStack(1, 2, 4, bottom="zero", kernel="compiled").double()
+    dvpda = accelerate(VectorNondeterministicStack(1, 2, 4, bottom="zero").double(), "cpu-compiled")
     log_probabilities = probabilities.clone().requires_grad_()
     actions = superposition_as_dvpda(log_probabilities, pushed.log())
     readings = dvpda.readings(actions).view(2, 7, 1, 2, 4)
@@ -244,7 +255,7 @@ def test_packed_outputs_equal_their_actions_apart(batch: int, log_sigmoid: bool)
         stack.zero_grad()
         leaf = output.clone().requires_grad_()
         if packed:
-            readings = stack.packed_readings(leaf, log_sigmoid)
+            readings = packed_readings(stack, leaf, log_sigmoid)
         else:
             logits, pushed = leaf.split([width, vector_size], dim=-1)
             log_pushed = torch.nn.functional.logsigmoid(pushed) if log_sigmoid else pushed
@@ -315,19 +326,14 @@ def test_empty_sequence() -> None:
     assert stack.readings(actions).shape == (2, 0, 12)
 
 
-def test_kernel_choice_is_explicit() -> None:
-    like = torch.zeros(1, dtype=torch.float64)
-    with pytest.raises(ValueError):
-        VectorNondeterministicStack(2, 2, 2, window=3, kernel="compiled")
-    assert not VectorNondeterministicStack(2, 2, 2, kernel="torch").uses_compiled_kernel(like)
-    assert not VectorNondeterministicStack(2, 2, 2, window=3).uses_compiled_kernel(like)
-    assert VectorNondeterministicStack(2, 2, 2).uses_compiled_kernel(like)
-    compiled = VectorNondeterministicStack(2, 2, 2, kernel="compiled")
-    state = compiled.initial_state(1, like)
-    with pytest.raises(ValueError):
-        compiled.uses_compiled_kernel(like, state)
-    # An initial state (chunks) runs the PyTorch DP even by default.
-    assert not VectorNondeterministicStack(2, 2, 2).uses_compiled_kernel(like, state)
+def test_the_kernel_runs_the_full_stack_from_the_empty_stack() -> None:
+    """``accelerate`` leaves a stack with a window on the PyTorch DP; given an initial state (a
+    chunk), the compiled stack's readings are the PyTorch DP's."""
+    assert type(accelerate(VectorNondeterministicStack(2, 2, 2, window=3), "cpu-compiled")) is VectorNondeterministicStack
+    actions = random_actions(2, 4, 2, 2, 2, seed=7)
+    compiled_stack, reference = stacks(2, 2, 2)
+    initial = reference.initial_state(2, actions.pop)
+    torch.testing.assert_close(compiled_stack.readings(actions, initial), reference.readings(actions, initial), rtol=0, atol=0)
 
 
 def test_memory_kept_for_backward_grows_as_n_squared() -> None:
@@ -351,7 +357,7 @@ def test_memory_kept_for_backward_grows_as_n_squared() -> None:
 
 def test_each_checkout_builds_into_a_folder_of_its_own(monkeypatch, tmp_path):
     """Two clones on one machine keep two builds, under $TORCH_EXTENSIONS_DIR when it is set."""
-    from stacklm.stacks.kernels import compiled as kernel
+    from stacklm.kernels import build as kernel
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     folders = set()
@@ -370,26 +376,28 @@ def fed_back_readings(
 ) -> tuple[Tensor, ...]:
     """r_0 … r_n of states advanced step by step, each step's actions shifted by the previous
     reading (as a stack RNN's controller does), and the gradients of a fixed linear function of
-    them (logits, log v_t, w₀). ``sequence``: ``sequence_state``, else ``initial_state``."""
+    them (logits, log v_t, w₀). ``sequence``: a :class:`SequenceRun` on the kernel, else ``initial_state``'s states."""
     states, symbols = actions.pop.shape[2:4]
     batch, steps = actions.pop.shape[:2]
     logits = flat_logits(actions).clone().requires_grad_()
     log_pushed = actions.pushed.clone().requires_grad_()
     stack.zero_grad()
     run = actions_of(logits, log_pushed, states, symbols)
-    state = stack.sequence_state(batch, logits, steps) if sequence else stack.initial_state(batch, logits, steps)
+    state = SequenceRun(stack, batch, logits, steps) if sequence else stack.initial_state(batch, logits, steps)
     outputs = [state.reading()]
     for step in range(steps):
         current = stack.step_actions(run, step)
         feedback = outputs[-1].sum(dim=-1)  # (B,)
-        state = state.next(
-            VectorNondeterministicActions(
-                current.push + 0.3 * feedback.view(-1, 1, 1, 1, 1),
-                current.replace,
-                current.pop - 0.2 * feedback.view(-1, 1, 1, 1),
-                current.pushed + 0.1 * feedback.view(-1, 1),
-            )
+        fed_back = VectorNondeterministicActions(
+            current.push + 0.3 * feedback.view(-1, 1, 1, 1, 1),
+            current.replace,
+            current.pop - 0.2 * feedback.view(-1, 1, 1, 1),
+            current.pushed + 0.1 * feedback.view(-1, 1),
         )
+        if isinstance(state, SequenceRun):
+            state.next((packed_logits(fed_back), fed_back.pushed))
+        else:
+            state = state.next(fed_back)
         outputs.append(state.reading())
     readings = torch.stack(outputs, dim=1)
     (readings * torch.linspace(-1, 1, readings.numel(), dtype=readings.dtype).view_as(readings)).sum().backward()
@@ -401,14 +409,13 @@ def fed_back_readings(
 
 @pytest.mark.parametrize("states, symbols, vector_size, steps", [(3, 3, 5, 10), (2, 3, 2, 7), (1, 1, 1, 1)])
 @pytest.mark.parametrize("bottom", ["learned", "zero"])
-def test_sequence_state_equals_the_pytorch_steps(
+def test_sequence_run_equals_the_pytorch_steps(
     states: int, symbols: int, vector_size: int, steps: int, bottom: str
 ) -> None:
     """The compiled step (forward and its backward) against the PyTorch DP's states, with the
     actions of each step depending on the previous reading, gradients included."""
     actions = random_actions(3, steps, states, symbols, vector_size, seed=30 + steps, scale=3.0)
     compiled, reference = stacks(states, symbols, vector_size, bottom=bottom)
-    assert type(compiled.sequence_state(3, actions.pop, steps)).__name__ == "CompiledState"
     got = fed_back_readings(compiled, actions, sequence=True)
     expected = fed_back_readings(reference, actions, sequence=False)
     for value, reference_value in zip(got, expected):
@@ -418,7 +425,7 @@ def test_sequence_state_equals_the_pytorch_steps(
 
 
 @pytest.mark.parametrize("batch", [1, 7, 9, 33])
-def test_sequence_state_of_any_batch_equals_the_pytorch_steps(batch: int) -> None:
+def test_sequence_run_of_any_batch_equals_the_pytorch_steps(batch: int) -> None:
     """The compiled step keeps its tables in groups of eight lanes: one element alone, a group
     short of full, one past it and four and one, readings and gradients as the PyTorch DP's."""
     actions = random_actions(batch, 6, 3, 3, 5, seed=60 + batch, scale=3.0)
@@ -431,7 +438,7 @@ def test_sequence_state_of_any_batch_equals_the_pytorch_steps(batch: int) -> Non
         )
 
 
-def test_sequence_state_reads_the_controllers_logits() -> None:
+def test_sequence_run_reads_the_controllers_logits() -> None:
     """Actions from ``from_logits`` over columns of a wider output (rows of stride N·(2N + Q) + m,
     as a stack RNN's controller gives them) run the compiled step on those columns, no copy:
     readings and the gradient of the whole output equal the PyTorch DP's."""
@@ -447,21 +454,26 @@ def test_sequence_state_reads_the_controllers_logits() -> None:
         log_pushed = torch.nn.functional.logsigmoid(pushed)
         actions = VectorNondeterministicActions.from_logits(logits, log_pushed, states, symbols)
         assert actions.logits is not None and actions.logits.stride(1) == width + vector_size
-        state = stack.sequence_state(2, leaf, steps) if stack.kernel == "compiled" else stack.pytorch_state(2, leaf, steps)
         readings = []
-        for step in range(steps):
-            state = state.next(stack.step_actions(actions, step))
-            readings.append(state.reading())
+        if isinstance(stack, CompiledVectorNondeterministicStack):
+            run = SequenceRun(stack, 2, leaf, steps)
+            for step in range(steps):
+                run.next((actions.logits[:, step], log_pushed[:, step]))
+                readings.append(run.reading())
+        else:
+            state = stack.initial_state(2, leaf, steps)
+            for step in range(steps):
+                state = state.next(stack.step_actions(actions, step))
+                readings.append(state.reading())
         stacked = torch.stack(readings, dim=1)
         (stacked * torch.linspace(-1, 1, stacked.numel(), dtype=torch.float64).view_as(stacked)).sum().backward()
         results.append((stacked, leaf.grad))
     (got, got_grad), (expected, expected_grad) = results
-    assert type(stacks(states, symbols, vector_size)[0].sequence_state(2, output, steps)).__name__ == "CompiledState"
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(got_grad, expected_grad, rtol=1e-9, atol=1e-9 * expected_grad.abs().max().item())
 
 
-def test_sequence_state_in_float32_agrees_with_float64() -> None:
+def test_sequence_run_in_float32_agrees_with_float64() -> None:
     actions = random_actions(2, 24, 3, 3, 5, seed=41)
     compiled, _ = stacks(3, 3, 5)
     exact = fed_back_readings(compiled, actions, sequence=True)
@@ -473,22 +485,36 @@ def test_sequence_state_in_float32_agrees_with_float64() -> None:
         assert (value.double() - reference).abs().max() <= 1e-4 * reference.abs().max()
 
 
-def test_sequence_state_is_advanced_once_and_never_copied() -> None:
+def test_a_sequence_run_takes_the_steps_it_was_made_for() -> None:
     actions = random_actions(1, 3, 2, 2, 2, seed=42)
     stack, _ = stacks(2, 2, 2)
-    state = stack.sequence_state(1, actions.pop, 3)
-    state.next(stack.step_actions(actions, 0))
-    with pytest.raises(ValueError):
-        state.next(stack.step_actions(actions, 0))
-    with pytest.raises(TypeError):
-        state.detach()
-    torch_stack = VectorNondeterministicStack(2, 2, 2, kernel="torch").double()
-    assert type(torch_stack.sequence_state(1, actions.pop, 3)).__name__ == "VectorNondeterministicState"
+    run = SequenceRun(stack, 1, actions.pop, 1)
+    step = stack.step_actions(actions, 0)
+    run.next((packed_logits(step), step.pushed))
+    with pytest.raises(ValueError, match="the tables hold 1 steps"):
+        run.next((packed_logits(step), step.pushed))
+
+
+def test_a_compiled_state_keeps_the_state_contract_and_refuses_actions_with_gradients() -> None:
+    """Copied, sliced and detached with gradients on or off (``transform_tensors``); its actions carry no gradient."""
+    actions = random_actions(2, 3, 2, 2, 2, seed=43)
+    stack, reference = stacks(2, 2, 2)
+    with torch.no_grad():
+        state = compiled_state(stack, 2, actions.pop, 3).next(stack.step_actions(actions, 0))
+    copies = (state.detach(), state.slice_batch(slice(0, 1)), state.transform_tensors(lambda tensor: tensor.clone()))
+    assert all(isinstance(copy, CompiledState) for copy in copies) and [copy.reading().size(0) for copy in copies] == [2, 1, 2]
+    expected = reference.readings(actions)[:, 1]
+    with torch.no_grad():
+        second = stack.step_actions(mapped(actions, lambda tensor: tensor[1:]), 1)
+        torch.testing.assert_close(state.slice_batch(slice(1, 2)).next(second).reading(), expected[1:], rtol=1e-9, atol=1e-12)
+    logits = flat_logits(actions)[:, 1].clone().requires_grad_()
+    with pytest.raises(ValueError, match="runs without gradients"):
+        state.next_from_logits(logits, actions.pushed[:, 1])
 
 
 @pytest.mark.parametrize("batch", [1, 4, 7, 9, 33])
 def test_incremental_states_without_gradients_equal_the_pytorch_dp(batch: int) -> None:
-    """Without gradients ``initial_state`` runs the compiled kernel: two continuations of one
+    """Without gradients a :class:`CompiledState` runs the compiled kernel: two continuations of one
     prefix, a copied and sliced state (its batch regrouped into lanes: 2B − 1 elements) and a run
     longer than its first tables (capacity 3) all read as the PyTorch DP's states do."""
     actions, other = random_actions(batch, 14, 3, 3, 5, seed=50), random_actions(batch, 14, 3, 3, 5, seed=51)
@@ -496,9 +522,8 @@ def test_incremental_states_without_gradients_equal_the_pytorch_dp(batch: int) -
     compiled, reference = stacks(3, 3, 5)
     readings = []
     with torch.no_grad():
-        assert type(compiled.initial_state(batch, actions.pop)).__name__ == "CompiledState"
         for stack in (compiled, reference):
-            state = stack.initial_state(batch, actions.pop, max_steps=3)
+            state = compiled_state(stack, batch, actions.pop, 3) if stack is compiled else stack.initial_state(batch, actions.pop, max_steps=3)
             outputs = [state.reading()]
             for step in range(8):
                 state = state.next(stack.step_actions(actions, step))
@@ -510,7 +535,6 @@ def test_incremental_states_without_gradients_equal_the_pytorch_dp(batch: int) -
                     continuation = continuation.next(stack.step_actions(run, step))
                     outputs.append(continuation.reading())
             readings.append(outputs)
-    assert type(compiled.initial_state(batch, actions.pop)).__name__ == "VectorNondeterministicState"  # with gradients
     for got, expected in zip(*readings):
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
 
@@ -563,3 +587,37 @@ def test_ops_declare_the_tables_they_write() -> None:
             op(*arguments)
         assert recorded.names == [op._qualified_op_name]  # one op that tracing sees, not its insides
         torch.library.opcheck(op, arguments, test_utils=("test_schema",))
+
+
+@pytest.mark.parametrize("pushed_vector", ["sigmoid", "raw"])
+def test_interface_readings_from_one_product_equal_those_of_the_actions(pushed_vector: str) -> None:
+    """On the compiled kernel the dVPDA interface's whole-sequence readings come from one product
+    with the stacked weights, read in place (log σ in the kernel): readings and the gradients of
+    h, every weight and w₀ equal those of its actions (separate layers, split, log σ) on the
+    PyTorch DP, on a batch of nine (a group of eight lanes and one)."""
+    interface = build_interface(VectorNondeterministicSpec(), 6, bias=False, pushed_vector=pushed_vector).double()
+    interface.initialize(torch.Generator().manual_seed(2))
+    hidden = 2.0 * torch.randn(9, 5, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+
+    def results(backend: str) -> list[torch.Tensor]:
+        accelerate(interface, backend)
+        interface.zero_grad()
+        leaf = hidden.clone().requires_grad_()
+        readings = interface.readings(leaf)
+        (readings * torch.linspace(-1, 1, readings.numel(), dtype=torch.float64).view_as(readings)).sum().backward()
+        return [readings, leaf.grad, *(parameter.grad for parameter in interface.parameters())]
+
+    got = results("cpu-compiled")
+    assert isinstance(interface, CompiledVectorNondeterministicInterface)
+    for value, expected in zip(got, results("torch"), strict=True):
+        torch.testing.assert_close(value, expected, rtol=1e-9, atol=1e-9 * max(1.0, expected.abs().max().item()))
+
+
+def test_interface_states_run_on_the_kernel_without_gradients_only() -> None:
+    interface = accelerate(build_interface(VectorNondeterministicSpec(), 6, bias=True).double(), "cpu-compiled")
+    like = torch.zeros(1, dtype=torch.float64)
+    with torch.no_grad():
+        assert isinstance(interface.initial_state(2, like), CompiledState)
+    assert isinstance(interface.initial_state(2, like), VectorNondeterministicState)
+    assert isinstance(interface.initial_state(2, like.float().to(torch.bfloat16)), VectorNondeterministicState)
+

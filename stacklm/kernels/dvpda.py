@@ -1,10 +1,8 @@
-"""The dVPDA's whole-sequence forward and backward as one compiled CPU kernel (``dvpda.cpp``).
+"""The dVPDA (``stacklm.stacks.vector_nondeterministic``) on a compiled CPU kernel (``dvpda.cpp``): its
+whole-sequence forward and backward, and one step per call.
 
-The same library holds the dropout kernel of ``stacklm.models.dropout`` (``dropout.cpp``): one
-build, one load for both.
-
-The kernel runs the dynamic program of ``pda.py`` (full stack, bottom replaceable, vectors)
-with the numerics of ``ShiftedLogContraction`` (``shifted.py``): products shifted by log α,
+The kernel runs the dynamic program of ``stacks/pda.py`` (full stack, bottom replaceable, vectors)
+with the numerics of ``ShiftedLogContraction`` (``stacks/shifted.py``): products shifted by log α,
 exact per-column normalisers, the pop read from shares Ŝ ∈ [0, 1]. Groups of eight batch
 elements run at once, one per vector lane (a last group of fewer pads its lanes), one group per
 task (OpenMP through ``at::parallel_for``, so ``torch.set_num_threads`` applies), every step
@@ -14,9 +12,7 @@ The γ rows of each new column are summed in real space relative to one scale pe
 configuration, the largest of their terms' log offsets (as scaled forward algorithms for HMMs
 do), so they take no exp or log per row; their log γ is not kept past column 0 (``gamma`` holds log η).
 What it keeps for backward is O(B·n²·N²) (B rounded up to a multiple of eight): the columns of log η, the shares, and
-each step's pops (three tensors of one size, each allocated apart: glibc serves blocks of up to
-32 MB from its heap once freed, larger ones by mmap, whose fresh pages fault on every call), and
-α. A step's pops are the pop totals of its η rows and the inverse of each configuration's total
+each step's pops (three tensors of one size, each allocated apart), and α. A step's pops are the pop totals of its η rows and the inverse of each configuration's total
 over the γ rows (m + 1 values per configuration and step; the γ rows' pop totals live in scratch
 memory reused by every step, which stays in cache): the backward takes the replace and pop
 terms' adjoints of a γ row from its share in column t, that inverse and the terms' factors per
@@ -39,172 +35,174 @@ backward is the same code as the whole-sequence backward's step t, adding into a
 shared by the run. A (B, 0) tensor passed from step to step orders them in autograd, so the
 backward of step t runs after those of steps t + 1 … n, which complete the adjoints it reads.
 
-The extension is built with ``torch.utils.cpp_extension.load`` at first use (``-O3
--fopenmp`` and a digest of the headers, :func:`compile_flags`; the system C++ compiler; about a
-minute on two cores, several on loaded ones; one process at a time, under the folder's lock,
-:func:`load`) into a folder of this checkout's
-own (:func:`build_directory`) under ``$TORCH_EXTENSIONS_DIR`` or, without it,
-``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME`` respected); later processes load the
-built library. :func:`load` raises if the build fails;
-:func:`available` says whether it built, and why not.
+In place of the PyTorch classes (``stacklm.kernels.backend.accelerate``):
+:class:`CompiledVectorNondeterministicStack` reads whole sequences from the empty stack on the
+kernel; :class:`CompiledVectorNondeterministicInterface` reads a stack-attention layer's whole
+output in place (:func:`packed_readings`), and gives :class:`CompiledState` as the initial state
+of a run without gradients (evaluation, sampling). Elsewhere (an initial state given, other
+dtypes or devices, gradients through incremental states) they are the PyTorch DP's. The stack
+RNNs' whole-sequence forward drives a :class:`SequenceRun` (``stacklm.kernels.recurrent``).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import hashlib
-import os
-import sys
-from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Self
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from stacklm.build_lock import build_lock
-from stacklm.errors import StacklmError
+from stacklm.kernels import build
+from stacklm.models.stack_interface import VectorNondeterministicInterface
+from stacklm.stacks.base import StackState
+from stacklm.stacks.contraction import FAST
+from stacklm.stacks.pda import PDASizes
+from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 
-NAME = "stacklm_kernels"
-SOURCE = Path(__file__).with_name("dvpda.cpp")
-SOURCES = [SOURCE, Path(__file__).with_name("dropout.cpp"), Path(__file__).with_name("attention.cpp"), Path(__file__).with_name("recurrent.cpp")]  # one library: the dVPDA, dropout (``stacklm.models.dropout``), attention (``stacklm.models.transformer_attention``) and the stack RNNs' step (``stacklm.models.recurrent``)
-HEADERS = [Path(__file__).with_name("lanes.h")]  # included by the sources (``#include "…"``)
-
-BUILD_WAIT_S = 20 * 60  # how long a process waits for another's build: a first build took 3.5 min on a loaded machine
-
-_loaded = False
-_error: BaseException | None = None
+INITIAL_CAPACITY = 16  # steps of a compiled state's first tables when the run's length is not given
 
 
-AVX512 = ("avx512f", "avx512vl", "avx512dq", "avx512bw")
+def kernel_applies(stack: VectorNondeterministicStack) -> bool:
+    """Whether the kernel runs this stack's DP: the full stack (no window), in LOG with the fast products."""
+    return stack.sizes.window is None and stack.engine is FAST
 
 
-def vector_flags() -> list[str]:
-    """-mavx2 -mfma where this CPU has them (8 floats per SIMD exp/log instead of 4), else none;
-    with AVX-512 also its instructions on 256-bit vectors, for their 32 registers: the pop's
-    backward keeps nine sums, nine weights and six columns in flight, which spill from AVX2's 16
-    (dVPDA 5–6% faster at n = 32, same results; 512-bit vectors were 7–10% slower on this AMD EPYC)."""
-    try:
-        cpu_flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    if not {"avx2", "fma"} <= cpu_flags:
-        return []
-    flags = ["-mavx2", "-mfma"]
-    if set(AVX512) <= cpu_flags:
-        flags += [f"-m{name}" for name in AVX512] + ["-mprefer-vector-width=256"]
-    return flags
+def runs_on_kernel(like: Tensor) -> bool:
+    """Whether tensors like ``like`` go to the kernel: on the CPU, float32 or float64."""
+    return like.device.type == "cpu" and like.dtype in (torch.float32, torch.float64)
 
 
-def extension_name() -> str:
-    """One build per instruction set, so a cache shared by different machines never runs the wrong one."""
-    flags = vector_flags()
-    return NAME + ("_avx512vl" if "-mavx512vl" in flags else "_avx2" if flags else "")
+def packed_logits(actions: VectorNondeterministicActions) -> Tensor:
+    """(..., Q·S·(2QS + Q)): per configuration (q, x) its push, replace and pop log weights, the
+    layout of ``VectorNondeterministicActions.from_logits``'s logits (those logits themselves where known)."""
+    if actions.logits is not None:
+        return actions.logits
+    lead = actions.pop.shape[:-3]
+    configurations = actions.pop.size(-3) * actions.pop.size(-2)
+    return torch.cat(
+        [
+            actions.push.reshape(*lead, configurations, configurations),
+            actions.replace.reshape(*lead, configurations, configurations),
+            actions.pop.reshape(*lead, configurations, actions.pop.size(-1)),
+        ],
+        dim=-1,
+    ).flatten(-2)
 
 
-def build_directory() -> Path:
-    """Where the extension is built: $TORCH_EXTENSIONS_DIR/<name>-<checkout> or
-    ~/.cache/stacklm/extensions/<name>-<checkout>, with <checkout> a digest of the source's
-    path: the build records that path, so two checkouts sharing one folder would rebuild over
-    each other's library at every switch, and under a process still loading it."""
-    checkout = hashlib.sha256(str(SOURCE.resolve()).encode()).hexdigest()[:12]
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stacklm" / "extensions")
-    return Path(root) / f"{extension_name()}-{checkout}"
+def packed_readings(stack: VectorNondeterministicStack, outputs: Tensor, log_sigmoid: bool) -> Tensor:
+    """r_1 … r_n (B, n, Q·S·m) of ``stack`` from the kernel, for the actions ``from_logits(logits, log v_t, …)``
+    of ``outputs`` = [logits; p] (B, n, Q·S·(2QS + Q) + m), with log v_t = log σ(p) where
+    ``log_sigmoid``, else p: the kernel reads them in place, and their gradient is one tensor."""
+    bottom = stack.log_bottom(outputs).unsqueeze(0).expand(outputs.size(0), -1)  # (B, m)
+    sizes = stack.sizes
+    return compiled_readings(outputs, bottom, sizes.num_states, sizes.num_symbols, log_sigmoid)
 
 
-def headers_digest() -> str:
-    """A digest of the headers' names and contents."""
-    digest = hashlib.sha256()
-    for header in HEADERS:
-        digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+def initial_reading(log_bottom: Tensor, sizes: PDASizes) -> Tensor:
+    """r_0 (B, Q·S·m): v₀ at (q0, ⊥), the only configuration of the empty stack; 0 elsewhere. ``log_bottom`` (B, m)."""
+    empty = log_bottom.new_zeros(log_bottom.size(0), (sizes.num_configurations - 1) * sizes.vector_size)
+    return torch.cat([log_bottom.exp(), empty], dim=1)
 
 
-def compile_flags() -> list[str]:
-    """The compiler's flags, the headers' digest among them as a macro no source reads.
+@dataclass(frozen=True)
+class CompiledState(StackState[VectorNondeterministicActions]):
+    """A state of a run without gradients (evaluation, sampling) on the kernel, one kernel call per ``next``.
 
-    ``cpp_extension.load`` decides whether to rebuild from the sources it is given and these
-    flags, never from the headers they include (ninja follows them by modification time only, and
-    not at all where the library of these sources and flags is already loaded in the process): with
-    the digest in the flags, a header whose content changed changes the command line, which
-    rebuilds the library."""
-    return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags(), f"-DSTACKLM_HEADERS_DIGEST={headers_digest()}"]
-
-
-def is_built(directory: Path) -> bool:
-    """Whether ``directory`` holds the library, newer than every source and header (else loading builds it)."""
-    library = directory / f"{extension_name()}.so"
-    return library.is_file() and all(library.stat().st_mtime >= path.stat().st_mtime for path in [*SOURCES, *HEADERS])
-
-
-def load() -> None:
-    """Build (once per source and compiler flags) and load the kernels, and keep freed memory with
-    the process (:func:`keep_freed_memory`); raises if it cannot build.
-
-    The build holds the lock of its folder (``stacklm.build_lock``): a process that finds it
-    held says so and waits at most ``BUILD_WAIT_S``, and a lock left by a killed build is taken
-    over. SIGTERM while waiting or building raises ``BuildInterrupted``, and a wait that runs out
-    ``BuildLockTimeout``: ``StacklmError``s, which end the command rather than fall back to the
-    PyTorch code (whose dropout draws other masks). A build says so on stderr."""
-    global _loaded, _error
-    if _loaded:
-        return
-    if _error is not None:
-        raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {_error}") from _error
-    from torch.utils import cpp_extension
-
-    directory = build_directory()
-    try:
-        with build_lock(directory, "the compiled kernels' build", BUILD_WAIT_S):
-            (directory / "lock").unlink(missing_ok=True)  # torch's own lock: under ours, only a killed build leaves it, and torch would wait on it forever
-            if not is_built(directory):
-                print("building the compiled kernels (first use, about a minute)…", file=sys.stderr, flush=True)
-            cpp_extension.load(
-                name=extension_name(),
-                sources=[str(source) for source in SOURCES],
-                extra_cflags=compile_flags(),
-                extra_ldflags=["-fopenmp", "-lmvec"],
-                build_directory=str(directory),
-                is_python_module=False,
-                verbose=False,
-            )
-    except StacklmError:  # the lock's: a SIGTERM, or a wait that ran out; the command ends
-        raise
-    except Exception as error:  # the compiler's output is in the exception
-        _error = error
-        raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {error}") from error
-    keep_freed_memory()
-    _loaded = True
-
-
-def keep_freed_memory() -> bool:
-    """glibc's allocator keeps freed blocks for the process rather than returning them to the OS.
-
-    By default a block of 32 MB or more (the dVPDA's tables for the backward at n ≥ 32, batch
-    32) is its own mmap, unmapped when freed and page-faulted back on the next call, and freed
-    heap memory is trimmed back: the kernel's time rose with what ran before it in the process
-    (``bench/stacks.py``). ``mallopt`` raises both thresholds; the process then keeps its peak
-    memory. False where the C library is not glibc (nothing changed).
+    The states of one run share its tables, into which ``next`` writes the next column; a state
+    advanced a second time, copied or sliced (``transform_tensors``) copies the tables first, and
+    ``next`` grows them when a run outlasts them. Its actions carry no gradient (``next`` refuses
+    them): incremental states with gradients are the PyTorch DP's.
     """
-    name = ctypes.util.find_library("c")
-    try:
-        library = ctypes.CDLL(name) if name else None
-        mallopt = library.mallopt if library is not None else None
-    except (OSError, AttributeError):
-        return False
-    if mallopt is None:
-        return False
-    trim_threshold, mmap_threshold = -1, -3  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD of <malloc.h>
-    return bool(mallopt(mmap_threshold, 2**30)) and bool(mallopt(trim_threshold, 2**31 - 1))
+
+    tables: StepTables
+    sizes: PDASizes
+    step: int  # t, the steps taken
+    order: Tensor  # log v₀ (B, m) at t = 0, then the (B, 0) tensor of step t (``compiled_step``)
+    current: Tensor  # r_t (B, Q·S·m)
+
+    def next(self, actions: VectorNondeterministicActions) -> Self:
+        return self.next_from_logits(packed_logits(actions), actions.pushed)
+
+    def next_from_logits(self, logits: Tensor, pushed: Tensor) -> Self:
+        """``next`` of the actions ``VectorNondeterministicActions.from_logits(logits, pushed, …)``,
+        without making them: logits (B, Q·S·(2QS + Q)), log v_t (B, m)."""
+        if logits.requires_grad or pushed.requires_grad:
+            raise ValueError("a compiled dVPDA state runs without gradients (torch.no_grad: evaluation, sampling)")
+        tables = self.tables
+        if tables.steps != self.step or self.step == tables.capacity:
+            capacity = tables.capacity if self.step < tables.capacity else 2 * tables.capacity
+            tables = tables.prefix(self.step, capacity)
+        reading, order = compiled_step(tables, logits, pushed, self.order)
+        return replace(self, tables=tables, step=self.step + 1, order=order, current=reading)
+
+    def reading(self) -> Tensor:
+        """(B, Q·S·m) in the order (r, y, m)."""
+        return self.current
+
+    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> Self:
+        return replace(
+            self, tables=self.tables.transform(function), order=function(self.order), current=function(self.current)
+        )
 
 
-def available() -> tuple[bool, str]:
-    """Whether the kernel is built and loaded (building it now if needed), and the error if not."""
-    try:
-        load()
-    except RuntimeError as error:
-        return False, str(error)
-    return True, ""
+def compiled_state(stack: VectorNondeterministicStack, batch_size: int, like: Tensor, capacity: int) -> CompiledState:
+    """The empty stack of ``stack`` on the kernel, with tables for ``capacity`` steps."""
+    log_bottom = stack.log_bottom(like).unsqueeze(0).expand(batch_size, -1)  # (B, m)
+    sizes = stack.sizes
+    tables = StepTables(log_bottom, capacity, sizes.num_states, sizes.num_symbols)
+    return CompiledState(tables, sizes, 0, log_bottom, initial_reading(log_bottom, sizes))
+
+
+class SequenceRun:
+    """The dVPDA of one whole-sequence forward driven step by step (a stack RNN's), gradients
+    included: tables for at most ``capacity`` steps, one kernel call per step, each step taken once."""
+
+    def __init__(self, stack: VectorNondeterministicStack, batch_size: int, like: Tensor, capacity: int) -> None:
+        log_bottom = stack.log_bottom(like).unsqueeze(0).expand(batch_size, -1)  # (B, m)
+        sizes = stack.sizes
+        self.tables = StepTables(log_bottom, capacity, sizes.num_states, sizes.num_symbols)
+        self.order = log_bottom  # log v₀ at step 1, then the order tensor of the step before
+        self.current = initial_reading(log_bottom, sizes)
+
+    def next(self, parts: tuple[Tensor, Tensor]) -> None:
+        """The next step, of the actions ``VectorNondeterministicActions.from_logits(logits, log v_t, …)``
+        for ``parts`` = (logits (B, Q·S·(2QS + Q)), log v_t (B, m)), read as they are."""
+        logits, pushed = parts
+        self.current, self.order = compiled_step(self.tables, logits, pushed, self.order)
+
+    def reading(self) -> Tensor:
+        """r_t (B, Q·S·m)."""
+        return self.current
+
+
+class CompiledVectorNondeterministicStack(VectorNondeterministicStack):
+    """``readings`` of a whole sequence from the empty stack on the kernel (CPU, float32 or float64)."""
+
+    def readings(
+        self, actions: VectorNondeterministicActions, initial: StackState[VectorNondeterministicActions] | None = None
+    ) -> Tensor:
+        if initial is not None or not runs_on_kernel(actions.pop):
+            return super().readings(actions, initial)
+        return packed_readings(self, torch.cat([packed_logits(actions), actions.pushed], dim=-1), log_sigmoid=False)
+
+
+class CompiledVectorNondeterministicInterface(VectorNondeterministicInterface):
+    """A stack-attention layer's readings from one product with the stacked weights (``input_weight``),
+    which the kernel reads as it is, log σ of the pushed part included (:func:`packed_readings`);
+    the initial state of a run without gradients on the kernel (:class:`CompiledState`)."""
+
+    def readings(self, hidden: Tensor) -> Tensor:
+        if not runs_on_kernel(hidden):
+            return super().readings(hidden)
+        outputs = nn.functional.linear(hidden, *self.input_weight())  # (B, n, QS(2QS + Q) + m)
+        return packed_readings(self.stack, outputs, log_sigmoid=self.pushed_vector == "sigmoid")
+
+    def initial_state(self, batch_size: int, like: Tensor, max_steps: int | None = None) -> StackState[Any]:
+        """Without gradients (``torch.no_grad``) a :class:`CompiledState` with tables for ``max_steps``
+        steps (``INITIAL_CAPACITY`` if not given; grown as needed); else the PyTorch DP's state."""
+        if torch.is_grad_enabled() or not runs_on_kernel(like):
+            return super().initial_state(batch_size, like, max_steps)
+        return compiled_state(self.stack, batch_size, like, max_steps or INITIAL_CAPACITY)
 
 
 class _CompiledReadings(torch.autograd.Function):
@@ -231,7 +229,7 @@ def compiled_readings(logits: Tensor, bottom: Tensor, num_states: int, num_symbo
     ``log_sigmoid`` (the stacked input layers' output as it is). ``bottom`` log v₀ (B, m).
     The gradient of ``logits`` is one tensor of its shape (the pushed part's that of x_t).
     """
-    load()
+    build.load()
     return _CompiledReadings.apply(logits.contiguous(), bottom.contiguous(), num_states, num_symbols, log_sigmoid)
 
 
@@ -247,7 +245,7 @@ class StepTables:
     """
 
     def __init__(self, log_bottom: Tensor, capacity: int, num_states: int, num_symbols: int) -> None:
-        load()
+        build.load()
         bottom = log_bottom.detach().contiguous()
         *columns, self.alpha = torch.ops.stacklm_dvpda.start(bottom, capacity, num_states, num_symbols)
         self.columns: tuple[Tensor, ...] = tuple(columns)

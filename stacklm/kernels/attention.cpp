@@ -25,7 +25,7 @@
 // and layer norms (dropout.cpp's dropout_add_norm) and the FFN (relu_dropout), the same ATen
 // products and kernel calls in the order the modules make them; layers_forward and
 // layers_backward run several layers in a row that way, one call from Python each way
-// (``stacklm.models.transformer_attention.attention_layers``).
+// (``stacklm.kernels.attention.attention_layers``).
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>

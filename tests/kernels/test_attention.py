@@ -10,15 +10,18 @@ import sys
 import pytest
 import torch
 
+import stacklm.kernels.attention as attention_kernels
 import stacklm.models.transformer as transformer
-from stacklm.models.dropout import draw_key
+from stacklm.kernels import build
+from stacklm.kernels.backend import accelerate
+from stacklm.kernels.dropout import draw_key
 from stacklm.models.embedding import FeatureTable
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
-from stacklm.models.transformer_attention import causal_attention, uses_attention_kernel
-from tests.models.test_dropout import MASK32, philox4x32_10
+from stacklm.kernels.attention import causal_attention, runs_as_one_node
+from tests.kernels.test_dropout import MASK32, philox4x32_10
 
-pytestmark = pytest.mark.skipif(not uses_attention_kernel(torch.zeros(1)), reason="the compiled kernels do not build here")
+pytestmark = pytest.mark.skipif(not build.available()[0], reason="the compiled kernels do not build here")
 
 LANES = 8  # the kernel's tiles are LANES × LANES (keys × queries)
 
@@ -151,7 +154,7 @@ def test_two_threads_give_the_same_results() -> None:
 
 def test_first_use_loads_the_kernel() -> None:
     """``causal_attention`` in a fresh process, before anything else has loaded the library."""
-    code = "import torch; from stacklm.models.transformer_attention import causal_attention; print(tuple(causal_attention(torch.ones(1, 3, 12), 2, 0.0, False).shape))"
+    code = "import torch; from stacklm.kernels.attention import causal_attention; print(tuple(causal_attention(torch.ones(1, 3, 12), 2, 0.0, False).shape))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "(1, 3, 4)"
 
@@ -173,9 +176,8 @@ def test_transformers_equal_their_pytorch_attention_without_dropout(
     model = build_model(name, 9, options=ModelOptions(dropout=0.0), generator=torch.Generator().manual_seed(0)).train(training)
     tokens = torch.randint(0, 8, (5, 21), generator=torch.Generator().manual_seed(1))
     results = []
-    for compiled in (True, False):
-        if not compiled:
-            monkeypatch.setattr(transformer, "uses_attention_kernel", lambda x: False)
+    for backend in ("cpu-compiled", "torch"):
+        accelerate(model, backend)
         model.zero_grad()
         logits = model(tokens)
         logits.logsumexp(dim=-1).sum().backward()
@@ -190,16 +192,17 @@ def test_transformers_equal_their_pytorch_attention_without_dropout(
 def test_layers_as_one_node_equal_the_modules_bit_for_bit(name: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
     """In training with dropout, attention layers run as one ``attention_layers`` node: the same
     masks (the same four keys, drawn in the modules' order), logits, gradients of every parameter
-    and the generator's state after the step as the modules' own path (``Block._runs_as_one_node``
+    and the generator's state after the step as the modules' own path (``runs_as_one_node``
     false), bit for bit; the last layer's output x reaches nothing (its gradient is None)."""
     model = build_model(name, 9, options=ModelOptions(dropout=0.3), generator=torch.Generator().manual_seed(0)).to(dtype).train()
+    accelerate(model, "cpu-compiled")
     tokens = torch.randint(0, 8, (5, 21), generator=torch.Generator().manual_seed(1))
-    one_node = [block._runs_as_one_node(torch.zeros(1, dtype=dtype), block.feedforward_norm) for block in model.blocks]
+    one_node = [runs_as_one_node(block, torch.zeros(1, dtype=dtype), block.feedforward_norm) for block in model.blocks]
     assert one_node == [isinstance(block.sublayer, transformer.CausalSelfAttention) for block in model.blocks]
     results = []
     for one_node in (True, False):
         if not one_node:
-            monkeypatch.setattr(transformer.Block, "_runs_as_one_node", lambda self, x, next_norm: False)
+            monkeypatch.setattr(attention_kernels, "runs_as_one_node", lambda block, x, next_norm: False)
         model.zero_grad()
         torch.manual_seed(4)
         logits = model(tokens)
@@ -213,7 +216,7 @@ def test_layers_as_one_node_equal_the_modules_bit_for_bit(name: str, dtype: torc
 @pytest.mark.parametrize(("name", "runs"), [("Tf", [5]), ("Tf+Nd", [2, 2])])
 def test_attention_layers_in_a_row_run_as_one_node(name: str, runs: list[int]) -> None:
     """In training with dropout, each run of attention layers between stack layers is one node of the graph."""
-    model = build_model(name, 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0)).train()
+    model = accelerate(build_model(name, 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0)), "cpu-compiled").train()
     logits = model(torch.randint(0, 8, (3, 6), generator=torch.Generator().manual_seed(1)))
     nodes = [node for node in _graph_nodes(logits) if type(node).__name__ == "_AttentionLayersBackward"]
     parameters_per_layer = 16
@@ -231,11 +234,12 @@ def test_encoded_input_as_one_node_equals_the_modules_bit_for_bit(syntax: bool, 
     name, token_features = ("Tf+Syn", features) if syntax else ("Tf", None)
     options = ModelOptions(dropout=0.3, width=40)
     model = build_model(name, 9, token_features=token_features, options=options, generator=torch.Generator().manual_seed(0)).to(dtype).train()
+    accelerate(model, "cpu-compiled")
     tokens = torch.randint(0, 8, (5, 21), generator=torch.Generator().manual_seed(1))
     results, nodes = [], []
     for fused in (True, False):
         if not fused:
-            monkeypatch.setattr(transformer, "fuses_norm", lambda x, norm, p, training: False)
+            monkeypatch.setattr(attention_kernels, "fuses_norm", lambda x, norm, p, training: False)
         model.zero_grad()
         torch.manual_seed(4)
         logits = model(tokens)
@@ -265,8 +269,8 @@ def test_layers_run_as_one_node_only_in_training_with_dropout() -> None:
     model = build_model("Tf+Nd", 9, options=ModelOptions(dropout=0.1), generator=torch.Generator().manual_seed(0))
     x = torch.zeros(1)
     attention_layers = [isinstance(block.sublayer, transformer.CausalSelfAttention) for block in model.blocks]
-    assert [block._runs_as_one_node(x, block.feedforward_norm) for block in model.train().blocks] == attention_layers
-    assert not any(block._runs_as_one_node(x, block.feedforward_norm) for block in model.eval().blocks)
-    assert not any(block._runs_as_one_node(x.double(), block.feedforward_norm) for block in model.train().blocks)
+    assert [runs_as_one_node(block, x, block.feedforward_norm) for block in model.train().blocks] == attention_layers
+    assert not any(runs_as_one_node(block, x, block.feedforward_norm) for block in model.eval().blocks)
+    assert not any(runs_as_one_node(block, x.double(), block.feedforward_norm) for block in model.train().blocks)
     unregularized = build_model("Tf", 9, options=ModelOptions(dropout=0.0), generator=torch.Generator().manual_seed(0)).train()
-    assert not any(block._runs_as_one_node(x, block.feedforward_norm) for block in unregularized.blocks)
+    assert not any(runs_as_one_node(block, x, block.feedforward_norm) for block in unregularized.blocks)

@@ -1,4 +1,4 @@
-"""The build of the compiled kernels (``stacklm/stacks/kernels/compiled.py``): what decides a rebuild."""
+"""The build of the compiled kernels (``stacklm/kernels/build.py``): what decides a rebuild."""
 
 from __future__ import annotations
 
@@ -15,50 +15,50 @@ from typing import Any
 import pytest
 from torch.utils import cpp_extension
 
-from stacklm.stacks.kernels import compiled
+from stacklm.kernels import build
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_header_whose_content_changes_changes_the_build_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     header = tmp_path / "lanes.h"
-    shutil.copy(compiled.HEADERS[0], header)
-    monkeypatch.setattr(compiled, "HEADERS", [header])
-    before = compiled.compile_flags()
+    shutil.copy(build.HEADERS[0], header)
+    monkeypatch.setattr(build, "HEADERS", [header])
+    before = build.compile_flags()
     header.write_text(header.read_text().replace("LANE_COUNT = 8", "LANE_COUNT = 4"))
-    changed = compiled.compile_flags()
+    changed = build.compile_flags()
     assert changed != before
-    assert [flag for flag in changed if flag not in before] == [f"-DSTACKLM_HEADERS_DIGEST={compiled.headers_digest()}"]
-    shutil.copy(Path(compiled.__file__).with_name("lanes.h"), header)
-    assert compiled.compile_flags() == before
+    assert [flag for flag in changed if flag not in before] == [f"-DSTACKLM_HEADERS_DIGEST={build.headers_digest()}"]
+    shutil.copy(Path(build.__file__).with_name("lanes.h"), header)
+    assert build.compile_flags() == before
 
 
 def test_load_builds_with_the_header_digest(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(cpp_extension, "load", lambda **arguments: calls.append(arguments))
-    monkeypatch.setattr(compiled, "_loaded", False)
-    monkeypatch.setattr(compiled, "_error", None)
-    compiled.load()
-    assert [call["extra_cflags"] for call in calls] == [compiled.compile_flags()]
-    assert f"-DSTACKLM_HEADERS_DIGEST={compiled.headers_digest()}" in calls[0]["extra_cflags"]
+    monkeypatch.setattr(build, "_loaded", False)
+    monkeypatch.setattr(build, "_error", None)
+    build.load()
+    assert [call["extra_cflags"] for call in calls] == [build.compile_flags()]
+    assert f"-DSTACKLM_HEADERS_DIGEST={build.headers_digest()}" in calls[0]["extra_cflags"]
 
 
 def test_every_header_the_sources_include_is_hashed() -> None:
-    included = {name for source in compiled.SOURCES for name in re.findall(r'^#include "([^"]+)"', source.read_text(), re.MULTILINE)}
-    assert included == {header.name for header in compiled.HEADERS}
-    assert all(header.is_file() and header.parent == compiled.SOURCE.parent for header in compiled.HEADERS)
+    included = {name for source in build.SOURCES for name in re.findall(r'^#include "([^"]+)"', source.read_text(), re.MULTILINE)}
+    assert included == {header.name for header in build.HEADERS}
+    assert all(header.is_file() and header.parent == build.SOURCE.parent for header in build.HEADERS)
 
 
 BUILD_S = 900  # the longest a real build may take on a loaded machine here (49 s on two cores)
 
 
-def start_build(tmp_path: Path, code: str = "compiled.load()") -> subprocess.Popen[str]:
+def start_build(tmp_path: Path, code: str = "build.load()") -> subprocess.Popen[str]:
     """A process building the kernels from nothing into ``tmp_path`` ($TORCH_EXTENSIONS_DIR), in a
     process group of its own (as a job's processes are), once its build is under way: it has said
     so and holds torch's own lock file."""
     environment = os.environ | {"PYTHONPATH": str(ROOT), "TORCH_EXTENSIONS_DIR": str(tmp_path)}
     process = subprocess.Popen(
-        [sys.executable, "-c", f"from stacklm.stacks.kernels import compiled\n{code}"],
+        [sys.executable, "-c", f"from stacklm.kernels import build\n{code}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True,
     )  # fmt: skip
     assert process.stderr is not None
@@ -72,7 +72,7 @@ def start_build(tmp_path: Path, code: str = "compiled.load()") -> subprocess.Pop
 
 def folder_of(extensions: Path) -> Path:
     """The build folder of this checkout under ``extensions`` ($TORCH_EXTENSIONS_DIR)."""
-    return extensions / compiled.build_directory().name
+    return extensions / build.build_directory().name
 
 
 @pytest.mark.e2e
@@ -86,7 +86,7 @@ def test_a_killed_build_is_taken_over_by_the_next(tmp_path: Path) -> None:
     environment = os.environ | {"PYTHONPATH": str(ROOT), "TORCH_EXTENSIONS_DIR": str(tmp_path)}
     try:
         after = subprocess.run(
-            [sys.executable, "-c", "from stacklm.stacks.kernels import compiled\ncompiled.load()\nprint('loaded')"],
+            [sys.executable, "-c", "from stacklm.kernels import build\nbuild.load()\nprint('loaded')"],
             capture_output=True, text=True, env=environment, timeout=BUILD_S,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -103,7 +103,7 @@ def test_sigterm_during_the_build_ends_the_process_without_falling_back(tmp_path
     """SIGTERM to a job's processes during the build stops the compiler; the command ends instead of
     training on with the PyTorch fallback (whose dropout draws other masks), even where a training
     run's handler only sets a stop flag."""
-    code = "import signal\nsignal.signal(signal.SIGTERM, lambda number, frame: None)\nprint(compiled.available())"
+    code = "import signal\nsignal.signal(signal.SIGTERM, lambda number, frame: None)\nprint(build.available())"
     building = start_build(tmp_path, code)
     os.killpg(building.pid, signal.SIGTERM)
     try:

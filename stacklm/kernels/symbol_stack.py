@@ -48,7 +48,7 @@ O(n²·N²) for Ŝ and H. Each op runs groups of eight batch elements, one per v
 (``lanes.h``), one group per task (``torch.set_num_threads``).
 
 The library is built at first use like the other compiled kernels
-(``stacklm.stacks.kernels.compiled``: its compiler flags, cache root and build lock), in a
+(``stacklm.kernels.build``: its compiler flags, cache root and build lock), in a
 folder of its own.
 """
 
@@ -66,7 +66,7 @@ from torch import Tensor
 from stacklm.build_lock import build_lock
 from stacklm.errors import StacklmError
 from stacklm.stacks.base import StackState
-from stacklm.stacks.kernels import compiled
+from stacklm.kernels import build
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
 
 NAME = "stacklm_symbol_stack"
@@ -80,8 +80,8 @@ _loaded = False
 def build_directory() -> Path:
     """<cache root>/stacklm_symbol_stack<instruction set>-<checkout>, beside the other kernels' folder."""
     checkout = hashlib.sha256(str(SOURCE.resolve()).encode()).hexdigest()[:12]
-    suffix = compiled.extension_name().removeprefix(compiled.NAME)
-    return compiled.build_directory().parent / f"{NAME}{suffix}-{checkout}"
+    suffix = build.extension_name().removeprefix(build.NAME)
+    return build.build_directory().parent / f"{NAME}{suffix}-{checkout}"
 
 
 def load() -> None:
@@ -94,7 +94,7 @@ def load() -> None:
     directory = build_directory()
     name = directory.name.rsplit("-", 1)[0]
     try:
-        with build_lock(directory, "the symbol stack kernel's build", compiled.BUILD_WAIT_S):
+        with build_lock(directory, "the symbol stack kernel's build", build.BUILD_WAIT_S):
             (directory / "lock").unlink(missing_ok=True)  # torch's own lock, left only by a killed build
             library = directory / f"{name}.so"
             if not (library.is_file() and all(library.stat().st_mtime >= path.stat().st_mtime for path in [SOURCE, *HEADERS])):
@@ -102,7 +102,7 @@ def load() -> None:
             cpp_extension.load(
                 name=name,
                 sources=[str(SOURCE)],
-                extra_cflags=compiled.compile_flags(),
+                extra_cflags=build.compile_flags(),
                 extra_ldflags=["-fopenmp"],
                 build_directory=str(directory),
                 is_python_module=False,
@@ -202,7 +202,8 @@ class SymbolStackSequence(StackState[NondeterministicActions]):
 
 class CompiledNondeterministicStack(NondeterministicStack):
     """``NondeterministicStack`` (full stack, LOG) whose ``sequence_state`` runs on the kernel
-    (CPU, float32 or float64); ``initial_state`` and ``readings`` stay the PyTorch DP."""
+    (CPU, float32 or float64): the state of a stack RNN's whole-sequence forward on the kernels
+    (``stacklm.kernels.recurrent``); ``initial_state`` and ``readings`` stay the PyTorch DP."""
 
     def __init__(self, num_states: int, num_symbols: int, states_in_reading: bool) -> None:
         super().__init__(num_states, num_symbols, states_in_reading)

@@ -1,0 +1,119 @@
+"""Which implementation a model runs on (its backend), chosen once per command.
+
+- ``torch``: the PyTorch operations of ``stacklm.models`` and ``stacklm.stacks``, on any device;
+  dropout masks from ``F.dropout``.
+- ``cpu-compiled``: the compiled CPU kernels of this package (built at first use): dropout from a
+  counter-based generator (other masks than ``F.dropout``'s for the same seed), attention and whole
+  attention layers, the stack RNNs' steps and the dVPDA.
+
+Both compute the same functions; their results differ by float rounding, and in training by
+their dropout masks. So a run records its backend, with the CPU's vector capability
+(``stacklm.kernels.build.vector_capability``: results are bit for bit the same only on the same
+capability), and does not resume under another backend unless asked to.
+
+:func:`resolve` answers "which backend?" once for a command (``auto``: ``cpu-compiled`` on the
+CPU where the kernels build, else ``torch``, with a warning saying what differs), and
+:func:`accelerate` puts that backend's classes in place in a model, once, before it runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal, TypeVar
+
+import torch
+from torch import nn
+
+from stacklm.errors import StacklmError
+from stacklm.kernels import build
+from stacklm.kernels.attention import CompiledCausalSelfAttention, CompiledTransformer
+from stacklm.kernels.dropout import CompiledDropout, CompiledReLUDropout
+from stacklm.kernels.dvpda import CompiledVectorNondeterministicInterface, CompiledVectorNondeterministicStack, kernel_applies
+from stacklm.kernels.recurrent import CompiledRecurrentLanguageModel
+from stacklm.models.dropout import Dropout, ReLUDropout
+from stacklm.models.recurrent import RecurrentLanguageModel
+from stacklm.models.stack_interface import VectorNondeterministicInterface
+from stacklm.models.transformer import CausalSelfAttention, Transformer
+from stacklm.stacks.vector_nondeterministic import VectorNondeterministicStack
+
+Backend = Literal["torch", "cpu-compiled"]
+BACKENDS: tuple[Backend, ...] = ("torch", "cpu-compiled")
+REQUESTS = ("auto", *BACKENDS)  # what a command's --backend accepts
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+# Each PyTorch class and the class that runs it on the kernels.
+COMPILED: dict[type[nn.Module], type[nn.Module]] = {
+    Dropout: CompiledDropout,
+    ReLUDropout: CompiledReLUDropout,
+    CausalSelfAttention: CompiledCausalSelfAttention,
+    Transformer: CompiledTransformer,
+    RecurrentLanguageModel: CompiledRecurrentLanguageModel,
+    VectorNondeterministicStack: CompiledVectorNondeterministicStack,
+    VectorNondeterministicInterface: CompiledVectorNondeterministicInterface,
+}
+PYTORCH = {compiled: pytorch for pytorch, compiled in COMPILED.items()}
+
+
+def runs_on_kernels(module: nn.Module) -> bool:
+    """Whether the kernels run ``module``'s computation: the dVPDA's only without a window, in LOG with the fast products."""
+    if isinstance(module, VectorNondeterministicStack):
+        return kernel_applies(module)
+    if isinstance(module, VectorNondeterministicInterface):
+        return kernel_applies(module.stack)
+    return True
+
+
+def resolve(requested: str, device: torch.device) -> Backend:
+    """The backend of a command asked for ``requested`` (``auto`` or a backend) on ``device``.
+
+    ``auto``: ``cpu-compiled`` on the CPU where the kernels build (building them now if needed),
+    else ``torch``, with a warning where they do not build. ``cpu-compiled`` raises where the
+    device is not the CPU or the kernels do not build."""
+    if requested not in REQUESTS:
+        raise StacklmError(f"unknown backend {requested!r}; backends: {', '.join(REQUESTS)}")
+    if requested == "torch":
+        return "torch"
+    if device.type != "cpu":
+        if requested == "cpu-compiled":
+            raise StacklmError(f"the cpu-compiled backend runs on the CPU, not on {device}")
+        return "torch"
+    built, error = build.available()
+    if built:
+        return "cpu-compiled"
+    if requested == "cpu-compiled":
+        raise StacklmError(f"the cpu-compiled backend is not available: {error}")
+    warnings.warn(
+        f"running the torch backend, not cpu-compiled: {error}. Its dropout draws other masks for the same seed,"
+        " so its runs differ from cpu-compiled ones (each run records its backend)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return "torch"
+
+
+def accelerate(model: ModuleT, backend: Backend) -> ModuleT:
+    """``model`` with each of its modules (itself included) of a class that ``backend`` runs otherwise
+    turned into that backend's class, in place: the same parameters, buffers and state dict; returned.
+
+    ``cpu-compiled`` loads the kernels (raising if they do not build) and needs the model on the CPU;
+    ``torch`` turns the compiled classes back into the PyTorch ones."""
+    if backend not in BACKENDS:
+        raise StacklmError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
+    if backend == "torch":
+        for module in model.modules():
+            module.__class__ = PYTORCH.get(type(module), type(module))
+        return model
+    build.load()
+    devices = {tensor.device.type for tensor in [*model.parameters(), *model.buffers()]}
+    if devices - {"cpu"}:
+        raise StacklmError(f"the cpu-compiled backend runs on the CPU; this model is on {', '.join(sorted(devices))}")
+    for module in model.modules():
+        if type(module) in COMPILED and runs_on_kernels(module):
+            module.__class__ = COMPILED[type(module)]
+    return model
+
+
+def record(backend: Backend) -> dict[str, str]:
+    """What a run records of its backend: its name and, on the CPU, the CPU's vector capability."""
+    return {"backend": backend, "cpu_vectors": build.vector_capability()}

@@ -1,1 +1,0 @@
-"""Fast contractions behind the stack dynamic programs (see ``shifted``)."""
