@@ -20,7 +20,7 @@ over its base's (Tf for the transformers, RNN or LSTM for the stack RNNs). ``Tf`
 tied embeddings), timed in the same rounds. ``--bf16`` times each architecture again under
 ``torch.autocast`` to bfloat16 (oneDNN) and reports the speedup and the loss's relative error
 against float32 on the same batch; the nondeterministic stacks' dynamic program needs
-float32 (``stack-performance.md`` §2), so their architectures are left out of it.
+float32 (``docs/design/stack-dp.md#float32-and-the-shifted-products``), so their architectures are left out of it.
 ``--symbol-stack-kernel`` times each NS model again on the compiled symbol stack, in the same
 rounds (old and new alternate), as ``kernel_tokens_per_cpu_s``, ``kernel_cost_ratio`` and
 ``kernel_speedup``.

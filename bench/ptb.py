@@ -48,7 +48,7 @@ from stacklm.data.ptb import build_vocabulary, chunks, encode, first_lines, read
 from stacklm.models.ptb import PtbLanguageModel, ptb_config
 
 BATCH = 32
-TRAIN_TOKENS = 929_589  # cfl-and-ptb.md §3.1
+TRAIN_TOKENS = 929_589  # docs/design/cfl-and-ptb.md#ptb-data-and-batching
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "upstream" / "ptb"
 

@@ -1,4 +1,5 @@
-"""The CFL data sets of [RNS-RNN App. 8] (spec §1.4) and their true cross-entropy (spec §1.5).
+"""The CFL data sets of DuSell & Chiang (2022) App. 8 and their true cross-entropy
+(``docs/design/cfl-and-ptb.md#cfl-data-sets``, ``docs/design/cfl-and-ptb.md#true-cross-entropy``).
 
 Splits, with the valid lengths L = {ℓ ∈ [low, high] : β(S, ℓ) > 0}:
 
@@ -106,7 +107,7 @@ def score_strings(sampler: LengthSampler, strings: list[list[int]], num_valid_le
 
 
 def generate_split(language: CflLanguage, split: str, seed: int, strings_per_length: int | None = None) -> CflDataset:
-    """Sample and score one split of ``language`` (spec §1.4); the same seed gives the same data.
+    """Sample and score one split of ``language``; the same seed gives the same data.
 
     ``strings_per_length`` keeps, of the test split, only the first so many strings of each
     length — the same strings and log-probabilities as in the whole split — and scores only

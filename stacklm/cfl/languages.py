@@ -3,7 +3,7 @@
 Each language is a PCFG built from "mean" parameters through stop(m) = 1/(m+1) and
 cont(m) = m/(m+1), so that a recursive rule repeats a geometric number of times with mean m;
 the default parameters are those of the experiment scripts, and the resulting rule
-probabilities are those of spec §1.2:
+probabilities are those of ``docs/design/cfl-and-ptb.md#cfl-languages``:
 
 - marked reversal     {v # vᴿ : v ∈ {0,1}*},          S → a S a (cont(60)/2), S → # (stop(60));
 - unmarked reversal   {v vᴿ},                          S → a S a (cont(60)/2), S → ε (stop(60));
@@ -104,7 +104,7 @@ def hardest_cfl(
     mean_bracket_splits: float = 1.5,
     mean_nesting_depth: float = 3,
 ) -> CflLanguage:
-    """Greibach's hardest CFL as encoded by the authors (spec §1.2), start symbol S′.
+    """Greibach's hardest CFL as encoded by the authors, start symbol S′.
 
     c = cont(mean commas), u = cont(mean short filler), v = cont(mean long filler − 1),
     q = semicolon probability, s = cont(mean splits), t = cont(mean nesting depth).

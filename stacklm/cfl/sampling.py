@@ -1,4 +1,5 @@
-"""Exact sampling from a PCFG conditioned on the string length, p_G(w | |w| = ℓ) (spec §1.3).
+"""Exact sampling from a PCFG conditioned on the string length, p_G(w | |w| = ℓ)
+(``docs/design/cfl-and-ptb.md#length-conditioned-sampling``).
 
 With the length table β(X, ℓ) = Σ_{|w|=ℓ} P(X ⇒* w) of :func:`stacklm.cfl.inside.length_table`
 (over every item of the circuit), a derivation of length ℓ is expanded top-down:
@@ -90,7 +91,7 @@ class LengthSampler:
         return self.choices[key]
 
     def _options(self, position: int, length: int) -> Choice:
-        """The weighted options of item ``position`` at ``length`` (spec §1.3, step 4)."""
+        """The weighted options of item ``position`` at ``length`` (the top-down step above)."""
         item = self.circuit.items[position]
         beta = self.log_beta
         if isinstance(item, Alternatives):

@@ -1,4 +1,5 @@
-"""The splits of a CFL data set [RNS-RNN App. 8] (spec §1.4): their string lengths and sizes.
+"""The splits of a CFL data set (DuSell & Chiang (2022) App. 8; ``docs/design/cfl-and-ptb.md#cfl-data-sets``):
+their string lengths and sizes.
 :mod:`stacklm.cfl.datasets` samples them; kept apart from the sampling, which imports torch,
 so that the ``stacklm cfl`` command line offers the split names without it."""
 

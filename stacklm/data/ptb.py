@@ -1,12 +1,12 @@
 """The Penn Treebank for language modelling, and its truncated-BPTT chunks (DuSell & Chiang (2022)
-§5.2, App. 10; ``cfl-and-ptb.md`` §3.1–3.2).
+§5.2, App. 10; ``docs/design/cfl-and-ptb.md#ptb-data-and-batching``).
 
 Data: Mikolov et al. (2011)'s preprocessed PTB, one sentence per line. A split is one token
 stream: each line split on whitespace, then ``<eos>``. The vocabulary is the sorted set of the
 training file's types other than ``<unk>``, then ``<unk>`` (the fallback for any unseen word),
 then ``<eos>``: V = 10,000.
 
-Chunks (§3.2): the stream of N tokens is cut into contiguous streams of L = ⌈N/B⌉ tokens (the
+Chunks: the stream of N tokens is cut into contiguous streams of L = ⌈N/B⌉ tokens (the
 last one shorter; fewer than B streams when N is tiny), each prefixed with the token before it
 (``<eos>`` for the first) as an input only, so that every token is a target exactly once. The
 streams are read 35 steps (``bptt``) at a time; the chunk in which the short last stream ends is
@@ -46,7 +46,7 @@ from stacklm.errors import StacklmError, located
 UNK = "<unk>"
 Split = Literal["train", "valid", "test"]
 # Mikolov et al. (2011) simple-examples data/ptb.*.txt; their md5s are the published ones
-# (cfl-and-ptb.md §3.1), and these are the same files' sha256.
+# (docs/design/cfl-and-ptb.md#ptb-data-and-batching), and these are the same files' sha256.
 PTB_SHA256: dict[Split, str] = {
     "train": "fcea919f6cf83f35d4d00c6cbf08040d13d4155226340912e2fef9c9c4102cbf",
     "valid": "c9fe6985fe0d4ccb578183407d7668fc6066c20700cb4cf87d8ff1cc34df1bf2",
@@ -164,7 +164,7 @@ class Chunk:
 
 
 def chunks(stream: Tensor, eos_index: int, batch_size: int = 32, bptt: int = 35, padding_target: bool = False) -> list[Chunk]:
-    """The truncated-BPTT chunks of one split's (N,) token stream, in order (§3.2)."""
+    """The truncated-BPTT chunks of one split's (N,) token stream, in order."""
     if stream.dim() != 1 or stream.numel() == 0:
         raise StacklmError(f"a split must be a non-empty token stream, got shape {tuple(stream.shape)}")
     if batch_size < 1 or bptt < 1:

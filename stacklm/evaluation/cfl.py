@@ -1,4 +1,5 @@
-"""The CFL metric of DuSell & Chiang (2022) §4: cross-entropy above the true distribution's (``cfl-and-ptb.md`` §1.5–1.6).
+"""The CFL metric of DuSell & Chiang (2022) §4: cross-entropy above the true distribution's
+(``docs/design/cfl-and-ptb.md#true-cross-entropy``).
 
 For a set S of strings, per-symbol cross-entropy under p, in nats (EOS counted):
 

@@ -14,8 +14,8 @@ on the generalization set):
 - ``log_ratio`` = log(FA(M, D_hier) / FA(M, D_lin)) and ``partial_log_ratio`` likewise for the
   partial accuracy (App. E), computed in log space so that tiny accuracies do not underflow;
   ``partial_log_ratio_sampled`` from the sampled one where both exist;
-- ``mean_log_ratio`` = (1/|D|) Σ [log p(y_hier | x) − log p(y_lin | x)], what the reference
-  code reports as its log ratio (``reference-implementation.md`` §12.4).
+- ``mean_log_ratio`` = (1/|D|) Σ [log p(y_hier | x) − log p(y_lin | x)], what the authors'
+  code reports as its log ratio (``docs/design/authors-code.md#log-ratio``).
 
 At each training checkpoint, ``TaskEvaluator.checkpoint_scores`` gives the generalization
 curves: FA and the task's partial accuracy (exact where it exists, else sampled) on a fixed

@@ -1,8 +1,8 @@
 """Ancestral sampling of outputs given prompts, for the sampled partial accuracies.
 
 DuSell & Cotterell (2025) §5 estimates tense reinflection's (and passivization's) partial accuracy from 10
-outputs sampled per input; the reference draws them with seed 123 and at most 50 tokens
-(``reference-implementation.md`` §10.6). Prompts of identical length are sampled together,
+outputs sampled per input; the authors' code draws them with seed 123 and at most 50 tokens
+(``docs/design/authors-code.md#evaluation-and-sampling``). Prompts of identical length are sampled together,
 as many as keep samples · (prompt length + 1) within the token budget:
 each is read once, its state copied ``num_samples`` times, and extended one token at a time from
 softmax(y_t) until every row has produced EOS or reached its prompt's length: ``max_length``,

@@ -1,11 +1,10 @@
 """Options every architecture shares, and the one place that lists where the reference departs.
 
 The numbers of DuSell & Cotterell (2025), *Bearing Syntactic Fruit with Stack-Augmented Neural
-Networks*, were computed by its authors' code (rau @ 1b80c20, ``reference-implementation.md``
-§12), so that code is the default. It departs from the paper's text in two ways that change a
-model; each is a named option of ``ReferenceBehaviour``, so a user can reproduce either (an
-independent check found our models equal to the authors' to 2.6e-14 in logits only with the
-defaults):
+Networks*, were computed by its authors' code (rau @ 1b80c20; ``docs/design/authors-code.md``),
+so that code is the default. It departs from the paper's text in two ways that change a model;
+each is a named option of ``ReferenceBehaviour``, so a user can reproduce either (an independent
+check found our models equal to the authors' to 2.6e-14 in logits only with the defaults):
 
 ``pushed_vector`` — the vector a stack-attention sublayer pushes (paper App. C.4).
   - ``"raw"`` (default, the authors' code): the superposition sublayer pushes W_v x̄_t^LN
@@ -25,8 +24,9 @@ defaults):
     of standard scaled dot-product attention, which are U(−0.1, 0.1) like embeddings and learned
     initial states; layer norms start at weight 1, bias 0.
 
-The CFL models of the RNS-RNN paper follow its code's initialisation (``cfl-and-ptb.md`` §2.5),
-which that paper adopts by reference ("as in our earlier paper"); these options do not apply.
+The CFL models of the RNS-RNN paper follow its code's initialisation
+(``docs/design/cfl-and-ptb.md#cfl-training``), which that paper adopts by reference ("as in our
+earlier paper"); these options do not apply.
 """
 
 from __future__ import annotations

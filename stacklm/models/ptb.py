@@ -1,4 +1,5 @@
-"""The Penn Treebank language models of DuSell & Chiang (2022) §5 and App. 10 (``cfl-and-ptb.md`` §3.3).
+"""The Penn Treebank language models of DuSell & Chiang (2022) §5 and App. 10
+(``docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts``).
 
 Embedding E (V × H) → one LSTM layer of H units reading [E x_t ; r_{t−1}] (PyTorch's two
 bias vectors per gate) → affine output (H → V, with bias); no tying, no dropout. With a stack,
@@ -22,8 +23,9 @@ Every parameter is drawn from U(−0.05, 0.05) (App. 10).
 Names (for settings, paths and tables; ``ptb_config`` and ``ptb_model_name`` are inverses):
 ``lstm`` (H = 256) or ``lstm-H``; ``jm-hidden`` (H = m = 247) and ``jm-learned`` (H = 256, m = 22),
 depth 10; ``ns-Q-S`` and ``rns-Q-S``: |Q| = Q, |Γ| = S, H = 256, D = 35. These are the
-configurations of the released scripts (``cfl-and-ptb.md`` §3.5); which of them form the grid is
-the settings' choice. The registry (``stacklm.models.registry``) holds the models built from
+configurations of the released scripts
+(``docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts``); which of them form the grid
+is the settings' choice. The registry (``stacklm.models.registry``) holds the models built from
 ``ModelOptions``; these are built from their name alone.
 """
 
@@ -83,7 +85,7 @@ class PtbModelConfig:
         return 0 if self.stack is None else self.stack.reading_size
 
     def parameter_count(self) -> int:
-        """cfl-and-ptb.md §3.5: V·H + 4H(H + |r| + H) + 8H + H·V + V + the stack's layers."""
+        """V·H + 4H(H + |r| + H) + 8H + H·V + V + the stack's layers."""
         vocabulary, hidden = self.vocabulary_size, self.hidden_units
         count = vocabulary * hidden + 4 * hidden * (hidden + self.reading_size + hidden) + 8 * hidden + hidden * vocabulary + vocabulary
         if isinstance(self.stack, LimitedNondeterministic):

@@ -13,7 +13,8 @@ Their registry names carry the prefix ``cfl/`` (``cfl/NS+S+U``), so that ``cfl/L
 Bearing ``LSTM`` stay distinct; ``Architecture.label`` is the name without it, as the tables
 print it. Their stack sizes come from ``ModelOptions`` (``cfl_stack_vector_size``,
 ``cfl_num_states``, ``cfl_num_symbols``), since App. 8 varies them per task and search.
-NS+U follows the paper (unnormalized, no states), not the released script (``cfl-and-ptb.md`` §2.3).
+NS+U follows the paper (unnormalized, no states), not the released script
+(``docs/design/cfl-and-ptb.md#nsu-follows-the-paper``).
 
 Each width is sized to the parameter budget (``stacklm.models.sizing``); the CFL widths are fixed.
 """

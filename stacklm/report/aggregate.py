@@ -4,8 +4,8 @@ A run's ``metrics.parquet`` is long: one row per (split, rule, metric). A table 
 DuSell & Cotterell (2025), Tables 1–7, is one (metric, split, rule) selection; a cell is the
 mean and the standard deviation of that value over the final runs' seeds. Where the paper's
 text and its authors' table scripts differ, the tables follow the scripts, which printed the
-paper's numbers (``reference-implementation.md`` §10, §12.4, §12.9), and ``report.log_ratio``
-offers the text's:
+paper's numbers (``docs/design/authors-code.md#log-ratio``, ``docs/design/authors-code.md#tables``),
+and ``report.log_ratio`` offers the text's:
 
 - the standard deviation is the population one (ddof = 0), as ``print_mean_table.py`` computes
   it (the paper does not say); one seed has none;

@@ -35,8 +35,8 @@ and splitting the runs by their last transition gives the same three terms as γ
                                                                                  on top at k)
 
 Without a window the pop never needs the rows apart, so they are summed into one: this is
-the recursion η[t] = push + η[t−1] Δ^R + Σ_k η[k] γ'_t[k] of ``stack-performance.md`` §1,
-O(n²·Q²S·m) in total. With a window the rows are kept (row i leaves when t − i > D).
+the recursion η[t] = push + η[t−1] Δ^R + Σ_k η[k] γ'_t[k]
+(``docs/design/stack-dp.md#readings-without-zeta``), O(n²·Q²S·m) in total. With a window the rows are kept (row i leaves when t − i > D).
 Because the η rows obey the same terms as γ rows, they are stored as extra rows of the
 γ columns, and one contraction serves both.
 

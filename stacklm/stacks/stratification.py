@@ -13,7 +13,7 @@ walking down from the top:
 
     r_t = Σ_{i=1}^{t} min(s_t[i], max(0, 1 − Σ_{j=i+1}^{t} s_t[j])) · V_t[i],
 
-and the empty stack reads 0 (ref. impl. §2.2 adds a zero bottom vector, which changes nothing).
+and the empty stack reads 0 (the authors' code adds a zero bottom vector, which changes nothing).
 
 Here row 0 is the top (row k holds element i = t − k), so every "Σ over j above i" is an
 exclusive cumulative sum along the rows; no Python loop runs over elements. Shapes: values

@@ -1,4 +1,5 @@
-"""The seven syntactic-transformation tasks of Bearing Syntactic Fruit (datasets.md §1–§7).
+"""The seven syntactic-transformation tasks of Bearing Syntactic Fruit
+(``docs/design/transformations-data.md``).
 
 ``get_task(name)`` returns the task: its grammar (``stacklm/grammars/data/<name>.cfg``, the
 language of the source sentences), markers, transformations, split filters and partial-accuracy

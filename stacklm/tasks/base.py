@@ -124,7 +124,7 @@ class Task(ABC):
     # --- partial accuracy --------------------------------------------------------------------
 
     def partial_match(self, output: Sequence[str], reference: Sequence[str]) -> bool:
-        """first_word: o_1 = r_1; second_word: o_2 = r_2 (datasets.md §0.7)."""
+        """first_word: o_1 = r_1; second_word: o_2 = r_2 (``docs/design/transformations-data.md#partial-accuracy``)."""
         index = 0 if self.partial_accuracy_kind == "first_word" else 1
         return len(output) > index and len(reference) > index and output[index] == reference[index]
 

@@ -4,8 +4,8 @@ Hierarchical, move-object (English): object NP · was|were (object head singular
 verb · by · subject NP · ``.``. German: object NP with its head in the nominative ·
 wurde|wurden · von · subject NP with its head in the dative · participle · ``.`` (PPs unchanged).
 
-Linear, move-second (datasets.md §5, §7, a reconstruction): the new subject is the span from
-the second determiner up to the verb or the final ``.``, whichever comes first; was|were
+Linear, move-second (a reconstruction, ``docs/design/transformations-data.md#move-second``):
+the new subject is the span from the second determiner up to the verb or the final ``.``, whichever comes first; was|were
 (wurde|wurden) agrees with the noun after that determiner; then verb · by · the first ``Det N``
 (German: ``von`` · the first ``Det N`` in the dative · participle); ``.``. In German the span's
 ``Det N`` is put in the nominative, reading it as the first of accusative singular, dative

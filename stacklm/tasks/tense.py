@@ -6,8 +6,8 @@ for ``tense-reinflection``) takes the present form of the number of its own pret
 Linear, agree-recent: each inflected word takes the number of the most recent noun before it.
 
 Ambiguity-breaking: transform marker and the two rules give different outputs; no further
-filter or cap. Partial accuracy (datasets.md §2, §3): the output has the reference's sequence
-of word classes, and the same word at the main position — the second inflected word if the
+filter or cap. Partial accuracy (``docs/design/transformations-data.md#partial-accuracy``): the
+output has the reference's sequence of word classes, and the same word at the main position — the second inflected word if the
 reference's third token is a relative pronoun, else the first.
 """
 

@@ -9,12 +9,12 @@ results has its model logged as an MLflow model (``stacklm.tracking.logged_model
 with ``mlflow.pytorch.load_model``, and the experiment's Models tab lists it); with
 ``tracking.artifacts: false`` (a remote store, large files) the folder tag alone leads to
 them, and no model is logged. Its start and end are the training's, not the mirror's. Training and
-evaluation jobs never touch MLflow (``ecosystem.md`` §4): ``stacklm tracking sync`` mirrors an
-experiment's finished runs in one serial job, skipping each run whose key and digest are already
+evaluation jobs never touch MLflow (``docs/design/mlflow.md#jobs-never-touch-mlflow``):
+``stacklm tracking sync`` mirrors an experiment's finished runs in one serial job, skipping each run whose key and digest are already
 there and replacing one whose Parquet changed, so that a rerun costs one search of the store.
 
-MLflow 3.17 pitfalls (``ecosystem.md`` §3): the tracking URI is always explicit (a relative
-SQLite path is made absolute here); a fresh SQLite store written by parallel jobs breaks in
+MLflow 3.17 pitfalls (``docs/design/mlflow.md#mlflow-3-pitfalls``): the tracking URI is always
+explicit (a relative SQLite path is made absolute here); a fresh SQLite store written by parallel jobs breaks in
 its schema migration, so ``stacklm tracking init`` creates the store and the experiments once,
 serially, and ``sync`` refuses a SQLite store that does not exist yet.
 """

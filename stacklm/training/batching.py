@@ -4,7 +4,7 @@ A string w (token indices, EOS excluded) is scored as w·EOS: the model reads w_
 predicts n + 1 symbols. A batch of strings padded to the longest length n holds
 ``size · (n + 1)`` predicted positions, counting EOS and padding. The token budget B bounds,
 by default, ``size · n`` — the raw lengths, EOS excluded, as the authors' code of DuSell &
-Cotterell (2025) counts (``reference-implementation.md`` §12.3), so that batches are as large
+Cotterell (2025) counts (``docs/design/authors-code.md#token-budget-and-batching``), so that batches are as large
 as theirs; ``token_budget="scored"`` bounds ``size · (n + 1)``, the positions the paper's text
 (App. D) says B counts (a transformer's BOS is its input's first position and the target's EOS
 its last, so n + 1 per string either way).

@@ -64,7 +64,7 @@ class TrainConfig:
 
 
 def cfl_train_config(learning_rate: float) -> TrainConfig:
-    """The CFL schedule of DuSell & Chiang (2022) App. 8 (``cfl-and-ptb.md`` §2.5)."""
+    """The CFL schedule of DuSell & Chiang (2022) App. 8 (``docs/design/cfl-and-ptb.md#cfl-training``)."""
     return TrainConfig(
         learning_rate=learning_rate,
         tokens_per_batch=None,

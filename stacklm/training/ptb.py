@@ -1,5 +1,5 @@
 """Training and evaluating a PTB model with truncated BPTT (DuSell & Chiang (2022) App. 10;
-``cfl-and-ptb.md`` §3.2, §3.4).
+``docs/design/cfl-and-ptb.md#ptb-data-and-batching``, ``docs/design/cfl-and-ptb.md#ptb-training``).
 
 - A pass (training epoch or evaluation) starts from the initial state and carries the state
   from chunk to chunk, detached, sliced to the chunk's batch when the short stream has ended.
@@ -8,7 +8,7 @@
 - η and c of a random-search run: log-uniform on [1, 100] and [1e-5, 1e-3] (the paper's
   "divided by batch size and sequence length" and "multiplied by" them: the loss is a mean).
 - After each epoch, validation perplexity; η ÷ 1.5 when it is not a new best (torch's
-  ``ReduceLROnPlateau`` with patience 0, as §3.4 gives the released code: with its default
+  ``ReduceLROnPlateau`` with patience 0, as in the released code: with its default
   relative threshold, a gain under 0.01 % also divides η); stop after 2 epochs in a row without
   a lower validation perplexity, or after 100 epochs; the best epoch's parameters are restored.
 - A training loss that is not finite (a drawn η too large: the search spans [1, 100]) ends the

@@ -7,7 +7,7 @@
 
 ``init`` creates the MLflow store and one experiment per task, per CFL language and for PTB, once and
 serially, before the workflow fans out (a fresh SQLite store written by parallel jobs breaks in
-its schema migration, ``ecosystem.md`` §3). ``sync`` mirrors one experiment's runs from their
+its schema migration, ``docs/design/mlflow.md#mlflow-3-pitfalls``). ``sync`` mirrors one experiment's runs from their
 Parquet files alone (``stacklm.tracking.runs``): for a task, every run's ``train.parquet`` and
 the final runs' ``metrics.parquet``; for a CFL language, every grid run's ``train.parquet`` and
 each model's evaluation Parquet; for ``ptb``, every restart's ``train.parquet`` and

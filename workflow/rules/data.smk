@@ -1,4 +1,4 @@
-# Data stage (datasets.md): upstream files (fetched, repaired) -> the four splits -> summaries.
+# Data stage (docs/design/transformations-data.md): upstream files (fetched, repaired) -> the four splits -> summaries.
 # Wiring only; the lookups live in stacklm.experiments.transformations.data. Rule data_X runs `stacklm data X`.
 
 

@@ -1,5 +1,5 @@
 """The SG score of a language model, computed from SyntaxGym suite files without Docker or lm-zoo
-(DuSell & Chiang (2022) §5.2, App. 11; ``cfl-and-ptb.md`` §3.6).
+(DuSell & Chiang (2022) §5.2, App. 11; ``docs/design/cfl-and-ptb.md#sg-score``).
 
 - ``suite``: a suite file read and checked; ``formula``: its predictions parsed (never ``eval``);
 - ``alignment``: sentences, PTB tokens (``<unk>`` outside the vocabulary), tokens to regions;

@@ -1,4 +1,4 @@
-"""From a condition's regions to tokens, and each token to its region (``cfl-and-ptb.md`` §3.6,
+"""From a condition's regions to tokens, and each token to its region (``docs/design/cfl-and-ptb.md#sg-score``,
 steps 1, 2 and 4), as syntaxgym 0.5 with the PTB model of DuSell & Chiang (2022) does it.
 
 1. The sentence joins the non-empty region contents (leading spaces stripped) with single spaces.

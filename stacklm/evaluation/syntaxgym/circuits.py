@@ -1,4 +1,4 @@
-"""The SG score and its circuits (``cfl-and-ptb.md`` §3.6, step 8; DuSell & Chiang (2022) App. 11).
+"""The SG score and its circuits (``docs/design/cfl-and-ptb.md#sg-score``, step 8; DuSell & Chiang (2022) App. 11).
 
 ``circuits.json`` holds ``{"circuits": [{"name": …, "suites": [suite names]}, …]}``; each suite
 belongs to one circuit. The SG score is the unweighted mean of the suite accuracies; a

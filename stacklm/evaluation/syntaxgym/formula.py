@@ -1,7 +1,7 @@
 """SyntaxGym prediction formulas, parsed without ``eval``: a tokenizer and a recursive-descent parser.
 
 A formula compares region values of one item (Hu et al. 2020; the SyntaxGym suite format that
-DuSell & Chiang (2022) scored, ``cfl-and-ptb.md`` §3.6). Its grammar, loosest binding first, is
+DuSell & Chiang (2022) scored, ``docs/design/cfl-and-ptb.md#sg-score``). Its grammar, loosest binding first, is
 the one of syntaxgym 0.5's formula parser:
 
     formula    := comparison (("&" | "|") comparison)*          left-associative, one level

@@ -1,4 +1,4 @@
-"""A PTB language model as the SG score's ``TokenLogProbs`` (``cfl-and-ptb.md`` §3.6, step 3).
+"""A PTB language model as the SG score's ``TokenLogProbs`` (``docs/design/cfl-and-ptb.md#sg-score``, step 3).
 
 Each call scores one sentence from the model's initial state (no context carried from other
 sentences): the inputs' log-softmax at each position, read at the target. Tokens map to the

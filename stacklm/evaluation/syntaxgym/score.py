@@ -1,4 +1,4 @@
-"""Surprisals, region values, prediction results and suite accuracies (``cfl-and-ptb.md`` §3.6,
+"""Surprisals, region values, prediction results and suite accuracies (``docs/design/cfl-and-ptb.md#sg-score``,
 steps 3 and 5–7; DuSell & Chiang (2022) §5.2).
 
 The language model is a ``TokenLogProbs``: given the input tokens and the target tokens of one

@@ -3,7 +3,7 @@ score of a language model on all of them.
 
 The files are the authors' copies of the SyntaxGym-format suites (``iclr2022`` tag of
 bdusell/nondeterministic-stack-rnn, ``data/syntaxgym/`` and ``data/circuits.json``; see
-``cfl-and-ptb.md`` §3.6). A folder holding them is laid out as the reference copies:
+``docs/design/cfl-and-ptb.md#sg-score``). A folder holding them is laid out as the reference copies:
 ``circuits.json`` and ``syntaxgym-format/<suite>.json``. A file whose sha256 differs is refused.
 ``download_suites`` (``stacklm ptb suites``, the rule ``ptb_suites``) fetches them from that
 repository at the pinned commit into such a folder, each checked before it is written.

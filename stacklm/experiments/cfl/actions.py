@@ -11,7 +11,7 @@ pop after (expose the symbol that w_{t+1} repeats).
 The string is the same for every run and both models: one length drawn uniformly from the
 training lengths [40, 80], then one string of that length from the PCFG, with a seed derived
 from the language alone. Which runs and learning rates the paper plotted is not stated
-(``cfl-and-ptb.md`` §2.6); the figure shows each model's selected run.
+(``docs/design/cfl-and-ptb.md#cfl-selection-and-figures``); the figure shows each model's selected run.
 
 A logging run writes ``actions.parquet`` beside its ``train.parquet``: one row per
 (update, position), with the columns of ``ACTIONS_SCHEMA``.

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate = commands.add_parser(
         "generate",
         help="sample one split and score each string's true log-probability",
-        description="Sample one split (spec §1.4) and write tokens, ln p_true(w) and ln p_G(w | |w|) as TSV.",
+        description="Sample one split (DuSell & Chiang (2022) App. 8) and write tokens, ln p_true(w) and ln p_G(w | |w|) as TSV.",
     )
     generate.add_argument("--language", required=True, choices=sorted(LANGUAGES))
     generate.add_argument("--split", required=True, choices=list(SPLIT_LENGTHS))

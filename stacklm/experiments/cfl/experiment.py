@@ -1,4 +1,4 @@
-"""The RNS-RNN CFL experiments (DuSell & Chiang (2022) §4, App. 8; ``cfl-and-ptb.md`` §1.4–1.6, §2.4–2.6).
+"""The RNS-RNN CFL experiments (DuSell & Chiang (2022) §4, App. 8; ``docs/design/cfl-and-ptb.md``).
 
 The grid, per language L and model X (``cfl/LSTM`` … ``cfl/NS+S+U``):
 

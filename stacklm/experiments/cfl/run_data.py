@@ -1,4 +1,4 @@
-"""A CFL run's own data (spec §1.4: re-sampled per run) and the part of the fixed test set it is scored on."""
+"""A CFL run's own data (re-sampled per run, DuSell & Chiang (2022) App. 8) and the part of the fixed test set it is scored on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from stacklm.cfl.splits import BATCH_SIZE, SPLIT_LENGTHS
 
 
 def sample_run_data(language: CflLanguage, seed: int, train_batches: int, validation_batches: int) -> tuple[list[list[int]], CflDataset]:
-    """A run's training strings and its scored validation set (spec §1.4).
+    """A run's training strings and its scored validation set (``docs/design/cfl-and-ptb.md#cfl-data-sets``).
 
     The procedure of :func:`stacklm.cfl.datasets.sample_strings` with the given numbers of
     batches: one generator ``random.Random(seed)``; each batch draws a valid length in

@@ -33,8 +33,9 @@ WHERE_TO_GET = (
     " or set ptb.mirror: null to download them"
 )
 
-# The configurations of the authors' released scripts (cfl-and-ptb.md §3.5): which of them the
-# paper's main table shows and which its appendix table is not recoverable from its text.
+# The configurations of the authors' released scripts: which of them the paper's main table shows
+# and which its appendix table is not recoverable from its text
+# (docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts).
 PAPER_PDA_SIZES: tuple[tuple[int, int], ...] = (
     (1, 2), (1, 3), (1, 4), (1, 5), (1, 6), (1, 7), (1, 11), (2, 2), (2, 3), (2, 4), (2, 5), (3, 2), (3, 3), (3, 4), (4, 3),
 )
