@@ -1,4 +1,5 @@
-"""The data sets of spec §1.4 and the true cross-entropy of spec §1.5."""
+"""The data sets (docs/design/cfl-and-ptb.md#cfl-data-sets) and the true cross-entropy
+(docs/design/cfl-and-ptb.md#true-cross-entropy)."""
 
 import math
 import random
@@ -32,7 +33,8 @@ def unmarked_test() -> CflDataset:
 
 
 def test_reference_test_set_true_cross_entropies_of_the_reversal_languages(marked_test, unmarked_test):
-    """Spec §1.5: 0.3847151 (marked) and 0.3900583 (unmarked) nats per symbol, length term ln 30 / ln 31 included."""
+    """0.3847151 (marked) and 0.3900583 (unmarked) nats per symbol, length term ln 30 / ln 31 included
+    (docs/design/cfl-and-ptb.md#true-cross-entropy)."""
     assert true_cross_entropy(marked_test) == pytest.approx(0.3847151, abs=1e-7)
     assert true_cross_entropy(unmarked_test) == pytest.approx(0.3900583, abs=1e-7)
 
@@ -71,7 +73,7 @@ def test_train_and_validation_are_length_homogeneous_batches_from_one_generator(
     for strings in (train, validation):
         batches = [strings[first : first + 10] for first in range(0, len(strings), 10)]
         assert all(len({len(string) for string in batch}) == 1 and len(batch[0]) in valid for batch in batches)
-    # spec §1.4: one length per batch, uniform over the valid lengths; validation continues the generator
+    # App. 8: one length per batch, uniform over the valid lengths; validation continues the generator
     generator = random.Random(11)
     lengths = sampler.valid_lengths(40, 80)
     replay = []

@@ -1,4 +1,4 @@
-"""The five grammars against the exact rule tables of spec §1.2."""
+"""The five grammars against the exact rule tables of docs/design/cfl-and-ptb.md#cfl-languages."""
 
 from fractions import Fraction
 

@@ -12,7 +12,7 @@ from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.sampling import Choice, LengthSampler
 from stacklm.errors import StacklmError
 
-# spec §1.3, table of valid lengths: (lengths in [40, 80], lengths in [40, 100])
+# docs/design/cfl-and-ptb.md#length-conditioned-sampling, table of valid lengths: (lengths in [40, 80], lengths in [40, 100])
 SPEC_VALID_LENGTHS = {
     "marked-reversal": (range(41, 80, 2), range(41, 100, 2)),
     "unmarked-reversal": (range(40, 81, 2), range(40, 101, 2)),

@@ -1,5 +1,5 @@
 """PTB tokens, vocabulary and truncated-BPTT chunks: a hand-made corpus with every tensor written
-out by hand from cfl-and-ptb.md §3.2, and the real splits' counts from §3.1–3.2."""
+out by hand, and the real splits' counts (docs/design/cfl-and-ptb.md#ptb-data-and-batching)."""
 
 import hashlib
 from pathlib import Path

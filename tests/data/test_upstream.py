@@ -13,7 +13,7 @@ from stacklm.data.upstream import (UPSTREAM, UPSTREAM_LINES, UPSTREAM_SPLITS, Up
 from stacklm.errors import StacklmError
 from stacklm.tasks.example import Example
 
-# datasets.md §7: sha256 of the corrected dev and gen files.
+# docs/design/transformations-data.md#german-passivization-repair: sha256 of the repaired dev and gen files.
 REPAIRED_SHA256 = {
     "validation": "1a0dc70359c9f2430d5430dae7d5803e87509b14bb0d01150b24ab65fb8b5e06",
     "generalization": "5a54cefe768338638811465cf8df6b9b15560eee694aeccffddc7983409c6eeb",

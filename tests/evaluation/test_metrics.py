@@ -203,7 +203,7 @@ def test_cfl_difference_is_zero_for_the_true_distribution_and_the_excess_otherwi
     assert cross_entropy_difference(model, true, lengths) == pytest.approx(0.5 * 4 / sum(length + 1 for length in lengths))
     by_length = cross_entropy_difference_by_length(model, true, lengths)
     assert by_length == pytest.approx({41: 0.5 / 42, 61: 0.5 / 62, 99: 0.5 / 100})
-    # the per-length true cross-entropy of marked reversal at ℓ = 41 (cfl-and-ptb.md §1.5)
+    # the per-length true cross-entropy of marked reversal at ℓ = 41 (docs/design/cfl-and-ptb.md#true-cross-entropy)
     assert -float(true[0]) / 42 == pytest.approx(0.330070, abs=1e-6)
 
 

@@ -1,7 +1,7 @@
 """The architecture choices of DuSell & Cotterell (2025), each checked on a built model.
 
 Every test recomputes something by hand from the paper's formulas (§4.1, App. C–D) or from
-what the authors' code computes (``reference-implementation.md`` §3–§6), reading only the
+what the authors' code computes (``docs/design/authors-code.md``), reading only the
 parameters of a built model, or inspects the statistics of the built parameters. ``docs/audit.md``
 maps each row of the audit table to the test here that pins it.
 """
@@ -194,7 +194,7 @@ def test_output_is_the_tied_embedding_without_bias(name: str) -> None:
         torch.testing.assert_close(after[:, 0, :3], before[:, 0, :3], rtol=0, atol=0)
 
 
-# --- stack attention (App. C.4, reference §4) ------------------------------------------------
+# --- stack attention (App. C.4; docs/design/authors-code.md#stack-attention-layers) ----------
 
 
 def superposition_sublayer(pushed_vector: str) -> Callable[[Tensor, StackAttention], Tensor]:
@@ -453,7 +453,7 @@ def test_recurrent_dropout_positions_without_a_stack() -> None:
     torch.testing.assert_close(calls[-1][:, 0], torch.tanh(model.initial_hidden[-1]).expand(2, -1), rtol=0, atol=0)  # y'_0
 
 
-# --- initialization (App. D; reference §6) ---------------------------------------------------
+# --- initialization (App. D; docs/design/authors-code.md#initialization) ----------------------
 
 RELU_GAIN = math.sqrt(2)
 
@@ -547,7 +547,7 @@ def test_defaults_reproduce_the_authors_code() -> None:
     torch.testing.assert_close(interface.actions(hidden).pushed, hidden @ interface.push_layer.weight.T)
 
 
-# --- sizing (§5; reference §7) ---------------------------------------------------------------
+# --- sizing (§5; docs/design/authors-code.md#model-sizing) ------------------------------------
 
 
 def reference_width(root: float, base: str) -> int:

@@ -1,5 +1,6 @@
-"""The PTB models: parameter counts against cfl-and-ptb.md §3.5, the first stack reading from the
-paper's equations, truncated BPTT's carried state, the window, initialization."""
+"""The PTB models: parameter counts against docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts,
+the first stack reading from the paper's equations, truncated BPTT's carried state, the window,
+initialization."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
-"""PTB model names: each names the configuration of cfl-and-ptb.md §3.5 with the spec's parameter
-count, reads back to itself, and a bad name or a config no name stands for is refused."""
+"""PTB model names: each names a configuration of docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts
+with its parameter count, reads back to itself, and a bad name or a config no name stands for is refused."""
 
 import json
 

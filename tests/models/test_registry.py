@@ -120,7 +120,7 @@ def test_initialization_option_changes_standard_feedforward_layers_only() -> Non
 
 
 def test_the_defaults_follow_the_authors_code() -> None:
-    # DuSell & Cotterell (2025)'s numbers come from their code (reference-implementation.md §12.1, §12.6)
+    # DuSell & Cotterell (2025)'s numbers come from their code (docs/design/authors-code.md)
     assert ReferenceBehaviour() == ReferenceBehaviour(pushed_vector="raw", initialization="reference")
     assert ModelOptions().reference == ReferenceBehaviour(pushed_vector="raw", initialization="reference")
 

@@ -36,7 +36,7 @@ def test_closed_form_equals_built_count_and_width_is_nearest(task_name: str) -> 
         assert sizing.width == best, name
 
 
-# rau's `model-size` results for the question-formation vocabulary (68 tokens), reference spec §7.
+# rau's `model-size` results for the question-formation vocabulary (68 tokens), docs/design/authors-code.md#model-sizing.
 REFERENCE_COUNTS = {
     ("Tf", 68): 193_596,
     ("Tf+Sup", 72): 202_896,

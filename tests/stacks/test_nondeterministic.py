@@ -125,7 +125,7 @@ def deterministic_actions(
 
 
 def test_hand_traced_push_replace_push_pop() -> None:
-    # reference-implementation §14: push → replace → push → pop on a (Q=3, S=4) stack.
+    # A case of the authors' rau tests: push → replace → push → pop on a (Q=3, S=4) stack.
     script = [("push", 0, 0, 1, 2), ("replace", 1, 2, 2, 3), ("push", 2, 3, 0, 1), ("pop", 0, 1, 1, 0)]
     actions = deterministic_actions(3, 4, script)
     tops = [(1, 2), (2, 3), (0, 1), (1, 3)]

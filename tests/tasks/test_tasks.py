@@ -7,7 +7,7 @@ import pytest
 from stacklm.errors import StacklmError
 from stacklm.tasks import TASK_NAMES, get_task
 
-# The worked examples of datasets.md: source, hierarchical target, linear target.
+# One worked example per task: source, hierarchical target, linear target (docs/design/transformations-data.md#worked-examples).
 WORKED = {
     "question-formation": ("your yaks who do entertain my tyrannosaurus don't confuse my yak . quest",
                            "don't your yaks who do entertain my tyrannosaurus confuse my yak ?",

@@ -1,4 +1,5 @@
-"""Our transformations against every line of the upstream dev and gen files (datasets.md §0.8)."""
+"""Our transformations against every line of the upstream dev and gen files
+(docs/design/transformations-data.md#agreement-with-the-upstream-files)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from stacklm.data.upstream import repair_example
 from stacklm.tasks import TASK_NAMES, get_task
 
 # task → (identity lines in dev, transform lines in dev, gen lines where the hierarchical and the
-# linear target share the partial-accuracy word) — datasets.md §0.8.
+# linear target share the partial-accuracy word), as listed in
+# docs/design/transformations-data.md#agreement-with-the-upstream-files.
 EXPECTED = {
     "question-formation": (594, 406, 0),
     "tense-reinflection-do": (560, 440, 0),
@@ -68,7 +70,7 @@ def test_every_upstream_sentence_parses_and_its_tokens_are_in_the_vocabulary(nam
         ambiguous[split] = sum(count > 1 for count in counts) / len(counts)
         for example in examples:
             assert set(example.source) | set(reference(task, example)) | set(task.transform(example.source, "linear")) <= vocabulary
-    if name == "german-question-formation":  # der/die/den: determiner or relative pronoun (§0.6)
+    if name == "german-question-formation":  # der/die/den (docs/design/transformations-data.md#parsing-and-ambiguity)
         assert ambiguous["validation"] == pytest.approx(0.07, abs=0.01) and ambiguous["generalization"] == pytest.approx(0.24, abs=0.01)
     else:
         assert ambiguous == {"validation": 0.0, "generalization": 0.0}

@@ -22,7 +22,7 @@ def test_token_budget_groups_fit_the_budget_and_cover_every_string_once(token_bu
 
 
 def test_the_default_budget_counts_raw_lengths_as_the_authors_code() -> None:
-    # reference-implementation.md §8/§12.3: batch size × longest raw length ≤ B; the paper's text
+    # docs/design/authors-code.md#token-budget-and-batching: batch size × longest raw length ≤ B; the paper's text
     # (App. D) counts EOS too. Four strings of 4 tokens under B = 12: 3 per batch, or 2 with EOS.
     assert TrainConfig(learning_rate=1e-3, tokens_per_batch=12).token_budget == "raw"
     assert TrainingSettings().token_budget == "raw"

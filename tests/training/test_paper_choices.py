@@ -3,7 +3,7 @@
 The loss, the validation cross-entropy, Adam with L²-clipping, the checkpoint interval, the
 learning-rate schedule, early stopping, the best checkpoint and the search distribution are
 checked against brute-force computations or against the PyTorch objects the authors' code uses
-(``reference-implementation.md`` §9). ``docs/audit.md`` maps each row of the audit table here.
+(``docs/design/authors-code.md#training-schedule``). ``docs/audit.md`` maps each row of the audit table here.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_adam_steps_with_global_l2_clipping_equal_the_hand_computation() -> None
 
 def test_checkpoints_every_n_examples_with_the_surplus_carried_over() -> None:
     """App. D: checkpoints "every 80k training examples"; the code counts examples since the last
-    checkpoint and carries the surplus over (reference §9), across epochs."""
+    checkpoint and carries the surplus over, across epochs."""
     generator = random.Random(0)
     training = [[generator.randrange(6) for _ in range(generator.randint(1, 8))] for _ in range(40)]
     config = TrainConfig(learning_rate=1e-3, tokens_per_batch=20, max_epochs=3, examples_per_checkpoint=7, early_stopping_patience=1000)
@@ -203,8 +203,9 @@ def test_the_best_checkpoints_parameters_are_left_in_the_model(monkeypatch: pyte
 
 
 def test_token_budget_groups_are_greedy_and_count_raw_lengths() -> None:
-    """The authors' code (reference §8, §12.3): batch size × longest raw length ≤ B, grown greedily
-    over the strings sorted by length (the paper's App. D counts BOS, EOS and padding too)."""
+    """The authors' code (docs/design/authors-code.md#token-budget-and-batching): batch size ×
+    longest raw length ≤ B, grown greedily over the strings sorted by length (the paper's App. D
+    counts BOS, EOS and padding too)."""
     generator = random.Random(3)
     lengths = [generator.randint(1, 40) for _ in range(400)]
     groups = group_by_token_budget(lengths, range(400), 512)

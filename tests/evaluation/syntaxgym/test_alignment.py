@@ -1,4 +1,4 @@
-"""Sentences, PTB tokens and the token-to-region walk, each case traced by hand from cfl-and-ptb.md §3.6."""
+"""Sentences, PTB tokens and the token-to-region walk, each case traced by hand from docs/design/cfl-and-ptb.md#sg-score."""
 
 from pathlib import Path
 
@@ -61,7 +61,7 @@ def test_tokens_left_after_the_last_region_are_an_error() -> None:
 
 def test_every_sentence_of_the_suites_aligns_under_the_ptb_vocabulary(upstream_dir: Path) -> None:
     vocabulary = {word for line in (upstream_dir / "ptb" / "ptb.train.txt").open() for word in line.split()}
-    assert len(vocabulary) == 9999  # cfl-and-ptb.md §3.1: 9,998 types and <unk>
+    assert len(vocabulary) == 9999  # docs/design/cfl-and-ptb.md#ptb-data-and-batching: 9,998 types and <unk>
     sentences = unassigned = 0
     for path in sorted((upstream_dir / "sg-test-suites" / "syntaxgym-format").glob("*.json")):
         for item in read_suite(path).items:

@@ -79,7 +79,7 @@ def test_malformed_formulas_name_the_column(text: str, column: int, message: str
 
 def test_every_formula_of_the_suites_parses_and_reads_the_regions_it_names(upstream_dir: Path) -> None:
     files = sorted((upstream_dir / "sg-test-suites" / "syntaxgym-format").glob("*.json"))
-    assert len(files) == 33  # cfl-and-ptb.md §3.6: 33 suites in six circuits
+    assert len(files) == 33  # docs/design/cfl-and-ptb.md#sg-score: 33 suites in six circuits
     formulas = [p["formula"] for path in files for p in json.loads(path.read_text())["predictions"]]
     for text in formulas:
         named = {(condition, int(region)) for region, condition in re.findall(r"\((\d+);%([^%]+)%\)", text)}

@@ -1,4 +1,4 @@
-"""Reading suite files: the paper's 33 suites with the spec's totals, and errors naming file and place."""
+"""Reading suite files: the paper's 33 suites with their totals, and errors naming file and place."""
 
 import json
 from pathlib import Path
@@ -93,7 +93,7 @@ def test_a_file_that_is_not_json_names_its_line(tmp_path: Path) -> None:
 def test_the_papers_suites_have_the_stated_totals(upstream_dir: Path) -> None:
     files = sorted((upstream_dir / "sg-test-suites" / "syntaxgym-format").glob("*.json"))
     suites = [read_suite(path) for path in files]
-    # cfl-and-ptb.md §3.6: 33 suites, 841 items, 1,850 (item, prediction) pairs.
+    # Counted in the authors' suite files (docs/design/cfl-and-ptb.md#sg-score): 33 suites, 841 items, 1,850 pairs.
     assert len(suites) == 33
     assert sum(len(suite.items) for suite in suites) == 841
     assert sum(len(suite.items) * len(suite.predictions) for suite in suites) == 1850

@@ -128,8 +128,9 @@ def test_the_test_perplexity_is_the_models_on_the_slice_as_one_stream(upstream_d
         network = saved.model().double()
         vocabulary = Vocabulary(saved.vocabulary)
         stream = encode(first_lines(read_split(upstream_dir / "ptb", "test"), LINES), vocabulary)
-        # Independent of the chunking: the 32 streams' layout (§3.2) as 32 separate passes from the
-        # initial state, each the stream's tokens after the one before it (<eos> for the first).
+        # Independent of the chunking: the 32 streams' layout (docs/design/cfl-and-ptb.md#ptb-data-and-batching)
+        # as 32 separate passes from the initial state, each the stream's tokens after the one before
+        # it (<eos> for the first).
         length = math.ceil(stream.numel() / 32)
         total = 0.0
         with torch.no_grad():

@@ -1,6 +1,7 @@
-"""The ``ptb`` section and the PTB DAG's lookups: the paper's grid by default (cfl-and-ptb.md
-§3.5: 35 configurations × 10 restarts), each bad value named by its key, the jobs' options as
-the settings give them (quoted), the targets and the MLflow mirror's files."""
+"""The ``ptb`` section and the PTB DAG's lookups: the paper's grid by default (35 configurations ×
+10 restarts, docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts), each bad value named by
+its key, the jobs' options as the settings give them (quoted), the targets and the MLflow
+mirror's files."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_the_default_grid_is_every_configuration_of_the_released_scripts() -> No
     settings = PtbSettings()
     assert (settings.restarts, settings.max_epochs, settings.lines, settings.suites) == (10, 100, None, None)
     assert len(PAPER_MODELS) == 35 and len(set(PAPER_MODELS)) == 35
-    # cfl-and-ptb.md §3.5's table, by parameter count: 3 LSTMs, 2 JMs, 15 NS and 15 RNS configurations
+    # docs/design/cfl-and-ptb.md#ptb-models-and-parameter-counts, by parameter count: 3 LSTMs, 2 JMs, 15 NS and 15 RNS configurations
     counts = {name: ptb_config(name).parameter_count() for name in PAPER_MODELS}
     assert [counts[name] for name in ("lstm", "lstm-258", "lstm-267", "jm-hidden", "jm-learned")] == [5_656_336, 5_704_576, 5_922_448, 5_684_828, 5_685_289]
     assert counts["ns-1-11"] == 5_732_621 and counts["ns-4-3"] == 5_745_760 and counts["rns-4-3"] == 5_754_976 and counts["rns-1-7"] == counts["ns-1-7"]
