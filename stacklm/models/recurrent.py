@@ -26,7 +26,7 @@ Two variants share this module:
 
 - ``bearing-syntactic-fruit`` (DuSell & Cotterell (2025)): tied embeddings (plain or +Syn), learned initial
   states h^(ℓ)_0 = tanh(w^(ℓ)_0), c_0 = 0, one bias per gate, dropout as above;
-- ``rns-rnn`` (DuSell & Chiang (2022) §2.1, ``cfl-and-ptb.md`` §2.1): one-hot inputs, h_0 = c_0 = 0,
+- ``rns-rnn`` (DuSell & Chiang (2022) §2.1, ``docs/design/cfl-and-ptb.md#rns-rnn-models``): one-hot inputs, h_0 = c_0 = 0,
   PyTorch's two bias vectors per gate, an affine output layer with bias, no dropout.
 """
 
@@ -153,8 +153,9 @@ class RecurrentLanguageModel(LanguageModel):
         )
         self.interface = None
         if config.stack is not None:
-            # Nondeterministic action layers: Xavier in the Bearing paper; U(−0.1, 0.1) in the
-            # reference and in the RNS-RNN code (cfl-and-ptb.md §2.5).
+            # Nondeterministic action layers: Xavier in the Bearing paper; U(−0.1, 0.1) in the authors'
+            # code of both papers (docs/design/authors-code.md#initialization,
+            # docs/design/cfl-and-ptb.md#cfl-training).
             xavier = bearing and config.reference.initialization == "paper"
             self.interface = build_interface(config.stack, hidden, bias=True, xavier=xavier)
         self.dropout = Dropout(config.dropout)

@@ -8,10 +8,11 @@ A log-semiring product out[i, j] = log Σ_c exp(L[i, c] + R[c, j]) is computed a
 
 where a[c] = log α of the configuration that c stands for (the total weight of reaching it).
 The shifts cancel exactly, so any finite a is correct; this choice keeps float32 in range
-(``stack-performance.md`` §2): every column of R̂ is a distribution over c, every row of L̂
-has maximum 1, so (L̂ R̂)[i, j] ∈ [0, 1] is a weighted average of L̂[i, ·], and it underflows
-only when a term is ~1e−38 smaller than its row's largest share. Shifting instead by row and
-column maxima fails, because their sum drifts away from the true maximum of each sum.
+(``docs/design/stack-dp.md#float32-and-the-shifted-products``): every column of R̂ is a
+distribution over c, every row of L̂ has maximum 1, so (L̂ R̂)[i, j] ∈ [0, 1] is a weighted
+average of L̂[i, ·], and it underflows only when a term is ~1e−38 smaller than its row's largest
+share. Shifting instead by row and column maxima fails, because their sum drifts away from the
+true maximum of each sum.
 
 Columns c with a[c] = −∞ (configurations of weight zero) are dropped: a left entry there can
 only belong to a row that itself has weight zero, so no reading depends on it.

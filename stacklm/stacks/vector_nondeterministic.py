@@ -12,7 +12,8 @@ starts in q0 with only (⊥, v₀) on the stack and never empties it; replacing 
 flattened in the order (r, y, m) to size |Q|·|Γ|·m. η is computed without ζ (``pda.py``).
 v₀ = σ(w₀) with w₀ learned (``bottom="learned"``), or 0 (``"zero"``) or 1 (``"one"``).
 The pushed vector is given in log space: log σ(W_v h) in a stack RNN, or the raw linear output
-when a stack-attention layer pushes exp(W_v x) (``reference-implementation.md`` §12.1).
+when a stack-attention layer pushes exp(W_v x)
+(``docs/design/authors-code.md#pushed-vector-of-stack-attention``).
 
 Cost: that of the NS stack plus O(n²·Q²S·m) for η without a window (O(n·D²·Q³S·m) with one);
 ``pda.py`` has the full accounting.
