@@ -6,7 +6,7 @@
     stacklm data repair     --task T --input FILE --out FILE
     stacklm data summarize  --task T --data DIR --out FILE.parquet
     stacklm data report     --out FILE SUMMARY.parquet ...
-    stacklm data estimate-weights --task T [--mirror DIR] [--iterations K] [--out-dir DIR]
+    stacklm data estimate-weights --task T [--mirror DIR] [--fit-to train|held-out] [--iterations K] [--simulations R] [--out-dir DIR] [--check-against FILE]
     stacklm data compare    --task T A B [--split S] [--seeds S1 S2]
 """
 
@@ -19,18 +19,19 @@ from pathlib import Path
 import pandas as pd
 
 from stacklm.atomic import write_bytes_atomically
-from stacklm.data.compare import NOISE_SEEDS, compare, format_comparison, read_dataset
+from stacklm.data.compare import NOISE_SEEDS, compare, format_comparison, noise_sizes, read_dataset
 from stacklm.data.dataset import make_splits, write_dataset
 from stacklm.data.examples import read_examples, write_examples
-from stacklm.data.splits import SPLITS, SplitSizes
+from stacklm.data.splits import SPLITS, SplitSizes, build_splits
 from stacklm.data.summary import describe, summarize_folder, write_parquet
 from stacklm.data.upstream import UPSTREAM_SPLITS, fetch_bytes, read_upstream, repair_example, upstream_file
-from stacklm.data.weights import estimate_weights, grammar_texts, write_grammar_files
+from stacklm.data.weights import TARGET_SPLITS, TRAIN_FILE_TASKS, estimate_weights, grammar_texts, write_grammar_files
 from stacklm.errors import StacklmError, UsageError, located
-from stacklm.grammars import grammar_path
+from stacklm.grammars import CompiledGrammar, grammar_path
 from stacklm.tasks import TASK_NAMES, get_task
 
-DEFAULT_ITERATIONS = 4
+DEFAULT_ITERATIONS = 6
+DEFAULT_SIMULATIONS = 2
 MAX_SPLIT_SIZE = 1_000_000  # a split's bound: 10^11 train examples wrote 1.7 GB in 3 minutes and never ended
 
 
@@ -81,8 +82,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     weights = commands.add_parser("estimate-weights", help="fit a task's grammar weights to the upstream sentences")
     _task(weights)
     weights.add_argument("--mirror", type=Path, help="read the upstream files from this folder instead of downloading them")
-    weights.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    weights.add_argument("--fit-to", choices=tuple(TARGET_SPLITS), help="train: the parses of upstream's train file (default for "
+                         f"{', '.join(TRAIN_FILE_TASKS)}, whose train files have a copy); held-out: of its dev and test files, corrected by"
+                         " simulating upstream's procedure (default for the others)")
+    weights.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help=f"rounds of proportional fitting (default {DEFAULT_ITERATIONS})")
+    weights.add_argument("--simulations", type=int, default=DEFAULT_SIMULATIONS, help=f"seeds simulated per round (default {DEFAULT_SIMULATIONS})")
     weights.add_argument("--out-dir", type=Path, help="where to write the two grammar files (default: the packaged grammars)")
+    weights.add_argument("--check-against", type=Path, help="then draw a train split with the fitted weights and compare it with this train"
+                         " file, as `stacklm data compare` does (the validation of docs/data-validation.md)")
     weights.set_defaults(func=_estimate_weights)
 
     comparison = commands.add_parser("compare", help="two datasets' construction profiles side by side, their total variation and the generator's seed noise")
@@ -165,14 +172,22 @@ def _report(args: argparse.Namespace) -> int:
 
 def _estimate_weights(args: argparse.Namespace) -> int:
     task = get_task(args.task)
-    upstream = {split: read_upstream(args.task, split, args.mirror) for split in ("validation", "generalization")}
-    in_distribution, generalization = estimate_weights(task, upstream["validation"], upstream["generalization"], args.iterations)
+    target = args.fit_to or ("train" if args.task in TRAIN_FILE_TASKS else "held-out")
+    sentences = [example.source[:-1] for split in TARGET_SPLITS[target] for example in read_upstream(args.task, split, args.mirror)]
+    generalization = [example.source[:-1] for example in read_upstream(args.task, "generalization", args.mirror)]
+    in_distribution, generalization_grammar = estimate_weights(task, target, sentences, generalization, args.iterations, args.simulations)
     current = grammar_path(task.grammar_name).read_text(encoding="utf-8").splitlines()[0]
     title = current[2:] if current.startswith("# ") else task.name
-    origin = upstream_file(args.task, "validation")
-    texts = grammar_texts(task, in_distribution, generalization, title, f"{origin.repository}@{origin.commit[:12]}", args.iterations)
+    origin = upstream_file(args.task, TARGET_SPLITS[target][0])
+    texts = grammar_texts(task, in_distribution, generalization_grammar, title, f"{origin.repository}@{origin.commit[:12]}", args.iterations, target)
     for path in write_grammar_files(texts, args.out_dir or Path(str(grammar_path(task.grammar_name))).parent):
         print(path)
+    if args.check_against is not None:
+        real = read_dataset(args.check_against, "train")
+        grammars = (CompiledGrammar(in_distribution), CompiledGrammar(generalization_grammar))
+        generated = {"train": build_splits(task, noise_sizes(real), NOISE_SEEDS[0], grammars=grammars).train}
+        [comparison] = compare(task, generated, real, NOISE_SEEDS, grammars)
+        print(format_comparison(comparison, (f"drawn with the fitted weights, seed {NOISE_SEEDS[0]}", str(args.check_against))))
     return 0
 
 

@@ -32,6 +32,7 @@ from typing import Mapping, Sequence
 from stacklm.data.examples import read_examples
 from stacklm.data.splits import SPLITS, SplitSizes, build_splits
 from stacklm.errors import StacklmError
+from stacklm.grammars import CompiledGrammar
 from stacklm.tasks import Task
 from stacklm.tasks.example import Example
 
@@ -89,16 +90,17 @@ def noise_sizes(dataset: Mapping[str, Sequence[Example]]) -> SplitSizes:
 
 
 def compare(task: Task, first: Mapping[str, Sequence[Example]], second: Mapping[str, Sequence[Example]],
-            seeds: tuple[int, int] = NOISE_SEEDS) -> list[Comparison]:
-    """One comparison per split both datasets hold (two single files of different splits:
+            seeds: tuple[int, int] = NOISE_SEEDS, grammars: tuple[CompiledGrammar, CompiledGrammar] | None = None) -> list[Comparison]:
+    """One comparison per split both datasets hold, not empty (two single files of different splits:
     B is compared as a sample of A's split). The noise samples are drawn at A's and at B's
-    sizes (``noise_sizes``) with ``seeds``."""
+    sizes (``noise_sizes``) with ``seeds``, from ``grammars`` (in-distribution, generalization)
+    when given, else the task's own."""
     if not first.keys() & second.keys() and len(first) == len(second) == 1:
         second = {next(iter(first)): next(iter(second.values()))}  # B read as a sample of A's split
-    splits = [split for split in SPLITS if split in first and split in second]
+    splits = [split for split in SPLITS if first.get(split) and second.get(split)]
     if not splits:
         raise StacklmError(f"no split in common: {', '.join(first)} against {', '.join(second)}")
-    generated = [build_splits(task, noise_sizes(dataset), seed) for dataset, seed in zip((first, second), seeds)]
+    generated = [build_splits(task, noise_sizes(dataset), seed, grammars=grammars) for dataset, seed in zip((first, second), seeds)]
     comparisons = []
     for split in splits:
         profiles = profile(task, first[split]), profile(task, second[split])

@@ -11,5 +11,5 @@ from stacklm.data.upstream import read_upstream
 
 @pytest.fixture(scope="session")
 def upstream_examples(upstream_dir):
-    """``load(task, split)`` → the examples of the reference copy, split ∈ {validation, generalization}."""
+    """``load(task, split)`` → the examples of the reference copy, split ∈ {train, validation, test, generalization}."""
     return cache(lambda task, split: read_upstream(task, split, upstream_dir))
