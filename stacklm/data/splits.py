@@ -1,4 +1,5 @@
-"""Split construction: the four splits drawn as upstream drew them (datasets.md §0.5).
+"""Split construction: the four splits drawn as upstream drew them
+(docs/design/transformations-data.md#split-construction; the measurements: docs/data-validation.md).
 
 Every draw is a tree and a marker; a draw whose *key* was drawn before (by either stream) is
 skipped, and no sentence of ``exclude`` is ever drawn. Upstream's two sources keyed their
