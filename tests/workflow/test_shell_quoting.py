@@ -24,6 +24,7 @@ import yaml
 from snakemake.utils import update_config
 
 import stacklm.workflow.settings as resolution
+from stacklm.data.upstream import UPSTREAM
 from stacklm.errors import StacklmError
 
 from tests.workflow.snakemake_runs import ROOT, run_snakemake
@@ -131,6 +132,12 @@ def test_no_config_string_runs_in_a_rule_shell(workflow_copy, tmp_path: Path) ->
         assert get_value(settings, path) == value, path
 
     directory = workflow_copy(overrides)
+    # The DAG checks that the mirror holds every upstream file it would read: give it (empty) ones,
+    # under the hostile folder name, relative to the workflow's directory.
+    for file in UPSTREAM["question-formation"].values():
+        copy_path = directory / values[("data", "upstream_mirror")] / "question-formation" / file.name
+        copy_path.parent.mkdir(parents=True, exist_ok=True)
+        copy_path.touch()
     result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
