@@ -4,7 +4,8 @@
   dropout masks from ``F.dropout``.
 - ``cpu-compiled``: the compiled CPU kernels of this package (built at first use): dropout from a
   counter-based generator (other masks than ``F.dropout``'s for the same seed), attention and whole
-  attention layers, the stack RNNs' steps and the dVPDA.
+  attention layers, the stack RNNs' steps, the dVPDA, and the nondeterministic stack over symbols
+  of the CFL models (full stack, log semiring).
 
 Both compute the same functions; their results differ by float rounding, and in training by
 their dropout masks. So a run records its backend, with the CPU's vector capability
@@ -19,7 +20,7 @@ CPU where the kernels build, else ``torch``, with a warning saying what differs)
 from __future__ import annotations
 
 import warnings
-from typing import Literal, TypeVar
+from typing import Iterator, Literal, TypeVar
 
 import torch
 from torch import nn
@@ -30,10 +31,14 @@ from stacklm.kernels.attention import CompiledCausalSelfAttention, CompiledTrans
 from stacklm.kernels.dropout import CompiledDropout, CompiledReLUDropout
 from stacklm.kernels.dvpda import CompiledVectorNondeterministicInterface, CompiledVectorNondeterministicStack, kernel_applies
 from stacklm.kernels.recurrent import CompiledRecurrentLanguageModel
+from stacklm.kernels.symbol_stack import CompiledNondeterministicStack
 from stacklm.models.dropout import Dropout, ReLUDropout
 from stacklm.models.recurrent import RecurrentLanguageModel
 from stacklm.models.stack_interface import VectorNondeterministicInterface
 from stacklm.models.transformer import CausalSelfAttention, Transformer
+from stacklm.semiring import LOG
+from stacklm.stacks.base import Stack
+from stacklm.stacks.nondeterministic import NondeterministicStack
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicStack
 
 Backend = Literal["torch", "cpu-compiled"]
@@ -43,7 +48,7 @@ REQUESTS = ("auto", *BACKENDS)  # what a command's --backend accepts
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 # Each PyTorch class and the class that runs it on the kernels.
-COMPILED: dict[type[nn.Module], type[nn.Module]] = {
+COMPILED: dict[type, type] = {
     Dropout: CompiledDropout,
     ReLUDropout: CompiledReLUDropout,
     CausalSelfAttention: CompiledCausalSelfAttention,
@@ -51,12 +56,16 @@ COMPILED: dict[type[nn.Module], type[nn.Module]] = {
     RecurrentLanguageModel: CompiledRecurrentLanguageModel,
     VectorNondeterministicStack: CompiledVectorNondeterministicStack,
     VectorNondeterministicInterface: CompiledVectorNondeterministicInterface,
+    NondeterministicStack: CompiledNondeterministicStack,
 }
 PYTORCH = {compiled: pytorch for pytorch, compiled in COMPILED.items()}
 
 
-def runs_on_kernels(module: nn.Module) -> bool:
-    """Whether the kernels run ``module``'s computation: the dVPDA's only without a window, in LOG with the fast products."""
+def runs_on_kernels(module: object) -> bool:
+    """Whether the kernels run ``module``'s computation: the dVPDA's only without a window, in LOG with the fast products;
+    the symbol stack's only without a window, in LOG."""
+    if isinstance(module, NondeterministicStack):
+        return module.sizes.window is None and module.engine.semiring is LOG
     if isinstance(module, VectorNondeterministicStack):
         return kernel_applies(module)
     if isinstance(module, VectorNondeterministicInterface):
@@ -93,7 +102,7 @@ def resolve(requested: str, device: torch.device) -> Backend:
 
 
 def accelerate(model: ModuleT, backend: Backend) -> ModuleT:
-    """``model`` with each of its modules (itself included) of a class that ``backend`` runs otherwise
+    """``model`` with each of its parts (:func:`parts`) of a class that ``backend`` runs otherwise
     turned into that backend's class, in place: the same parameters, buffers and state dict; returned.
 
     ``cpu-compiled`` loads the kernels (raising if they do not build) and needs the model on the CPU;
@@ -101,17 +110,28 @@ def accelerate(model: ModuleT, backend: Backend) -> ModuleT:
     if backend not in BACKENDS:
         raise StacklmError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
     if backend == "torch":
-        for module in model.modules():
-            module.__class__ = PYTORCH.get(type(module), type(module))
+        for part in parts(model):
+            if type(part) in PYTORCH:
+                part.__class__ = PYTORCH[type(part)]
         return model
     build.load()
     devices = {tensor.device.type for tensor in [*model.parameters(), *model.buffers()]}
     if devices - {"cpu"}:
         raise StacklmError(f"the cpu-compiled backend runs on the CPU; this model is on {', '.join(sorted(devices))}")
-    for module in model.modules():
-        if type(module) in COMPILED and runs_on_kernels(module):
-            module.__class__ = COMPILED[type(module)]
+    for part in parts(model):
+        if type(part) in COMPILED and runs_on_kernels(part):
+            part.__class__ = COMPILED[type(part)]
     return model
+
+
+def parts(model: nn.Module) -> Iterator[object]:
+    """Every module of ``model``, itself included, and the stack of each module that holds one
+    (``StackInterface.stack``) where that stack is not a module itself (the symbol stacks)."""
+    for module in model.modules():
+        yield module
+        stack = getattr(module, "stack", None)
+        if isinstance(stack, Stack) and not isinstance(stack, nn.Module):
+            yield stack
 
 
 def record(backend: Backend) -> dict[str, str]:

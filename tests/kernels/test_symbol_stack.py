@@ -104,23 +104,31 @@ def test_tables_refuse_a_step_past_their_capacity() -> None:
 
 @pytest.mark.parametrize("name", ["cfl/NS", "cfl/NS+S+U"])
 def test_a_stack_rnn_on_the_kernel_equals_it_on_the_pytorch_dp(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CFL model's loss and gradients with the compiled stack's sequence state, float64."""
+    """The CFL model's loss and gradients on the torch backend, then with ``accelerate`` putting the
+    compiled stack in place (its sequence state), float64."""
     steps: list[int] = []
     monkeypatch.setattr(SymbolStackSequence, "next", lambda self, actions, next=SymbolStackSequence.next: steps.append(1) or next(self, actions))
     options = ModelOptions(cfl_num_states=2, cfl_num_symbols=3)
-    model = accelerate(build_model(name, 4, options=options, generator=torch.Generator().manual_seed(0)).double(), "cpu-compiled")
+    model = build_model(name, 4, options=options, generator=torch.Generator().manual_seed(0)).double()
     tokens = torch.randint(0, 3, (10, 12), generator=torch.Generator().manual_seed(1))
     results = []
-    for compiled in (False, True):
-        if compiled:
-            stack = model.interface.stack
-            model.interface.stack = CompiledNondeterministicStack(stack.sizes.num_states, stack.sizes.num_symbols, stack.states_in_reading)
+    for backend in ("torch", "cpu-compiled"):
+        accelerate(model, backend)
+        assert isinstance(model.interface.stack, CompiledNondeterministicStack) == (backend == "cpu-compiled")
         model.zero_grad()
         loss = model(tokens).logsumexp(dim=-1).sum()
         loss.backward()
         results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
     (loss, gradients), (compiled_loss, compiled_gradients) = results
-    assert len(steps) == 11  # the kernel ran the n − 1 updates
+    assert len(steps) == 11  # the kernel ran the n − 1 updates, on the cpu-compiled backend only
     torch.testing.assert_close(compiled_loss, loss)
     for gradient, compiled_gradient in zip(gradients, compiled_gradients):
         torch.testing.assert_close(compiled_gradient, gradient)
+
+
+def test_a_windowed_symbol_stack_stays_on_the_pytorch_dp() -> None:
+    """The kernel holds the full stack only: the memory-limited stack (window D) is not swapped."""
+    options = ModelOptions(cfl_num_states=2, cfl_num_symbols=3)
+    model = build_model("cfl/NS+S+U", 4, options=options, generator=torch.Generator().manual_seed(0))
+    model.interface.stack = NondeterministicStack(2, 3, True, window=5)
+    assert type(accelerate(model, "cpu-compiled").interface.stack) is NondeterministicStack
