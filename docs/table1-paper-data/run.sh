@@ -9,7 +9,7 @@
 #
 # The upstream files come from a mirror folder (default ../shared/upstream beside the checkout;
 # the first argument overrides it). A session's work tree is not always handed to the next one,
-# so the run's state travels in the repository: snapshot.sh packs each run directory into
+# so the run's state travels in the repository: docs/snapshot.sh packs each run directory into
 # docs/table1-paper-data/<name>.tar.gz (committed), and this script unpacks it into a new run
 # directory before it starts (tar keeps the files' times, which Snakemake compares).
 #
