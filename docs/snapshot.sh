@@ -1,22 +1,49 @@
 #!/usr/bin/env bash
-# Packs the state of a published run's directory into an archive, to be committed: results/ (data,
-# settings, every run's model, curves and metrics, and the resumable state of the runs still
-# training: an ended run's state is left out), the jobs' logs and Snakemake's records of the jobs
-# that ended. The run's script (docs/table1/run.sh, docs/table1-paper-data/run.sh) unpacks it into
-# a new run directory, whose training jobs then resume from their states (tar keeps the files'
-# times, which Snakemake compares). Safe while the run trains: states are replaced atomically.
+# Packs the state of a published run's directory into STATE_DIR, to be committed: everything a
+# fresh checkout needs to resume the run where it stands (docs/restore.sh unpacks it). A session's
+# work tree is not always handed to the next one, so this state travels in the repository, in
+# parts that git stores once each:
 #
-#     docs/snapshot.sh RUN_DIR ARCHIVE [RUN_DIR ARCHIVE ...]
+#   STATE_DIR/data.tar.gz               results/data: written once, the data never change;
+#   STATE_DIR/models/<run>.tar.gz       an ended run's model.pt, written once when the run has ended
+#                                       (<run>: task.architecture.phase.index);
+#   STATE_DIR/live.tar.gz               the rest: settings, search draws, every run's curve and
+#                                       metrics, the resumable state of the runs still training
+#                                       (an ended run's is left out), the jobs' logs and
+#                                       Snakemake's records of the jobs that ended.
+#
+# MLflow's store is left out (`tracking_sync` rebuilds it from the Parquet). The archives are
+# byte-reproducible (names sorted, owners numeric, gzip without a name or time), so an unchanged
+# part is not a new blob; tar keeps the files' times, which Snakemake compares. Safe while the run
+# trains: states are replaced atomically.
+#
+#     docs/snapshot.sh RUN_DIR STATE_DIR [RUN_DIR STATE_DIR ...]
 set -euo pipefail
-while [ $# -ge 2 ]; do
-  run=$(realpath "$1") archive=$(realpath "$2")
-  shift 2
-  ended=()
-  for curve in "$run"/results/runs/*/*/*/*/train.parquet; do
-    [ -f "$curve" ] || continue
-    run_path=${curve#"$run"/results/runs/}
-    ended+=(--exclude="results/checkpoints/${run_path%/train.parquet}.*.pt")
-  done
-  (cd "$run" && tar -czf "$archive.part" --exclude=results/mlflow "${ended[@]}" results logs .snakemake/metadata)
+
+# pack ARCHIVE ARGS...: tar ARGS... (run in the run directory) into ARCHIVE, atomically.
+pack() {
+  local archive=$1
+  shift
+  tar --sort=name --owner=0 --group=0 --numeric-owner -cf - "$@" | gzip -n > "$archive.part"
   mv "$archive.part" "$archive"
+}
+
+while [ $# -ge 2 ]; do
+  run=$(realpath "$1")
+  mkdir -p "$2/models"
+  state=$(realpath "$2")
+  shift 2
+  cd "$run"
+  [ -f "$state/data.tar.gz" ] || pack "$state/data.tar.gz" results/data
+  live=(--exclude=results/mlflow --exclude=results/data --exclude="*.lock")
+  for curve in results/runs/*/*/*/*/train.parquet; do
+    [ -f "$curve" ] || continue
+    dir=${curve%/train.parquet}
+    run_path=${dir#results/runs/}
+    live+=(--exclude="results/checkpoints/$run_path.*pt" --exclude="$dir/model.pt")
+    model="$state/models/${run_path//\//.}.tar.gz"
+    [ -f "$model" ] || pack "$model" "$dir/model.pt"
+  done
+  pack "$state/live.tar.gz" "${live[@]}" results logs .snakemake/metadata
+  cd - > /dev/null
 done

@@ -10,8 +10,8 @@
 # The upstream files come from a mirror folder (default ../shared/upstream beside the checkout;
 # the first argument overrides it). A session's work tree is not always handed to the next one,
 # so the run's state travels in the repository: docs/snapshot.sh packs each run directory into
-# docs/table1-paper-data/<name>.tar.gz (committed), and this script unpacks it into a new run
-# directory before it starts (tar keeps the files' times, which Snakemake compares).
+# docs/table1-paper-data/state/<name>/ (committed), and this script unpacks it into a new run
+# directory before it starts (docs/restore.sh; tar keeps the files' times, which Snakemake compares).
 #
 #     nohup nice -n 10 docs/table1-paper-data/run.sh [MIRROR] >> runs/table1-paper-data.log 2>&1 &
 set -uo pipefail
@@ -21,12 +21,12 @@ mirror=$(realpath "${1:-$root/../shared/upstream}")
 commit=e32fc48
 export PATH=$root/.venv/bin:$PATH
 
-# prepare NAME: the run directory runs/NAME at $commit, unpacked from its archive if there is one.
+# prepare NAME: the run directory runs/NAME at $commit, with the state packed in state/NAME if any.
 prepare() {
   local run=$root/runs/$1
   if [ ! -d "$run" ]; then
     git -C "$root" worktree add --detach "$run" "$commit" >/dev/null
-    [ -f "$here/$1.tar.gz" ] && tar -xzf "$here/$1.tar.gz" -C "$run"
+    "$root/docs/restore.sh" "$here/state/$1" "$run"
   fi
   printf 'data:\n  upstream_mirror: %s\n' "$mirror" > "$run/mirror.yaml"
 }
