@@ -145,3 +145,14 @@ def test_the_design_pages_links_to_each_other_resolve(page: Path) -> None:
         target, anchor = page.parent / match.group(1), match.group(2)
         assert target.is_file(), f"{page.name}: {match.group(0)}"
         assert anchor is None or anchor in anchors(target), f"{page.name}: {match.group(0)}"
+
+
+PAGE_LINK = re.compile(r"\]\((?!https?:|mailto:|#)([^)\s#]+)(?:#[^)\s]*)?\)")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_the_readme_and_docs_relative_links_name_files_that_exist(page: Path) -> None:
+    broken = [match.group(0) for match in PAGE_LINK.finditer(page.read_text(encoding="utf-8"))
+              if not (page.parent / match.group(1)).exists()]
+    assert not broken, f"{page.relative_to(ROOT)}: links to nothing: {broken}"
