@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stacklm.atomic import write_bytes_atomically, write_text_atomically
 from stacklm.errors import StacklmError
-from stacklm.report.aggregate import aggregate, summarize
+from stacklm.report.aggregate import Cell, aggregate, summarize
 from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
 from stacklm.report.progress import read_parquet
 from stacklm.report.tables import ColumnSet, Figure, Part, render_document, render_table
@@ -36,23 +36,24 @@ def report_command(args: argparse.Namespace) -> int:
         if len(getattr(args, option)) != len(tasks):
             raise StacklmError(f"--{option}: {len(getattr(args, option))} files given for {len(tasks)} tasks")
     metrics = read_parquet(Path(args.metrics), "the metrics")
-    seeds = len(final.seeds)
     log_ratio = report.log_ratio
     panels = []
     for task, path, markdown in zip(tasks, args.tables, args.markdown):
         cells = summarize(metrics, task, architectures, log_ratio)
         panels.append((task, cells))
         number = PAPER_TABLES[task][0]
-        reproduction = ColumnSet(f"This reproduction ({seeds} seed{'' if seeds == 1 else 's'})", cells)
+        reproduction = ColumnSet(reproduction_title(cells, architectures), cells)
         paper = ColumnSet(f"{PAPER_CITATION}, Table {number} (5 runs)", paper_cells(task))
         # the Markdown table also shows every seed's own values (with two seeds or more), between the mean and the paper's
-        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in final.seeds] if seeds > 1 else []
+        present = [seed for seed in final.seeds if (metrics["seed"] == seed).any()]
+        per_seed = [ColumnSet(f"Seed {seed}", summarize(metrics[metrics["seed"] == seed], task, architectures, log_ratio)) for seed in present] if len(present) > 1 else []
         write_text_atomically(path, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name, scale=args.scale))
         markdown_sets = [reproduction, *per_seed, paper]
         write_text_atomically(
             markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True, scale=args.scale)
         )
     threshold = report.min_test_accuracy
+    seeds = max((cell.runs for _, cells in panels for cell in cells.values()), default=0)
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.
     from stacklm.report.figures import figure3_caption, plot_figure3
 
@@ -62,6 +63,15 @@ def report_command(args: argparse.Namespace) -> int:
     write_text_atomically(args.document, render_document(args.document, [transformations, *document_parts(args.parts)]))
     print(f"{len(tasks)} tables, {len(args.figures)} figure files, {args.document}")
     return 0
+
+
+def reproduction_title(cells: dict[tuple[str, str], Cell], architectures: tuple[str, ...]) -> str:
+    """``This reproduction (N seeds)``, N the most seeds any architecture has in ``cells``, naming
+    the architectures that have fewer (``; Tf+Sup 3``): their means are over those seeds only."""
+    runs = {name: max(cell.runs for (architecture, _), cell in cells.items() if architecture == name) for name in architectures}
+    most = max(runs.values(), default=0)
+    fewer = "".join(f"; {name} {count}" for name, count in runs.items() if 0 < count < most)
+    return f"This reproduction ({most} seed{'' if most == 1 else 's'}{fewer})"
 
 
 def document_parts(text: str) -> list[Part]:

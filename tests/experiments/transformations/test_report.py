@@ -61,6 +61,23 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     assert {path: Path(path).read_bytes() for path in tables} == first
 
 
+def test_the_title_counts_the_seeds_that_ran_and_names_the_architectures_with_fewer(tmp_path: Path, write_run: Callable[..., Path]) -> None:
+    """Settings asking for 5 seeds, runs of 3 (Tf), 2 (Tf+Nd) and none (LSTM): the mean is over the
+    seeds that ran, and the title says so instead of the settings' 5."""
+    counts = {"Tf": 3, "Tf+Nd": 2}
+    runs = [write_run(TASKS[0], name, seed, lambda metric, split, rule, name=name: TEST_ACCURACY[name]) for name, count in counts.items() for seed in range(1, count + 1)]
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"tasks": TASKS[:1], "architectures": ARCHITECTURES, "final": {"seeds": [1, 2, 3, 4, 5]}, "report": {"min_test_accuracy": 0.9, "log_ratio": "per_example"}}))
+    metrics = tmp_path / "metrics.parquet"
+    assert main(["aggregate", "--out", str(metrics), *map(str, runs)]) == 0
+    out = tmp_path / "report"
+    arguments = ["report", "--metrics", str(metrics), "--settings", str(settings), "--tables", str(out / "t.tex"), "--markdown", str(out / "t.md")]
+    assert main([*arguments, "--document", str(out / "report.tex"), "--figures", str(out / "figure3.png")]) == 0
+    markdown = (out / "t.md").read_text()
+    assert "**This reproduction (3 seeds; Tf+Nd 2)**" in markdown and "This reproduction (3 seeds; Tf+Nd 2)" in (out / "t.tex").read_text()
+    assert "**Seed 3**" in markdown and "Seed 4" not in markdown and "(5 seeds" not in markdown
+
+
 PDFLATEX = Path("/usr/bin/pdflatex")
 ALL_TASKS = list(PAPER_TABLES)
 

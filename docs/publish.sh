@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Publishes a Table 1 run (a run directory of docs/table1/run.sh or docs/table1-paper-data/run.sh)
+# under OUT with this checkout's own commands:
+#   metrics.parquet  `stacklm aggregate` of the final runs' metrics
+#   settings.json    the report's settings: PRESET, as the run's own checkout resolves it
+#   table.md, .tex   `stacklm report` of the two, also written between OUT's markers
+#                    (<!-- NAME table --> and <!-- end of NAME table -->, NAME the folder's name) in
+#                    its page OUT.md, and in README.md where the README holds them
+#   curves.png       `stacklm curves` of the final runs' checkpoints (FA and PA on test and generalization)
+#   constructions.md, .parquet
+#                    `stacklm constructions`: the final runs' generalization FA and PA per construction
+# Each ARCHITECTURE:SEEDS names an architecture's slug and its seeds 1 to SEEDS: every one of them,
+# none chosen by hand. tests/report/test_published.py renders the table again from metrics.parquet
+# and settings.json, and checks the pages hold it.
+#
+#     docs/publish.sh RUN_DIR PRESET OUT ARCHITECTURE:SEEDS...
+#     docs/publish.sh runs/table1-paper-data table1 docs/table1-paper-data tf:5 tf+nd:5
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n 's/^#     //p' "$0" >&2; exit 2; }
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+run=$(realpath "$1") preset=$2 out=$(realpath -m "$3")
+shift 3
+finals=$run/results/runs/question-formation
+export PATH=$root/.venv/bin:$PATH
+metrics=() curves=() runs=()
+for architecture_seeds in "$@"; do
+  architecture=${architecture_seeds%:*} seeds=${architecture_seeds##*:}
+  for seed in $(seq 1 "$seeds"); do
+    metrics+=("$finals/$architecture/final/$seed/metrics.parquet")
+    curves+=("$finals/$architecture/final/$seed/train.parquet")
+    runs+=("$finals/$architecture/final/$seed")
+  done
+done
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+mkdir -p "$out"
+configfile=()
+[ -f "$run/mirror.yaml" ] && configfile=(--configfile mirror.yaml)
+(cd "$run" && PYTHONPATH=$run snakemake --cores 1 "${configfile[@]}" --config preset="$preset" -- \
+  results/settings/report.json > "$scratch/settings.log" 2>&1) || { cat "$scratch/settings.log" >&2; exit 1; }
+cp "$run/results/settings/report.json" "$out/settings.json"
+stacklm aggregate --out "$out/metrics.parquet" "${metrics[@]}"
+stacklm report --metrics "$out/metrics.parquet" --settings "$out/settings.json" --tables "$out/table.tex" \
+  --markdown "$out/table.md" --document "$scratch/report.tex" --figures "$scratch/figure3.png"
+stacklm curves --out "$scratch/curves.parquet" --figures "$out/curves.png" -- "${curves[@]}"
+stacklm constructions --data-dir "$run/results/data/question-formation" --markdown "$out/constructions.md" \
+  --parquet "$out/constructions.parquet" "${runs[@]}"
+python - "$out" "$root/README.md" <<'PY'
+import sys
+from pathlib import Path
+
+out, readme = Path(sys.argv[1]), Path(sys.argv[2])
+table = (out / "table.md").read_text()
+start, end = f"<!-- {out.name} table -->\n", f"<!-- end of {out.name} table -->"
+page = out.with_suffix(".md")
+for path in (page, readme):
+    text = path.read_text()
+    if start not in text:
+        if path == page:
+            sys.exit(f"{page}: no '{start.strip()}' line to put the table after")
+        continue
+    head, rest = text.split(start, 1)
+    path.write_text(head + start + table + end + rest.split(end, 1)[1])
+PY
