@@ -52,7 +52,8 @@ from stacklm.tasks import Task
 from stacklm.tasks.example import Example
 
 SPLITS = ("train", "validation", "test", "generalization")
-# Give up when this many draws in a row add nothing to either pool (the language is exhausted).
+# Give up when this many draws in a row add nothing to the pool being filled (the language is exhausted,
+# or none of its sentences passes the task's filters).
 MAX_FRUITLESS_DRAWS = 1_000_000
 
 
@@ -134,24 +135,35 @@ class _Stream:
         self.seen: set[tuple[str, ...]] = set()
         self.counts: Counter[str] = Counter()
 
-    def draws(self, grammar: CompiledGrammar, name: str, marker, wanted) -> Iterable[tuple[Parse, str]]:
-        """(parse, marker) with a new key while ``wanted()``, the marker from ``marker()``; an
-        error after MAX_FRUITLESS_DRAWS draws in a row that yield nothing new."""
-        fruitless = 0
-        while wanted():
+    def draws(self, grammar: CompiledGrammar, name: str, marker, pool: list[Example], size: int) -> Iterable[tuple[Parse, str]]:
+        """(parse, marker) with a new key until ``pool`` holds ``size`` examples (the caller appends
+        those it keeps), the marker from ``marker()``; an error after MAX_FRUITLESS_DRAWS draws in a
+        row that add nothing to ``pool``, whether their key repeats an earlier one or the caller
+        turns them down."""
+        fruitless, kept = 0, len(pool)
+        while len(pool) < size:
+            if len(pool) > kept:
+                fruitless, kept = 0, len(pool)
+            if fruitless >= MAX_FRUITLESS_DRAWS:
+                raise StacklmError(
+                    f"{self.task.name}: {fruitless} {name} draws in a row added no example (repeated earlier sentences,"
+                    f" or turned down: {self._turned_down(name)}); the grammar cannot fill the requested sizes"
+                )
+            fruitless += 1
             parse = grammar.sample(self.rng)
             chosen = marker()
             self.counts[f"{name} draws"] += 1
             key = parse.tokens + (chosen,) if self.by_source else parse.tokens
             if key in self.seen or parse.tokens in self.exclude:
                 self.counts[f"{name} draws: duplicate"] += 1
-                fruitless += 1
-                if fruitless >= MAX_FRUITLESS_DRAWS:
-                    raise StacklmError(f"{self.task.name}: {fruitless} {name} draws in a row repeated earlier sentences; the grammar cannot fill the requested sizes")
                 continue
-            fruitless = 0
             self.seen.add(key)
             yield parse, chosen
+
+    def _turned_down(self, name: str) -> str:
+        """The counts of ``name``'s draws so far, by what became of them."""
+        prefix = f"{name} draws: "
+        return ", ".join(f"{count} {reason[len(prefix):]}" for reason, count in sorted(self.counts.items()) if reason.startswith(prefix)) or "none"
 
 
 def _generalization_pool(task: Task, grammar: CompiledGrammar, size: int, stream: _Stream) -> list[Example]:
@@ -161,7 +173,7 @@ def _generalization_pool(task: Task, grammar: CompiledGrammar, size: int, stream
     groups: Counter[str] = Counter()
     pool: list[Example] = []
     counts = stream.counts
-    for parse, marker in stream.draws(grammar, "generalization", lambda: task.transform_marker, lambda: len(pool) < size):
+    for parse, marker in stream.draws(grammar, "generalization", lambda: task.transform_marker, pool, size):
         if not task.is_ambiguity_breaking(parse):
             counts["generalization draws: not ambiguity-breaking"] += 1
             continue
@@ -185,7 +197,7 @@ def _in_distribution_pool(task: Task, grammar: CompiledGrammar, size: int, strea
     def coin() -> str:
         return task.transform_marker if stream.rng.random() < 0.5 else task.identity_marker
 
-    for parse, marker in stream.draws(grammar, "in-distribution", coin, lambda: len(pool) < size):
+    for parse, marker in stream.draws(grammar, "in-distribution", coin, pool, size):
         if marker == task.transform_marker and task.is_ambiguity_breaking(parse):
             stream.counts["in-distribution draws: ambiguity-breaking, dropped"] += 1
         else:

@@ -142,8 +142,20 @@ def test_an_exhausted_language_is_an_error(monkeypatch):
     for rule in grammar.rules:
         first_rules.setdefault(rule.lhs, rule.key)
     one_sentence = CompiledGrammar(grammar.reweighted({key: 1.0 for key in first_rules.values()}))
-    with pytest.raises(StacklmError, match="50 in-distribution draws in a row repeated earlier sentences"):
+    with pytest.raises(StacklmError, match="50 in-distribution draws in a row added no example .* duplicate"):
         build_splits(task, SplitSizes(train=2, validation=0, test=0, generalization=0), seed=0, grammars=(one_sentence, one_sentence))
+
+
+def test_a_generalization_grammar_whose_sentences_are_all_turned_down_is_an_error(monkeypatch):
+    """New sentences that the task's filter turns down add nothing either: the stream stops
+    instead of drawing forever."""
+    import stacklm.data.splits as splits_module
+
+    monkeypatch.setattr(splits_module, "MAX_FRUITLESS_DRAWS", 200)
+    task = get_task("question-formation")
+    monkeypatch.setattr(type(task), "is_ambiguity_breaking", lambda self, parse: False)
+    with pytest.raises(StacklmError, match=r"200 generalization draws in a row added no example \(.*not ambiguity-breaking"):
+        build_splits(task, SplitSizes(train=0, validation=0, test=0, generalization=5), seed=1)
 
 
 def test_sizes_built_from_settings_name_the_key():
