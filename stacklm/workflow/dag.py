@@ -43,8 +43,9 @@ def finished_message(settings: ResolvedSettings) -> str:
     figure = transformations.REPORT_FIGURE.format(extension="png")
     lines = [
         "stacklm: the results are in",
-        f"  {tables}.{{tex,md,html}}, {transformations.REPORT_DOCUMENT}, {figure}",
-        f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)",
+        *([f"  {tables}.{{tex,md,html}}, {transformations.REPORT_DOCUMENT}, {figure}",
+           f"  {transformations.METRICS} (every final run's metrics), {transformations.RUN_DIR.split('/{')[0]}/ (models and curves)"]
+          if settings.tasks else []),
         *([f"  {cfl.CFL_FIGURE.split('/{')[0]}/ (the CFL figures), {cfl.CFL_METRICS}"] if cfl.targets(settings.cfl) else []),
         *([f"  {ptb.TABLES[0].rsplit('/', 1)[0]}/ (the PTB tables and figure), {ptb.METRICS}"] if ptb.targets(settings.ptb) else []),
         "  logs/ (one log per job)",

@@ -43,6 +43,22 @@ def test_the_full_config_runs_the_papers_grid(config: dict[str, Any]) -> None:
     assert resolve(config, None).cfl == CflSettings()
 
 
+def test_the_cfl_two_languages_preset_runs_the_papers_grid_once_on_two_languages_and_nothing_else(config: dict[str, Any]) -> None:
+    """No task (no data, training or report of the transformations), no PTB; marked and padded
+    reversal with DuSell & Chiang (2022) App. 8's grid, one restart per point: 4 learning rates for
+    the LSTM and each of the four NS models, 4 x 3 vector sizes for Gref and JM, 44 runs a language."""
+    settings = resolve(config, "cfl-two-languages")
+    assert not settings.tasks and not settings.ptb.models
+    assert settings.cfl.languages == ("marked-reversal", "padded-reversal")
+    targets = pipeline.all_targets(settings)
+    assert targets and all(target.startswith(("results/cfl/", "results/tracking/")) for target in targets), targets
+    runs = [path for pair in cfl_dag.cfl_pairs(settings.cfl) for path in cfl_dag.cfl_run_files(settings.cfl, pair["language"], pair["model"], cfl_dag.CFL_RUN_CURVE)]
+    assert len(runs) == len(set(runs)) == 2 * (4 + 4 * 3 + 4 * 3 + 4 * 4)
+    assert pipeline.tracking_experiments(settings) == ["marked-reversal", "padded-reversal"]
+    message = pipeline.finished_message(settings)
+    assert "results/cfl/" in message and "results/report" not in message and "results/metrics.parquet" not in message
+
+
 def test_small_runs_every_language_and_model_once_and_ci_none(config: dict[str, Any]) -> None:
     small = resolve(config, "small")
     pairs = cfl_dag.cfl_pairs(small.cfl)

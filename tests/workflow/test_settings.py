@@ -93,7 +93,7 @@ def test_invalid_settings_name_the_key(config: dict[str, Any], change: Any, key:
     [
         ({"search": {"trials": 0}}, r"search\.trials"),
         ({"search": {"trials": "2"}}, r"search\.trials': '2' is not of type 'integer'"),
-        ({"tasks": []}, r"tasks"),
+        ({"tasks": ["question-formatoin"]}, r"tasks\[0\]': 'question-formatoin' is not one of"),
         ({"final": {"seeds": [1, 2, 1]}}, r"final\.seeds': \[1, 2, 1\] has non-unique elements"),
         ({"architectures": ["Tf", "LSTM", "Tf"]}, r"architectures': .* has non-unique elements"),
         ({"data": {"sizes": {"train": 0}}}, r"data\.sizes\.train"),

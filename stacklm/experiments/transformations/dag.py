@@ -314,7 +314,10 @@ def report_outputs(settings: TransformationsSettings) -> dict[str, list[str]]:
 
 
 def targets(settings: TransformationsSettings) -> list[str]:
-    """The metrics, the report, its pages and every task's curves (the data stage has its own)."""
+    """The metrics, the report, its pages and every task's curves (the data stage has its own);
+    none without a task."""
+    if not settings.tasks:
+        return []
     outputs = report_outputs(settings)
     return [
         METRICS,

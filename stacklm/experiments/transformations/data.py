@@ -82,5 +82,5 @@ def data_files(task: str) -> list[str]:
 
 
 def data_targets(settings: TransformationsSettings) -> list[str]:
-    """Every task's summary, and the report that prints them."""
-    return [SUMMARY.format(task=task) for task in settings.tasks] + [REPORT]
+    """Every task's summary, and the report that prints them; none without a task."""
+    return [SUMMARY.format(task=task) for task in settings.tasks] + [REPORT] if settings.tasks else []
