@@ -15,7 +15,7 @@
 # MLflow's store is left out (`tracking_sync` rebuilds it from the Parquet). The archives are
 # byte-reproducible (names sorted, owners numeric, gzip without a name or time), so an unchanged
 # part is not a new blob; tar keeps the files' times, which Snakemake compares. Safe while the run
-# trains: states are replaced atomically.
+# trains: states are replaced atomically. A run directory without data yet is skipped.
 #
 #     docs/snapshot.sh RUN_DIR STATE_DIR [RUN_DIR STATE_DIR ...]
 set -euo pipefail
@@ -29,10 +29,11 @@ pack() {
 }
 
 while [ $# -ge 2 ]; do
-  run=$(realpath "$1")
-  mkdir -p "$2/models"
-  state=$(realpath "$2")
+  run=$(realpath "$1") state=$2
   shift 2
+  [ -d "$run/results/data" ] || continue  # nothing to keep yet
+  mkdir -p "$state/models"
+  state=$(realpath "$state")
   cd "$run"
   [ -f "$state/data.tar.gz" ] || pack "$state/data.tar.gz" results/data
   live=(--exclude=results/mlflow --exclude=results/data --exclude="*.lock")

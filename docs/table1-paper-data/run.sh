@@ -5,7 +5,8 @@
 # selected hyperparameters, 3 seeds), each from a checkout frozen at e32fc48 (git worktrees under
 # runs/). In order: Tf's and Tf+Nd's searches and 5 final seeds; the extra arm; Tf+Sup's and
 # LSTM's searches and seeds 1-3; their seeds 4 and 5. Killed, it resumes every training job from
-# its last checkpoint when run again.
+# its last checkpoint when run again. Every 30 minutes, and at its end, it packs its state into
+# docs/table1-paper-data/state/ (docs/snapshot.sh): commit that folder as the run goes.
 #
 # The upstream files come from a mirror folder (default ../shared/upstream beside the checkout;
 # the first argument overrides it). A session's work tree is not always handed to the next one,
@@ -43,9 +44,18 @@ step() {
     date -u +"$name $preset end %FT%TZ (exit $?)")
 }
 
+# snapshot: the state of both run directories into state/ (docs/snapshot.sh), to be committed; every
+# 30 minutes while the run goes, and at its end.
+snapshot() {
+  nice -n 15 "$root/docs/snapshot.sh" "$root/runs/table1-paper-data" "$here/state/table1-paper-data" \
+    "$root/runs/table1-fixed-hp" "$here/state/table1-fixed-hp"
+}
+
 finals=results/runs/question-formation
 prepare table1-paper-data
 prepare table1-fixed-hp
+(while sleep 1800; do snapshot; done) &
+trap 'kill $! 2>/dev/null; snapshot' EXIT
 step table1-paper-data table1 $finals/{tf,tf+nd}/final/{1,2,3,4,5}/metrics.parquet
 step table1-fixed-hp table1-fixed-hp $finals/tf/final/{1,2,3}/metrics.parquet
 step table1-paper-data table1 $finals/{tf+sup,lstm}/final/{1,2,3}/metrics.parquet
