@@ -33,6 +33,11 @@ The stack's tables are read many times, so each column is converted once, when i
 The pops receive the columns as inputs (for their gradients) and build or view the dense
 operand inside the autograd function, so what is kept for backward is a reference to each
 column and O(rows·K) numbers, never the O(t²) operand of each step.
+
+Every tensor of these functions but a window's mask leads with the batch dimension B. Under
+``torch.func.vmap`` (the models of several training runs in one step,
+``stacklm.training.grouped``) the vmapped dimension K is folded into B: one call over K·B
+(:class:`_BatchFolding`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch.autograd.function import FunctionCtx
 
 
 def _finite_or_zero(x: Tensor) -> Tensor:
@@ -75,16 +81,48 @@ def _gradients(left_hat: Tensor, right_hat: Tensor, total: Tensor, grad: Tensor)
     return grad_left, grad_right
 
 
-class _ShiftedLogMatmul(torch.autograd.Function):
+class _BatchFolding(torch.autograd.Function):
+    """An autograd function whose forward returns its result and then the tensors its backward
+    keeps (``setup_context`` saves them, as torch.func asks), and whose vmap rule folds the
+    vmapped dimension K into the leading batch dimension B of every tensor argument but those at
+    ``shared`` (a window's mask, the same for every row): one call over K·B, the result unfolded.
+    An argument that vmap does not batch but that leads with B is repeated K times."""
+
+    shared: tuple[int, ...] = ()
+
+    @classmethod
+    def fold(cls, info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+        folded = []
+        for position, (arg, dim) in enumerate(zip(args, in_dims)):
+            if not isinstance(arg, Tensor) or position in cls.shared:
+                if dim is not None:
+                    raise ValueError(f"{cls.__name__}: argument {position} is shared by every row and cannot differ between the vmapped runs")
+                folded.append(arg)
+                continue
+            batched = arg.expand(info.batch_size, *arg.shape) if dim is None else arg.movedim(dim, 0)  # (K, B, …)
+            folded.append(batched.flatten(0, 1))  # (K·B, …)
+        outputs = cls.apply(*folded)
+        return tuple(output.unflatten(0, (info.batch_size, -1)) for output in outputs), (0,) * len(outputs)
+
+
+class _ShiftedLogMatmul(_BatchFolding):
     @staticmethod
-    def forward(ctx: Any, left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+    def forward(left: Tensor, right: Tensor, shift: Tensor) -> tuple[Tensor, ...]:
         left_hat, right_hat, row_offset, column_offset = _scaled_operands(left, right, shift)
         total = left_hat @ right_hat
-        ctx.save_for_backward(left_hat, right_hat, total)
-        return _log_of_sum(total, row_offset, column_offset)
+        return _log_of_sum(total, row_offset, column_offset), left_hat, right_hat, total
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        ctx.save_for_backward(*output[1:])
+        ctx.mark_non_differentiable(*output[1:])
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+        return _ShiftedLogMatmul.fold(info, in_dims, *args)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, *kept: Tensor | None) -> tuple[Tensor | None, ...]:
         left_hat, right_hat, total = ctx.saved_tensors
         grad_left, grad_right = _gradients(left_hat, right_hat, total, grad)
         return grad_left, grad_right, None
@@ -95,7 +133,7 @@ def shifted_log_matmul(left: Tensor, right: Tensor, shift: Tensor) -> Tensor:
 
     ``left`` (..., I, C), ``right`` (..., C, J) and ``shift`` share their batch dimensions.
     """
-    return _ShiftedLogMatmul.apply(left, right, shift.detach())
+    return _ShiftedLogMatmul.apply(left, right, shift.detach())[0]
 
 
 def stack_columns(columns: Sequence[Tensor], mask: Tensor | None, fill: float) -> Tensor:
@@ -166,16 +204,24 @@ def prepare_column(column: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
     return (shifted - row_offset.unsqueeze(-1)).exp(), row_offset
 
 
-class _PreparedLogMatmul(torch.autograd.Function):
+class _PreparedLogMatmul(_BatchFolding):
     @staticmethod
-    def forward(ctx: Any, left_hat: Tensor, row_offset: Tensor, right: Tensor, shift: Tensor) -> Tensor:
+    def forward(left_hat: Tensor, row_offset: Tensor, right: Tensor, shift: Tensor) -> tuple[Tensor, ...]:
         right_hat, column_offset = _right_hat(right, shift)
         total = left_hat @ right_hat
-        ctx.save_for_backward(left_hat, right_hat, total)
-        return _log_of_sum(total, row_offset.unsqueeze(-1), column_offset)
+        return _log_of_sum(total, row_offset.unsqueeze(-1), column_offset), right_hat, total
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        ctx.save_for_backward(inputs[0], *output[1:])
+        ctx.mark_non_differentiable(*output[1:])
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+        return _PreparedLogMatmul.fold(info, in_dims, *args)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, *kept: Tensor | None) -> tuple[Tensor | None, ...]:
         left_hat, right_hat, total = ctx.saved_tensors
         scaled = torch.where(total > 0, grad / torch.where(total > 0, total, 1.0), 0.0)
         grad_left = scaled @ right_hat.transpose(-1, -2)
@@ -189,7 +235,7 @@ def prepared_log_matmul(prepared: tuple[Tensor, Tensor], right: Tensor, shift: T
     ``shift`` must be the log α the column was prepared with. Returns (B, rows, J).
     """
     left_hat, row_offset = prepared
-    return _PreparedLogMatmul.apply(left_hat, row_offset, right, shift.detach())
+    return _PreparedLogMatmul.apply(left_hat, row_offset, right, shift.detach())[0]
 
 
 def _dense_pop_left(
@@ -216,11 +262,11 @@ def _dense_pop_left(
     return dense.view(batch, num_symbols, rows, splits * num_states), row_shift, scales
 
 
-class _PreparedLogPop(torch.autograd.Function):
+class _PreparedLogPop(_BatchFolding):
+    shared = (2,)  # the mask
+
     @staticmethod
-    def forward(
-        ctx: Any, gamma_prime: Tensor, alpha: Tensor, mask: Tensor | None, num_states: int, rows: int, *prepared: Tensor
-    ) -> Tensor:
+    def forward(gamma_prime: Tensor, alpha: Tensor, mask: Tensor | None, num_states: int, rows: int, *prepared: Tensor) -> tuple[Tensor, ...]:
         splits = len(prepared) // 2
         left_hats, row_offsets = prepared[:splits], prepared[splits:]
         num_symbols = gamma_prime.size(2) // num_states
@@ -229,13 +275,23 @@ class _PreparedLogPop(torch.autograd.Function):
             pop_right(gamma_prime, num_states, num_symbols), pop_shift(alpha, num_states, num_symbols)
         )
         total = left @ right_hat
-        ctx.save_for_backward(right_hat, total, scales, *left_hats)
-        ctx.mask = mask
-        ctx.shape = (num_states, rows, row_offsets)
-        return pop_output(_log_of_sum(total, row_shift.unsqueeze(1), column_offset))
+        return pop_output(_log_of_sum(total, row_shift.unsqueeze(1), column_offset)), right_hat, total, scales
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        _, _, mask, num_states, rows, *prepared = inputs
+        splits = len(prepared) // 2
+        ctx.save_for_backward(*output[1:], *prepared[:splits])
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.mask = mask
+        ctx.shape = (num_states, rows, prepared[splits:])
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+        return _PreparedLogPop.fold(info, in_dims, *args)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, *kept: Tensor | None) -> tuple[Tensor | None, ...]:
         right_hat, total, scales, *left_hats = ctx.saved_tensors
         num_states, rows, row_offsets = ctx.shape
         batch, _, configurations = grad.shape
@@ -273,7 +329,7 @@ def prepared_log_pop(
     rows = max(left_hat.size(1) for left_hat, _ in prepared)
     left_hats = [left_hat for left_hat, _ in prepared]
     row_offsets = [row_offset for _, row_offset in prepared]
-    return _PreparedLogPop.apply(gamma_prime, alpha.detach(), mask, num_states, rows, *left_hats, *row_offsets)
+    return _PreparedLogPop.apply(gamma_prime, alpha.detach(), mask, num_states, rows, *left_hats, *row_offsets)[0]
 
 
 class ShareBuffer:
@@ -357,17 +413,18 @@ def _share_left(
     return left.reshape(batch * num_symbols, splits * num_states, rows)
 
 
-class _SharePop(torch.autograd.Function):
+class _SharePop(_BatchFolding):
+    shared = (4,)  # the mask
+
     @staticmethod
     def forward(
-        ctx: Any,
         gamma_prime: Tensor,
         alpha: Tensor,
         row_weights: Tensor,
         buffer: Tensor | None,
         mask: Tensor | None,
         *shares: Tensor,
-    ) -> Tensor:
+    ) -> tuple[Tensor, ...]:
         batch, splits, configurations, num_states = gamma_prime.shape
         num_symbols = configurations // num_states
         rows = row_weights.size(1)
@@ -385,15 +442,24 @@ class _SharePop(torch.autograd.Function):
         offset = column_offset.view(batch, num_symbols, num_states).transpose(1, 2).reshape(batch, 1, configurations)
         nonempty = (total > 0) & _positive(row_weights).unsqueeze(-1)
         logs = torch.where(nonempty, total, 1.0).log() + offset - _finite_or_zero(row_weights).unsqueeze(-1)
+        return torch.where(nonempty, logs, -math.inf), right_hat, total
+
+    @staticmethod
+    def setup_context(ctx: FunctionCtx, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        _, _, row_weights, buffer, mask, *shares = inputs
         # With a buffer the columns are read from it again; only their sizes are needed.
-        ctx.save_for_backward(right_hat, total, row_weights, *(shares if buffer is None else ()))
+        ctx.save_for_backward(*output[1:], row_weights, *(shares if buffer is None else ()))
+        ctx.mark_non_differentiable(*output[1:])
         ctx.buffer = buffer
         ctx.mask = mask
         ctx.share_shape = (*shares[0].shape[:3], [share.size(-1) for share in shares])
-        return torch.where(nonempty, logs, -math.inf)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    def vmap(info: Any, in_dims: tuple[int | None, ...], *args: Any) -> tuple[tuple[Tensor, ...], tuple[int, ...]]:
+        return _SharePop.fold(info, in_dims, *args)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor, *kept: Tensor | None) -> tuple[Tensor | None, ...]:
         right_hat, total, row_weights, *shares = ctx.saved_tensors
         batch, num_symbols, num_states, share_rows = ctx.share_shape
         rows = grad.size(1)
@@ -440,4 +506,4 @@ def share_pop(
     references to the columns.
     """
     tensor = None if buffer is None else buffer.tensor
-    return _SharePop.apply(gamma_prime, alpha.detach(), row_weights.detach(), tensor, mask, *shares)
+    return _SharePop.apply(gamma_prime, alpha.detach(), row_weights.detach(), tensor, mask, *shares)[0]

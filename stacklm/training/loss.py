@@ -6,14 +6,17 @@ For a batch of strings w (each scored as w·EOS), the loss is the mean over stri
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
 
 from stacklm.training.batching import Batch
 
 
-def position_log_probabilities(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
-    """log p(targets_t | inputs_1 … inputs_t) for every position: (B, n + 1)."""
+def position_log_probabilities(model: nn.Module | Callable[[Tensor], Tensor], inputs: Tensor, targets: Tensor) -> Tensor:
+    """log p(targets_t | inputs_1 … inputs_t) for every position: (B, n + 1); ``model`` may be any
+    function of the inputs that gives the logits (a ``functional_call``)."""
     logits = model(inputs)  # (B, n + 1, V)
     log_probabilities = torch.log_softmax(logits.float(), dim=-1)  # (B, n + 1, V)
     return log_probabilities.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, n + 1)
