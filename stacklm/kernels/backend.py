@@ -6,6 +6,9 @@
   counter-based generator (other masks than ``F.dropout``'s for the same seed), attention and whole
   attention layers, the stack RNNs' steps, the dVPDA, and the nondeterministic stack over symbols
   of the CFL models (full stack, log semiring).
+- ``cuda-triton``: the dVPDA's whole-sequence forward and backward as Triton programs on CUDA
+  (``stacklm.kernels.triton_dvpda``; Triton is optional, imported at the first kernel call); every
+  other part stays PyTorch's. On the CPU it runs only under Triton's interpreter (the tests).
 
 Both compute the same functions; their results differ by float rounding, and in training by
 their dropout masks. So a run records its backend, with the CPU's vector capability
@@ -15,6 +18,7 @@ capability), and does not resume under another backend unless asked to.
 :func:`resolve` answers "which backend?" once for a command (``auto``: ``cpu-compiled`` on the
 CPU where the kernels build, else ``torch``, with a warning saying what differs), and
 :func:`accelerate` puts that backend's classes in place in a model, once, before it runs.
+``cuda-triton`` is asked for by name only: ``auto`` on CUDA stays ``torch``.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import torch
 from torch import nn
 
 from stacklm.errors import StacklmError
-from stacklm.kernels import build
+from stacklm.kernels import build, triton_dvpda
 from stacklm.kernels.attention import CompiledCausalSelfAttention, CompiledTransformer
 from stacklm.kernels.dropout import CompiledDropout, CompiledReLUDropout
 from stacklm.kernels.dvpda import CompiledVectorNondeterministicInterface, CompiledVectorNondeterministicStack, kernel_applies
 from stacklm.kernels.recurrent import CompiledRecurrentLanguageModel
 from stacklm.kernels.symbol_stack import CompiledNondeterministicStack
+from stacklm.kernels.triton_dvpda import TritonVectorNondeterministicInterface, TritonVectorNondeterministicStack
 from stacklm.models.dropout import Dropout, ReLUDropout
 from stacklm.models.recurrent import RecurrentLanguageModel
 from stacklm.models.stack_interface import VectorNondeterministicInterface
@@ -41,8 +46,8 @@ from stacklm.stacks.base import Stack
 from stacklm.stacks.nondeterministic import NondeterministicStack
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicStack
 
-Backend = Literal["torch", "cpu-compiled"]
-BACKENDS: tuple[Backend, ...] = ("torch", "cpu-compiled")
+Backend = Literal["torch", "cpu-compiled", "cuda-triton"]
+BACKENDS: tuple[Backend, ...] = ("torch", "cpu-compiled", "cuda-triton")
 REQUESTS = ("auto", *BACKENDS)  # what a command's --backend accepts
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -58,7 +63,12 @@ COMPILED: dict[type, type] = {
     VectorNondeterministicInterface: CompiledVectorNondeterministicInterface,
     NondeterministicStack: CompiledNondeterministicStack,
 }
-PYTORCH = {compiled: pytorch for pytorch, compiled in COMPILED.items()}
+# Each PyTorch class and the class that runs it on the Triton kernel.
+TRITON: dict[type, type] = {
+    VectorNondeterministicStack: TritonVectorNondeterministicStack,
+    VectorNondeterministicInterface: TritonVectorNondeterministicInterface,
+}
+PYTORCH = {faster: pytorch for classes in (COMPILED, TRITON) for pytorch, faster in classes.items()}
 
 
 def runs_on_kernels(module: object) -> bool:
@@ -78,11 +88,19 @@ def resolve(requested: str, device: torch.device) -> Backend:
 
     ``auto``: ``cpu-compiled`` on the CPU where the kernels build (building them now if needed),
     else ``torch``, with a warning where they do not build. ``cpu-compiled`` raises where the
-    device is not the CPU or the kernels do not build."""
+    device is not the CPU or the kernels do not build. ``cuda-triton`` raises where the device is
+    not CUDA or Triton is not installed."""
     if requested not in REQUESTS:
         raise StacklmError(f"unknown backend {requested!r}; backends: {', '.join(REQUESTS)}")
     if requested == "torch":
         return "torch"
+    if requested == "cuda-triton":
+        if device.type != "cuda":
+            raise StacklmError(f"the cuda-triton backend runs on CUDA, not on {device}")
+        installed, error = triton_dvpda.available()
+        if not installed:
+            raise StacklmError(f"the cuda-triton backend is not available: {error}")
+        return "cuda-triton"
     if device.type != "cpu":
         if requested == "cpu-compiled":
             raise StacklmError(f"the cpu-compiled backend runs on the CPU, not on {device}")
@@ -106,21 +124,31 @@ def accelerate(model: ModuleT, backend: Backend) -> ModuleT:
     turned into that backend's class, in place: the same parameters, buffers and state dict; returned.
 
     ``cpu-compiled`` loads the kernels (raising if they do not build) and needs the model on the CPU;
-    ``torch`` turns the compiled classes back into the PyTorch ones."""
+    ``cuda-triton`` needs Triton and the model on CUDA (or on the CPU under Triton's interpreter);
+    ``torch`` turns the other backends' classes back into the PyTorch ones, as every backend does first."""
     if backend not in BACKENDS:
         raise StacklmError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
-    if backend == "torch":
-        for part in parts(model):
-            if type(part) in PYTORCH:
-                part.__class__ = PYTORCH[type(part)]
-        return model
-    build.load()
     devices = {tensor.device.type for tensor in [*model.parameters(), *model.buffers()]}
-    if devices - {"cpu"}:
-        raise StacklmError(f"the cpu-compiled backend runs on the CPU; this model is on {', '.join(sorted(devices))}")
+    if backend == "cpu-compiled":
+        build.load()
+        if devices - {"cpu"}:
+            raise StacklmError(f"the cpu-compiled backend runs on the CPU; this model is on {', '.join(sorted(devices))}")
+    if backend == "cuda-triton":
+        installed, error = triton_dvpda.available()
+        if not installed:
+            raise StacklmError(f"the cuda-triton backend is not available: {error}")
+        if devices - {"cuda"} and not (devices <= {"cpu"} and triton_dvpda.kernels().INTERPRETED):
+            raise StacklmError(
+                "the cuda-triton backend runs on CUDA (on the CPU only under Triton's interpreter);"
+                f" this model is on {', '.join(sorted(devices))}"
+            )
     for part in parts(model):
-        if type(part) in COMPILED and runs_on_kernels(part):
-            part.__class__ = COMPILED[type(part)]
+        if type(part) in PYTORCH:
+            part.__class__ = PYTORCH[type(part)]
+    faster = {"torch": {}, "cpu-compiled": COMPILED, "cuda-triton": TRITON}[backend]
+    for part in parts(model):
+        if type(part) in faster and runs_on_kernels(part):
+            part.__class__ = faster[type(part)]
     return model
 
 
