@@ -6,7 +6,7 @@
   counter-based generator (other masks than ``F.dropout``'s for the same seed), attention and whole
   attention layers, the stack RNNs' steps, the dVPDA, and the nondeterministic stack over symbols
   of the CFL models (full stack, log semiring).
-- ``cuda-triton``: the dVPDA's whole-sequence forward and backward as Triton programs on CUDA
+- ``cuda-triton``: the dVPDA as Triton programs on CUDA, whole sequences and the stack RNNs' steps
   (``stacklm.kernels.triton_dvpda``; Triton is optional, imported at the first kernel call); every
   other part stays PyTorch's. On the CPU it runs only under Triton's interpreter (the tests).
 
@@ -124,24 +124,20 @@ def accelerate(model: ModuleT, backend: Backend) -> ModuleT:
     turned into that backend's class, in place: the same parameters, buffers and state dict; returned.
 
     ``cpu-compiled`` loads the kernels (raising if they do not build) and needs the model on the CPU;
-    ``cuda-triton`` needs Triton and the model on CUDA (or on the CPU under Triton's interpreter);
+    ``cuda-triton`` needs Triton, and the model may move to CUDA afterwards (its classes run the kernel
+    on CUDA tensors, or on the CPU under Triton's interpreter, and the PyTorch DP elsewhere);
     ``torch`` turns the other backends' classes back into the PyTorch ones, as every backend does first."""
     if backend not in BACKENDS:
         raise StacklmError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
-    devices = {tensor.device.type for tensor in [*model.parameters(), *model.buffers()]}
     if backend == "cpu-compiled":
         build.load()
+        devices = {tensor.device.type for tensor in [*model.parameters(), *model.buffers()]}
         if devices - {"cpu"}:
             raise StacklmError(f"the cpu-compiled backend runs on the CPU; this model is on {', '.join(sorted(devices))}")
     if backend == "cuda-triton":
         installed, error = triton_dvpda.available()
         if not installed:
             raise StacklmError(f"the cuda-triton backend is not available: {error}")
-        if devices - {"cuda"} and not (devices <= {"cpu"} and triton_dvpda.kernels().INTERPRETED):
-            raise StacklmError(
-                "the cuda-triton backend runs on CUDA (on the CPU only under Triton's interpreter);"
-                f" this model is on {', '.join(sorted(devices))}"
-            )
     for part in parts(model):
         if type(part) in PYTORCH:
             part.__class__ = PYTORCH[type(part)]

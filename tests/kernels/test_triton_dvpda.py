@@ -29,6 +29,7 @@ from stacklm.kernels import triton_dvpda
 from stacklm.kernels.backend import accelerate, resolve
 from stacklm.kernels.dvpda import compiled_readings
 from stacklm.kernels.triton_dvpda import (
+    TritonSequenceState,
     TritonVectorNondeterministicInterface,
     TritonVectorNondeterministicStack,
     triton_readings,
@@ -39,6 +40,8 @@ from stacklm.models.stack_interface import VectorNondeterministicSpec, build_int
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
 from tests.kernels.test_dvpda import readings_and_gradients
+from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
+from tests.models.test_recurrent import logits_and_gradients
 from tests.stacks.test_vector_nondeterministic import random_actions, superposition_as_dvpda
 
 
@@ -169,6 +172,29 @@ def test_interface_readings_from_one_product_equal_those_of_the_pytorch_dp() -> 
         assert_equal(value, expected)
 
 
+@pytest.mark.parametrize("name", ["RNN+Nd", "LSTM+Nd+R"])
+def test_a_stack_rnn_on_the_one_step_programs_equals_the_pytorch_dp(name: str) -> None:
+    """A stack RNN's whole-sequence forward takes one launch per step (and per step of the backward):
+    its logits and every parameter's gradient, B = 3, n = 5."""
+    model = tiny_model(name, seed=3).double()
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, 5), generator=torch.Generator().manual_seed(4))
+    expected = logits_and_gradients(accelerate(model, "torch"), tokens)
+    accelerate(model, "cuda-triton")
+    assert isinstance(model.interface.initial_state(3, tokens.double(), 5), TritonSequenceState)
+    for got, other in zip(logits_and_gradients(model, tokens), expected, strict=True):
+        assert_equal(got, other)
+
+
+def test_a_sequence_state_is_advanced_once() -> None:
+    interface = accelerate(build_interface(VectorNondeterministicSpec(1, 1, 1), 2, bias=False).double(), "cuda-triton")
+    hidden = torch.ones(1, 2, dtype=torch.float64)
+    state = interface.initial_state(1, hidden, 2)
+    state.next(interface.actions(hidden))
+    with pytest.raises(ValueError, match="advanced once"):
+        state.next(interface.actions(hidden))
+    assert not isinstance(interface.initial_state(1, hidden), TritonSequenceState)  # incremental use
+
+
 def test_an_empty_sequence_reads_nothing() -> None:
     bottom = torch.zeros(3, 2, dtype=torch.float64)
     assert triton_readings(torch.zeros(3, 0, 4 * 10 + 2, dtype=torch.float64), bottom, 2, 2, False).shape == (3, 0, 8)
@@ -185,20 +211,30 @@ def test_the_backend_swaps_only_the_dvpda_and_back() -> None:
     assert type(windowed) is VectorNondeterministicStack
 
 
+def test_off_cuda_without_the_interpreter_the_pytorch_dp_runs(
+    interpreted: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``accelerate`` precedes the move to CUDA (``stacklm train`` builds the model on the CPU): the
+    classes take the kernel only where it runs."""
+    actions = random_actions(1, 3, 2, 2, 2, seed=1)
+    stack = accelerate(VectorNondeterministicStack(2, 2, 2).double(), "cuda-triton")
+    monkeypatch.setattr(interpreted, "INTERPRETED", False)
+    monkeypatch.setattr(triton_dvpda, "triton_readings", None)  # not called
+    expected = accelerate(VectorNondeterministicStack(2, 2, 2).double(), "torch").readings(actions)
+    torch.testing.assert_close(stack.readings(actions), expected, rtol=0, atol=0)
+
+
 def test_the_backend_is_asked_for_by_name_on_cuda_only(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve("auto", torch.device("cuda")) == "torch"
     with pytest.raises(StacklmError, match="runs on CUDA, not on cpu"):
         resolve("cuda-triton", torch.device("cpu"))
-    model = build_model("Tf+Nd", 7, options=ModelOptions(width=12), generator=torch.Generator().manual_seed(0)).to("meta")
-    with pytest.raises(StacklmError, match="runs on CUDA .*; this model is on meta"):
-        accelerate(model, "cuda-triton")
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert triton_dvpda.available() == (False, "triton is not installed (pip install triton, or the test extras)")
     with pytest.raises(StacklmError, match="cuda-triton backend is not available: triton is not installed"):
         resolve("cuda-triton", torch.device("cuda"))
 
 
-# Compiles both programs for an sm_90 GPU (H100/H200) at the "+Nd" models' sizes (|Q| = |Γ| = 3, m = 5).
+# Compiles every program for an sm_90 GPU (H100/H200) at the "+Nd" models' sizes (|Q| = |Γ| = 3, m = 5).
 COMPILE_FOR_CUDA = """
 import triton
 from triton.backends.compiler import GPUTarget
@@ -207,15 +243,25 @@ from stacklm.kernels import triton_dvpda, triton_dvpda_kernels as kernels
 
 assert not kernels.INTERPRETED
 sizes = triton_dvpda.block_sizes(3, 3, 5, log_sigmoid=True)
+step_sizes = {key: sizes[key] for key in ("Q", "S", "M", "BN", "BM")}
 arguments = {
     kernels.dvpda_forward: "logits batch_stride step_stride bottom table alpha prime readings steps table_size",
     kernels.dvpda_backward: "grad_readings logits batch_stride step_stride table alpha prime grad_table grad_alpha"
     " grad_prime grad_logits grad_bottom steps table_size",
+    kernels.dvpda_start: "bottom table alpha table_size capacity",
+    kernels.dvpda_step: "t logits logits_stride pushed table alpha prime reading table_size capacity",
+    kernels.dvpda_step_backward: "t grad_reading logits logits_stride pushed table alpha prime grad_table grad_alpha"
+    " grad_prime grad_logits grad_pushed table_size capacity",
 }
-scalars = {"batch_stride": "i64", "step_stride": "i64", "steps": "i32", "table_size": "i64"}
-for pointer, (program, names) in [("*" + dtype, item) for dtype in ("fp32", "fp64") for item in arguments.items()]:
-    signature = {name: scalars.get(name, pointer) for name in names.split()} | {name: "constexpr" for name in sizes}
-    constants = {(list(signature).index(name),): value for name, value in sizes.items()}
+scalars = {name: "i64" for name in ("batch_stride", "step_stride", "logits_stride", "table_size")}
+scalars |= {name: "i32" for name in ("steps", "t", "capacity")}
+# Each step's body in both dtypes: the whole-sequence programs in float32, the one-step programs in float64.
+dtypes = {kernels.dvpda_forward: "fp32", kernels.dvpda_backward: "fp32"}
+for program, names in arguments.items():
+    pointer = "*" + dtypes.get(program, "fp64")
+    constexprs = step_sizes if program is kernels.dvpda_start else sizes
+    signature = {name: scalars.get(name, pointer) for name in names.split()} | {name: "constexpr" for name in constexprs}
+    constants = {(list(signature).index(name),): value for name, value in constexprs.items()}
     compiled = triton.compile(ASTSource(program, signature, constants), target=GPUTarget("cuda", 90, 32))
     assert compiled.asm["cubin"], program
 """
