@@ -93,8 +93,9 @@ def add_resource_arguments(parser: argparse.ArgumentParser) -> None:
 def add_backend_arguments(parser: argparse.ArgumentParser, training: bool) -> None:
     """``--backend`` of a command that runs a model of ``stacklm.models`` (``stacklm.kernels.backend``),
     and for one that trains, ``--resume-other-backend``."""
-    parser.add_argument("--backend", choices=("auto", "torch", "cpu-compiled"), default="auto",
-                        help="the models' implementation: auto (default) is cpu-compiled on the CPU where its kernels build, else torch")
+    parser.add_argument("--backend", choices=("auto", "torch", "cpu-compiled", "cuda-triton"), default="auto",
+                        help="the models' implementation: auto (default) is cpu-compiled on the CPU where its kernels build, else torch;"
+                             " cuda-triton (asked for by name) runs the dVPDA's Triton kernel on CUDA")
     if training:
         parser.add_argument("--resume-other-backend", action="store_true",
                             help="resume a state saved under another backend (its runs continue with other dropout masks and rounding)")
