@@ -1,8 +1,8 @@
 """Benchmark of the nondeterministic stacks against a small transformer (issue 3).
 
 Times forward + backward of the dVPDA (|Q| = 3, |Γ| = 3, m = 5, batch 32) for n ∈ {16, 32,
-64, 128}, full (with the compiled kernel, "dvpda", and with the PyTorch DP, "dvpda-torch"; on
-CUDA the PyTorch DP only) and with a window D = 16, and in the same process a 5-layer pre-norm causal
+64, 128}, full (with the compiled kernel, "dvpda", on CUDA the Triton kernel of the cuda-triton
+backend, and with the PyTorch DP, "dvpda-torch") and with a window D = 16, and in the same process a 5-layer pre-norm causal
 transformer of width 68 (4 heads, feed-forward 136) on the same batch; prints seconds,
 tokens/s, the memory kept for backward, the ratio to the transformer and the exponent of a
 least-squares fit of log time against log n.
@@ -11,6 +11,7 @@ least-squares fit of log time against log n.
     python bench/stacks.py --json        # one JSON object per configuration
     python bench/stacks.py --threads 1   # on a machine shared with other jobs (see below)
     python bench/stacks.py --stacks dvpda dvpda-window16   # a subset ("dvpda-torch" is slow at n = 128)
+    python bench/stacks.py --device cuda --stacks dvpda dvpda-torch   # the Triton kernel against the PyTorch DP
 
 With --json, each stack's configurations are followed by one object {stack, fitted_exponent,
 lengths}. "peak_mb" is, on CPU, the memory that autograd keeps for backward at the end of the forward
@@ -147,7 +148,8 @@ def main() -> None:
         nargs="+",
         choices=["dvpda", "dvpda-torch", "window"],
         default=["dvpda", "dvpda-torch", "window"],
-        help="full stack with the compiled kernel (CPU), full stack with the PyTorch DP, --window with the PyTorch DP",
+        help="full stack with the compiled kernel (CPU) or the Triton kernel (CUDA), full stack with the PyTorch DP,"
+        " --window with the PyTorch DP",
     )
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
@@ -162,7 +164,9 @@ def main() -> None:
         print(json.dumps({"kernel_load_seconds": seconds}) if arguments.json else f"kernel loaded in {seconds:.1f} s")
     for choice in arguments.stacks:
         window = arguments.window if choice == "window" else None
-        backend = "cpu-compiled" if choice == "dvpda" and device.type == "cpu" else "torch"
+        backend = "torch"
+        if choice == "dvpda":
+            backend = "cpu-compiled" if device.type == "cpu" else "cuda-triton"
         name = choice if window is None else f"dvpda-window{window}"
         stack = accelerate(VectorNondeterministicStack(3, 3, 5, window=window).to(device), backend)
         for steps in arguments.lengths:
