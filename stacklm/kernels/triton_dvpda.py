@@ -39,7 +39,7 @@ from typing import Any, Callable, Self
 import torch
 from torch import Tensor, nn
 
-from stacklm.kernels.dvpda import initial_reading, packed_logits
+from stacklm.kernels.dvpda import _table_size, initial_reading, packed_logits
 from stacklm.models.stack_interface import VectorNondeterministicInterface
 from stacklm.stacks.base import StackState
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions, VectorNondeterministicStack
@@ -73,12 +73,6 @@ def runs_on_triton(like: Tensor) -> bool:
 
 def _power_of_two(size: int) -> int:
     return 1 << max(size - 1, 0).bit_length()
-
-
-def _table_size(steps: int, configurations: int, vector_size: int) -> int:
-    """N · Σ_{t ≤ steps} rows(t), rows(t) = m + (t + 1)·N: the size of an element's table."""
-    columns = steps + 1
-    return configurations * (columns * vector_size + configurations * columns * (columns + 1) // 2)
 
 
 class _TritonReadings(torch.autograd.Function):
