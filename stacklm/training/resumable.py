@@ -1,16 +1,21 @@
 """A training run that survives its job: the state kept beside a checkpoint path under the
 fingerprint of what determines the trained parameters, locked against a second writer,
-resumed when it exists, saved on SIGTERM (``stacklm.training.checkpoint``, ``loop``)."""
+resumed when it exists, saved on SIGTERM (``stacklm.training.checkpoint``, ``loop``); alone,
+or with other runs of its architecture in one step (``grouped``)."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
 import torch
 
+from stacklm.errors import StacklmError
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import TrainConfig
+from stacklm.training.grouped import GroupedRun, train_group
 from stacklm.training.loop import AfterStep, CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
 
@@ -71,3 +76,40 @@ def resumable_training(
         )
     checkpoint_file.remove_others(checkpoint, keep=state)
     return result
+
+
+def resumable_group(
+    runs: Sequence[GroupedRun],
+    fingerprint_sources: Sequence[dict[str, Any]],
+    *,
+    device: torch.device,
+    on_state: Sequence[Callable[[Path], None] | None] | None = None,
+    stop_request: StopRequest | None = None,
+) -> list[TrainResult | StacklmError]:
+    """``resumable_training`` for runs trained together (``stacklm.training.grouped``): each run's
+    ``checkpoint_path`` is the path its state is kept beside, under the fingerprint of its
+    ``fingerprint_sources`` entry, locked while the group trains; a run whose state another process
+    holds does not train, and its error is its outcome. A finished run deletes the states of other
+    fingerprints beside it. Returns each run's result or error, in order (``train_group``)."""
+    outcomes: list[TrainResult | StacklmError | None] = [None] * len(runs)
+    keyed: dict[int, tuple[Path, GroupedRun]] = {}
+    with ExitStack() as locks:
+        for index, (run, source) in enumerate(zip(runs, fingerprint_sources)):
+            assert run.checkpoint_path is not None
+            fingerprint = checkpoint_file.fingerprint(source)
+            state = checkpoint_file.keyed_path(run.checkpoint_path, fingerprint)
+            if on_state is not None and on_state[index] is not None:
+                on_state[index](state)  # type: ignore[misc]
+            try:
+                locks.enter_context(checkpoint_file.exclusive(state))
+            except StacklmError as error:
+                outcomes[index] = error
+                continue
+            keyed[index] = (Path(run.checkpoint_path), replace(run, checkpoint_path=state, fingerprint=fingerprint))
+        trained = train_group([run for _, run in keyed.values()], device, stop_request) if keyed else []
+    for (index, (base, run)), outcome in zip(keyed.items(), trained):
+        outcomes[index] = outcome
+        if isinstance(outcome, TrainResult):
+            assert run.checkpoint_path is not None
+            checkpoint_file.remove_others(base, keep=Path(run.checkpoint_path))
+    return [outcome for outcome in outcomes if outcome is not None]

@@ -37,10 +37,12 @@ from stacklm.models.dropout import Dropout, ReLUDropout
 
 @dataclass(frozen=True)
 class Draw:
-    """One dropout call of a forward: the layout of its input and its probability p."""
+    """One dropout call of a forward: the layout of its input (on CUDA the fused kernel assigns its
+    random numbers by the input's alignment and contiguity) and its probability p."""
 
     size: tuple[int, ...]
     stride: tuple[int, ...]
+    offset: int  # the input's storage offset, in elements
     dtype: torch.dtype
     p: float
 
@@ -72,7 +74,7 @@ class _RecordingDropout(Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if not draws_mask(self, x):
             return x
-        self.queue.draws.append(Draw(tuple(x.shape), tuple(x.stride()), x.dtype, self.p))
+        self.queue.draws.append(Draw(tuple(x.shape), tuple(x.stride()), x.storage_offset(), x.dtype, self.p))
         return x * torch.empty_like(x)
 
 
@@ -138,10 +140,12 @@ class DropoutDraws:
 
 
 def draw_masks(draws: Sequence[Draw], device: torch.device) -> list[Tensor]:
-    """The scaled masks of ``draws`` from torch's generator of ``device``, as the run alone draws them."""
+    """The scaled masks of ``draws`` from torch's generator of ``device``, as the run alone draws them:
+    ``F.dropout`` of ones laid out as each draw's input."""
     masks = []
     for draw in draws:
-        ones = torch.empty_strided(draw.size, draw.stride, dtype=draw.dtype, device=device).fill_(1)
+        extent = draw.offset + 1 + sum((size - 1) * stride for size, stride in zip(draw.size, draw.stride))
+        ones = torch.ones(extent, dtype=draw.dtype, device=device).as_strided(draw.size, draw.stride, draw.offset)
         masks.append(F.dropout(ones, draw.p, training=True))
     return masks
 

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from stacklm.errors import StacklmError
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
+from stacklm.training import checkpoint
 from stacklm.training.batching import make_batch
 from stacklm.training.config import TrainConfig
 from stacklm.training.grouped import GroupedRun, train_group
 from stacklm.training.loop import StopRequest, TrainingInterrupted, TrainResult, train
 from stacklm.training.progress import Progress
+from stacklm.training.resumable import resumable_group
 from stacklm.training.run_dropout import RunRandomness
 
 CPU = torch.device("cpu")
@@ -104,3 +107,17 @@ def test_a_stopped_group_resumes_to_the_runs_alone_and_its_states_resume_alone(t
     for run, result, seed, config in zip(resumed[1:], results, SEEDS[1:], CONFIGS[1:]):
         assert isinstance(result, TrainResult)
         assert_same_run((run.model, result), alone("Tf", seed, config))
+
+
+def test_a_run_whose_state_another_process_holds_stays_out_of_the_group(tmp_path: Path) -> None:
+    """``resumable_group``: each run's state under its fingerprint, locked; a held one is that run's error, the others train."""
+    runs = grouped_runs("LSTM", [tmp_path / f"{seed}.pt" for seed in SEEDS])
+    sources = [{"seed": seed} for seed in SEEDS]
+    held = checkpoint.keyed_path(tmp_path / "2.pt", checkpoint.fingerprint(sources[1]))
+    with checkpoint.exclusive(held):
+        outcomes = resumable_group(runs, sources, device=CPU)
+    assert isinstance(outcomes[1], StacklmError) and "is training this run" in str(outcomes[1])
+    for index in (0, 2):
+        assert isinstance(outcomes[index], TrainResult)
+        assert_same_run((runs[index].model, outcomes[index]), alone("LSTM", SEEDS[index], CONFIGS[index]))
+        assert checkpoint.keyed_path(tmp_path / f"{SEEDS[index]}.pt", checkpoint.fingerprint(sources[index])).exists()

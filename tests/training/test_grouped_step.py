@@ -52,7 +52,7 @@ def test_each_run_draws_from_its_own_generator() -> None:
     batch = make_batch(data, [0, 1, 2, 3], 5)
     randomness = [RunRandomness.seeded(7, CPU), RunRandomness.seeded(7, CPU)]
     losses = GroupedStep(models[0]).losses(models, [batch, batch], randomness)
-    assert float(losses[0]) == float(losses[1])
+    assert losses[0].item() == losses[1].item()
     torch.manual_seed(7)
     batch_loss(models[0], batch)
     assert torch.equal(randomness[0].cpu, torch.get_rng_state()) and torch.equal(randomness[1].cpu, torch.get_rng_state())

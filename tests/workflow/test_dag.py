@@ -362,3 +362,15 @@ def test_the_ci_preset_on_the_upstream_source_takes_every_split_from_the_mirror(
     assert [line.rsplit("\t", 1)[0] for line in (data / "generalization.tsv").read_text(encoding="utf-8").splitlines()] == upstream_generalization
     assert json.loads((data / "construction.json").read_text()) == {f"upstream {split}": size for split, size in sizes.items()}
     assert "git blob a3e63ea44122" in (directory / "logs/data/fetch/question-formation/train.log").read_text()
+
+
+@pytest.mark.e2e
+def test_runs_per_step_gives_a_gpu_job_the_runs_of_one_task_and_architecture(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    """resources.runs_per_step: 2 on the ci preset (2 architectures x 2 trials, x 2 seeds): each training job
+    trains the 2 runs of one architecture, on a GPU (its `gpu` resource; no profile caps it here)."""
+    directory = workflow_copy({"preset": "ci", "resources": {"runs_per_step": 2}})
+    result = run_snakemake(directory, "-n", "-p", "--workflow-profile", "none", "--configfile", "test.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    trainings = [line for line in output.splitlines() if line.startswith("Shell command: stacklm train")]
+    assert len(trainings) == 4 and all(re.search(r"--architecture (\S+) \1 --seed", line) and "--device cuda" in line for line in trainings)

@@ -2,7 +2,7 @@
 # model (phase `final`, index = seed). The resumable state lives at a `params:` path, not an output:
 # Snakemake deletes the outputs of a failed job, and a retried or re-run job resumes from it.
 # The job never touches MLflow: `tracking_sync` mirrors its train.parquet once the task's runs are done.
-# With resources.runs_per_job K > 1, the rules below train the runs instead, K to a job.
+# With resources.runs_per_job (or runs_per_step) K > 1, the rules below train the runs instead, K to a job.
 
 
 rule train:
@@ -46,7 +46,9 @@ rule train:
 # architecture x index pairs of the final seeds, or of the search trials) trains in one process, one
 # run after another, for every task. Each run keeps its own outputs, checkpoint and log (the same
 # paths as above); the group's log holds the process's own output. The time is the sum of the runs'
-# and the memory the most of them; gpu and threads are the rule `train`'s defaults.
+# and the memory the most of them; threads are the rule `train`'s default. With resources.runs_per_step
+# K > 1 (dag.run_groups) a group is K runs of one architecture and asks for a GPU, where `stacklm train`
+# trains them in one step (profiles/cpu caps the GPU at 0: one after another on the CPU).
 for group in dag.run_groups(SETTINGS):
 
     rule:
@@ -73,7 +75,7 @@ for group in dag.run_groups(SETTINGS):
             job=group.log(dag.TRAIN_GROUP_LOG),
         threads: 1
         resources:
-            gpu=0,
+            gpu=dag.group_gpus(SETTINGS.resources),
             runtime=lambda wildcards, attempt, group=group: group.resources(SETTINGS.resources, attempt).runtime_min,
             mem_mb=lambda wildcards, attempt, group=group: group.resources(SETTINGS.resources, attempt).mem_mb,
         conda:

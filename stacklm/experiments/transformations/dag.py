@@ -16,6 +16,8 @@ Per task T and architecture A:
   ``evaluate_final_group1``, …) whose outputs are every run's files; and the trials of K
   architectures are drawn in one job and selected among in one (``architecture_groups``:
   ``hparams_group1``, ``select_group1``, …) whose outputs are every trial's and architecture's files;
+- with ``resources.runs_per_step`` K > 1 (for a GPU), each group holds K runs of one architecture
+  instead, and its training job asks for a GPU, where its runs train in one step;
 - ``aggregate`` → ``results/metrics.parquet`` → ``report`` (tables and figures), and ``curves``
   per task.
 
@@ -165,16 +167,31 @@ class RunGroup:
 def run_groups(settings: TransformationsSettings) -> list[RunGroup]:
     """The trained search trials and the final seeds of a task, ``resources.runs_per_job`` to a
     group, in the order architecture (``architectures``) × index, so that a group may hold runs of
-    several architectures; none when it is 1 (the rules ``train`` and ``evaluate``, a job per run)."""
-    size = settings.resources.runs_per_job
-    if size == 1:
+    several architectures; with ``resources.runs_per_step`` K > 1, K runs of one architecture to a
+    group instead (a GPU job trains them in one step); none when both are 1 (the rules ``train``
+    and ``evaluate``, a job per run)."""
+    resources = settings.resources
+    if not grouped(resources):
         return []
     indices: dict[Phase, list[int]] = {"search": trained_trials(settings.search), "final": list(settings.final.seeds)}
     groups = []
     for phase in PHASES:
-        runs = [(name, index) for name in settings.architectures for index in indices[phase]]
-        groups += [RunGroup(phase, number, group) for number, group in job_groups(runs, size)]
+        if resources.runs_per_step > 1:
+            cut = [runs for name in settings.architectures for _, runs in job_groups([(name, index) for index in indices[phase]], resources.runs_per_step)]
+        else:
+            cut = [runs for _, runs in job_groups([(name, index) for name in settings.architectures for index in indices[phase]], resources.runs_per_job)]
+        groups += [RunGroup(phase, number, runs) for number, runs in enumerate(cut, start=1)]
     return groups
+
+
+def grouped(resources: ResourceSettings) -> bool:
+    """Whether runs train and evaluate in groups (``run_groups``) rather than a job each."""
+    return resources.runs_per_job > 1 or resources.runs_per_step > 1
+
+
+def group_gpus(resources: ResourceSettings) -> int:
+    """The GPUs a group's training job asks for: one when its runs train in one step (``resources.runs_per_step`` > 1)."""
+    return 1 if resources.runs_per_step > 1 else 0
 
 
 def evaluation_groups(settings: TransformationsSettings) -> list[RunGroup]:
@@ -184,9 +201,9 @@ def evaluation_groups(settings: TransformationsSettings) -> list[RunGroup]:
 
 def single_run_phases(resources: ResourceSettings) -> str:
     """The phases whose runs the rules ``train`` and ``evaluate`` train and evaluate, a job each, as
-    a wildcard constraint: both when ``resources.runs_per_job`` is 1, none otherwise (a regular
+    a wildcard constraint: both when runs are not grouped (``grouped``), none otherwise (a regular
     expression matching nothing)."""
-    return one_per_job("|".join(PHASES), resources.runs_per_job)
+    return one_per_job("|".join(PHASES), 2 if grouped(resources) else 1)
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ class ResourceSettings:
     default: JobSize = JobSize(240, 4000)
     families: tuple[ResourceFamily, ...] = (ResourceFamily(("Nd",), 1440, 16000), ResourceFamily(("Sup",), 480, 8000))
     runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x phase (architecture x index) in one process, one after another (and K architectures' trials drawn, and selected among, in one)
+    runs_per_step: int = 1  # 1: as runs_per_job says; K: K runs of a task x phase x architecture to a training job that asks for a GPU and trains them in one step there
 
 
 class TransformationsSettings(Protocol):

@@ -23,19 +23,23 @@ and ``--hparams`` (or one for all), in the order of the seeds; a seed may recur 
 architecture. Each run equals the run trained alone (its own seeds, nothing it reads is changed
 by another). After a kill each resumes from its own state; a
 finished run's state holds its result, so it is written again without training. A run that
-fails does not stop the others: the command fails after the last, naming the failed runs.
+fails does not stop the others: the command fails after the last, naming the failed runs. On a
+GPU, consecutive runs of one architecture train together, one step for all
+(``stacklm.training.grouped``), each still equal to the run trained alone within float tolerance.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from stacklm.data.vocabulary import Vocabulary
-from stacklm.errors import UsageError
+from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.settings import EvaluationSettings
 from stacklm.experiments.common import (
     add_backend_arguments,
@@ -43,20 +47,21 @@ from stacklm.experiments.common import (
     add_resource_arguments,
     integer_at_least,
     per_run,
+    progress_stream,
     train_each,
     with_cadence,
 )
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.settings_file import build, read_json, read_settings
 from stacklm.tasks import TASK_NAMES, Task, get_task
-from stacklm.training.config import Hyperparameters, TrainingSettings
+from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
 
 if TYPE_CHECKING:  # torch, the models and the Parquet records load when the command runs: `stacklm train --help` answers at once
     import torch
 
     from stacklm.kernels.backend import Backend
     from stacklm.tasks.example import Example
-    from stacklm.training.loop import StopRequest
+    from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -150,8 +155,86 @@ def run(args: argparse.Namespace) -> int:
         resume_other_backend=args.resume_other_backend,
     )
     check_budgets(planned, shared.training_strings, args.data_dir / "train.tsv")
-    train_each(planned, lambda run_plan, stop_request, stream: train_run(args.phase, run_plan, shared, stop_request, stream))
+    if shared.backend == "torch" and in_one_step(shared.device):
+        train_in_steps(args.phase, planned, shared)
+    else:
+        train_each(planned, lambda run_plan, stop_request, stream: train_run(args.phase, run_plan, shared, stop_request, stream))
     return 0
+
+
+def in_one_step(device: torch.device) -> bool:
+    """Whether the runs of one architecture train together, one step for all (``stacklm.training.grouped``):
+    on a GPU, where a step of these small models costs its kernel launches, not its arithmetic, and
+    on the torch backend (``auto`` there; the Triton programs of ``cuda-triton`` do not vmap). On the
+    CPU they train one after another."""
+    return device.type == "cuda"
+
+
+def step_groups(planned: list[PlannedRun]) -> list[list[PlannedRun]]:
+    """The runs in order, consecutive runs of one architecture together: those trained in one step."""
+    groups: list[list[PlannedRun]] = []
+    for plan in planned:
+        if groups and groups[-1][0].architecture == plan.architecture:
+            groups[-1].append(plan)
+        else:
+            groups.append([plan])
+    return groups
+
+
+def train_in_steps(phase: str, planned: list[PlannedRun], shared: SharedInputs) -> None:
+    """Each of ``step_groups`` trained together, and each run's files written. As with runs trained
+    one after another (``train_each``): each run's lines go to its log, a run that fails stops no
+    other and the command fails after the last, naming the failed runs; a SIGTERM saves the state
+    of every run in training and ends the command."""
+    from stacklm.kernels.backend import record
+    from stacklm.training.grouped import GroupedRun
+    from stacklm.training.loop import StopRequest, TrainingInterrupted
+    from stacklm.training.progress import Progress
+    from stacklm.training.resumable import resumable_group
+    from stacklm.training.run_dropout import RunRandomness
+
+    stop_request = StopRequest()
+    stop_request.install()
+    failed: list[str] = []
+    number = 0
+    for group in step_groups(planned):
+        if stop_request.reason is not None:
+            raise TrainingInterrupted(f"{stop_request.reason} before run {number + 1} of {len(planned)} ({group[0].label}) started")
+        with contextlib.ExitStack() as logs:
+            started: list[StartedRun] = []
+            runs: list[GroupedRun] = []
+            for plan in group:
+                number += 1
+                if len(planned) > 1:
+                    print(f"run {number} of {len(planned)}: {plan.label} -> {plan.out}" + (f" (log: {plan.log})" if plan.log else "")
+                          + (f", in one step with {len(group) - 1} other{'s' if len(group) > 2 else ''}" if len(group) > 1 else ""),
+                          file=sys.stderr, flush=True)
+                stream = logs.enter_context(progress_stream(plan.log))
+                begun = start_run(phase, plan, shared)
+                started.append(begun)
+                runs.append(GroupedRun(
+                    begun.model, shared.training_strings, shared.validation_strings, begun.config, plan.seed, shared.vocabulary.eos_index,
+                    RunRandomness(shared.device),  # as start_run seeded it
+                    checkpoint_path=plan.checkpoint,
+                    progress=Progress(stream=stream, interval_s=shared.training.progress_interval_s),
+                    checkpoint_scores=begun.checkpoint_scores,
+                    backend=record(shared.backend),
+                    resume_other_backend=shared.resume_other_backend,
+                ))
+            outcomes = resumable_group(runs, [begun.fingerprint_source for begun in started], device=shared.device,
+                                       on_state=[begun.on_state for begun in started], stop_request=stop_request)
+            for begun, run, outcome in zip(started, runs, outcomes):
+                try:
+                    if isinstance(outcome, StacklmError):
+                        raise outcome
+                    finish_run(phase, begun, outcome, shared)
+                except StacklmError as error:
+                    if len(planned) == 1:
+                        raise
+                    print(f"error: {error}", file=run.progress.stream, flush=True)
+                    failed.append(f"{begun.planned.label}: {error}")
+    if failed:
+        raise StacklmError(f"{len(failed)} of {len(planned)} runs failed; the others are written. " + "; ".join(failed))
 
 
 def check_budgets(planned: list[PlannedRun], training_strings: list[list[int]], source: Path) -> None:
@@ -166,16 +249,53 @@ def check_budgets(planned: list[PlannedRun], training_strings: list[list[int]], 
 
 def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_request: StopRequest, stream: TextIO | None) -> None:
     """Train one run and write its ``model.pt`` and ``train.parquet``."""
+    from stacklm.kernels.backend import record
+    from stacklm.training.resumable import resumable_training
+
+    started = start_run(phase, planned, shared)
+    result = resumable_training(
+        started.model,
+        shared.training_strings,
+        shared.validation_strings,
+        started.config,
+        fingerprint_source=started.fingerprint_source,
+        seed=planned.seed,
+        eos_index=shared.vocabulary.eos_index,
+        checkpoint=planned.checkpoint,
+        device=shared.device,
+        progress_interval_s=shared.training.progress_interval_s,
+        checkpoint_scores=started.checkpoint_scores,
+        on_state=started.on_state,
+        stop_request=stop_request,
+        progress_stream=stream,
+        backend=record(shared.backend),
+        resume_other_backend=shared.resume_other_backend,
+    )
+    finish_run(phase, started, result, shared)
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A run about to train: its model (initialised, dropout seeded), schedule, settings and callbacks."""
+
+    planned: PlannedRun
+    model: torch.nn.Module
+    config: TrainConfig
+    settings: dict[str, Any]  # the run's resolved settings, as its files record them
+    fingerprint_source: dict[str, Any]  # what determines its parameters
+    checkpoint_scores: CheckpointScores | None
+    on_state: Callable[[Path], None]  # the live mirror's watcher of its state file
+
+
+def start_run(phase: str, planned: PlannedRun, shared: SharedInputs) -> StartedRun:
+    """Build and seed ``planned``'s model, as ``stacklm train`` does before training it."""
     import torch
 
     from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
     from stacklm.kernels.backend import accelerate, record
     from stacklm.models.registry import build_model
     from stacklm.tracking import live
-    from stacklm.tracking.finished_run import run_metadata, save_trained_model
-    from stacklm.tracking.records import curve_table, write_table
     from stacklm.tracking.runs import task_run_identity
-    from stacklm.training.resumable import resumable_training
     from stacklm.training.run_files import token_features
 
     architecture, hyperparameters = planned.architecture, planned.hyperparameters
@@ -213,38 +333,31 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
         partial = PartialAccuracy.of(task)
         evaluator = TaskEvaluator(model, vocabulary, partial, shared.evaluation, shared.device)
         checkpoint_scores = functools.partial(evaluator.checkpoint_scores, *shared.curve_sets)
-    result = resumable_training(
-        model,
-        shared.training_strings,
-        shared.validation_strings,
-        config,
-        fingerprint_source=fingerprint_source,
-        seed=planned.seed,
-        eos_index=vocabulary.eos_index,
-        checkpoint=planned.checkpoint,
-        device=shared.device,
-        progress_interval_s=shared.training.progress_interval_s,
-        checkpoint_scores=checkpoint_scores,
-        on_state=lambda state: live.start(state, task.name, *task_run_identity(task.name, architecture, phase, planned.trial, planned.seed)),
-        stop_request=stop_request,
-        progress_stream=stream,
-        backend=record(shared.backend),
-        resume_other_backend=shared.resume_other_backend,
-    )
+    identity = task_run_identity(task.name, architecture, phase, planned.trial, planned.seed)
+    return StartedRun(planned, model, config, run_settings, fingerprint_source, checkpoint_scores,
+                      lambda state: live.start(state, task.name, *identity))
+
+
+def finish_run(phase: str, started: StartedRun, result: TrainResult, shared: SharedInputs) -> None:
+    """Write a trained run's ``model.pt`` and ``train.parquet``."""
+    from stacklm.tracking.finished_run import run_metadata, save_trained_model
+    from stacklm.tracking.records import curve_table, write_table
+
+    planned = started.planned
     metadata = run_metadata(
-        model,
+        started.model,
         result,
-        run_settings,
-        task=task.name,
-        architecture=architecture,
+        started.settings,
+        task=shared.task.name,
+        architecture=planned.architecture,
         phase=phase,
         trial=planned.trial,
         seed=planned.seed,
-        learning_rate=hyperparameters.learning_rate,
-        tokens_per_batch=hyperparameters.tokens_per_batch,
+        learning_rate=planned.hyperparameters.learning_rate,
+        tokens_per_batch=planned.hyperparameters.tokens_per_batch,
         data_version=shared.data_version,
     )
-    save_trained_model(planned.out / "model.pt", model, vocabulary.tokens, metadata, run_settings)
+    save_trained_model(planned.out / "model.pt", started.model, shared.vocabulary.tokens, metadata, started.settings)
     write_table(curve_table(result.curve, metadata), planned.out / "train.parquet")
 
 

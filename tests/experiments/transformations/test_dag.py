@@ -79,6 +79,23 @@ def test_runs_per_job_groups_a_tasks_runs_of_a_phase_in_the_order_architecture_b
     assert [(group.phase, len(group.runs)) for group in whole] == [("final", 6)]
 
 
+def test_runs_per_step_gives_each_group_the_runs_of_one_architecture_and_a_gpu() -> None:
+    """For a GPU: K runs of a task x phase x architecture to a job, whatever runs_per_job says."""
+    settings = grouping(4)
+    settings.resources = ResourceSettings(runs_per_job=4, runs_per_step=2)
+    groups = transformations.run_groups(settings)
+    assert [(group.phase, group.number, group.runs) for group in groups] == [
+        ("search", 1, (("Tf", 1), ("Tf", 2))),
+        ("search", 2, (("LSTM+Nd", 1), ("LSTM+Nd", 2))),
+        ("final", 1, (("Tf", 1), ("Tf", 7))),
+        ("final", 2, (("Tf", 9),)),
+        ("final", 3, (("LSTM+Nd", 1), ("LSTM+Nd", 7))),
+        ("final", 4, (("LSTM+Nd", 9),)),
+    ]
+    assert transformations.group_gpus(settings.resources) == 1 and transformations.group_gpus(ResourceSettings(runs_per_job=4)) == 0
+    assert not re.fullmatch(transformations.single_run_phases(ResourceSettings(runs_per_step=2)), "final")  # the rules of one run have none
+
+
 def test_a_group_names_every_runs_files_and_options() -> None:
     search, _, final, _ = transformations.run_groups(grouping(3, seeds=(1, 7)))  # 4 runs of each phase: 3 and 1
     assert search.runs == (("Tf", 1), ("Tf", 2), ("LSTM+Nd", 1)) and final.runs == (("Tf", 1), ("Tf", 7), ("LSTM+Nd", 1))
