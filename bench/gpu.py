@@ -10,9 +10,12 @@
    the median of ``--steps`` steps after two warm-up steps.
 3. K runs per process: K copies of an architecture, each on its own CUDA stream, stepped in
    turn; the total tokens per second for each K of ``--runs``.
+4. K runs per step: the same K copies in one step, as ``stacklm train`` trains a group on a GPU
+   (``stacklm.training.grouped_step``: stacked parameters, one vmapped forward and backward, each
+   run's own dropout masks and Adam step); the total tokens per second for each K of ``--runs``.
 
 Writes one JSON object (``--out``): device, checks, training (records with ``architecture``,
-``n``, ``tokens_per_s``, as ``bench/grid.py --gpu`` reads them) and runs_per_process. Stops
+``n``, ``tokens_per_s``, as ``bench/grid.py --gpu`` reads them), runs_per_process and runs_per_step. Stops
 measuring, and writes what it has, once ``--budget-s`` seconds have passed.
 
     python bench/gpu.py --out bench/measurements/gpu.json            # on a machine with CUDA
@@ -40,6 +43,9 @@ from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.stack_interface import StackInterface
+from stacklm.training.batching import Batch
+from stacklm.training.grouped_step import GroupedStep
+from stacklm.training.run_dropout import RunRandomness
 
 CFL_VOCABULARY_SIZE = 5
 DRY_RUN_ARCHITECTURES = ["Tf", "Tf+Nd", "LSTM+Nd+R", "cfl/NS+S+U"]
@@ -137,6 +143,31 @@ def throughput(name: str, task: str, device: torch.device, length: int, tokens: 
     return runs * size * length / statistics.median(times)
 
 
+def grouped_throughput(name: str, task: str, device: torch.device, length: int, tokens: int, steps: int, runs: int) -> float:
+    """Tokens per second of ``runs`` copies trained in one step (``GroupedStep``), each with its own Adam."""
+    vocabulary = vocabulary_size(name, task)
+    models = [build(name, task, dropout=ModelOptions().dropout).to(device).train() for _ in range(runs)]
+    optimizers = [torch.optim.Adam(model.parameters(), lr=1e-4) for model in models]
+    size = max(tokens // length, 1)
+    inputs, targets = (tensor.to(device) for tensor in batch(vocabulary, size, length, seed=3))
+    same = Batch(inputs, targets, torch.ones_like(targets, dtype=torch.bool), tuple(range(size)))
+    step = GroupedStep(models[0])
+    randomness = [RunRandomness.seeded(seed, device) for seed in range(runs)]
+    times = []
+    for index in range(steps + 2):
+        synchronize(device)
+        start = time.perf_counter()
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        step.losses(models, [same] * runs, randomness).sum().backward()
+        for optimizer in optimizers:
+            optimizer.step()
+        synchronize(device)
+        if index >= 2:
+            times.append(time.perf_counter() - start)
+    return runs * size * length / statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -157,7 +188,8 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False
     deadline = Deadline(arguments.budget_s)
     described = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    report: dict[str, Any] = {"device": described, "torch": torch.__version__, "checks": [], "training": [], "runs_per_process": [], "complete": False}
+    report: dict[str, Any] = {"device": described, "torch": torch.__version__, "checks": [], "training": [], "runs_per_process": [], "runs_per_step": [],
+                              "complete": False}
 
     def write() -> None:
         arguments.out.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +217,9 @@ def main() -> None:
             rate = throughput(name, arguments.task, device, 32 if not arguments.dry_run else 8, arguments.tokens, arguments.steps, runs)
             report["runs_per_process"].append({"architecture": name, "runs": runs, "tokens_per_s": rate})
             print(json.dumps(report["runs_per_process"][-1]), flush=True)
+            rate = grouped_throughput(name, arguments.task, device, 32 if not arguments.dry_run else 8, arguments.tokens, arguments.steps, runs)
+            report["runs_per_step"].append({"architecture": name, "runs": runs, "tokens_per_s": rate})
+            print(json.dumps(report["runs_per_step"][-1]), flush=True)
     report["complete"] = True
     write()
 

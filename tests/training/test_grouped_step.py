@@ -62,3 +62,23 @@ def test_runs_of_other_architectures_are_refused() -> None:
     batch = make_batch(strings(4, 0), [0, 1], 5)
     with pytest.raises(StacklmError, match="share their architecture"):
         GroupedStep(tiny("Tf", 1)).losses([tiny("Tf", 1), tiny("LSTM", 1)], [batch, batch], [RunRandomness.seeded(1, CPU)] * 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the fused dropout's masks and the vmapped kernels on a GPU")
+@pytest.mark.parametrize("name", ["Tf", "Tf+Nd", "Tf+Sup", "LSTM", "LSTM+Nd+R"])
+def test_on_cuda_each_run_of_a_grouped_step_has_its_loss_and_gradient_alone(name: str) -> None:
+    cuda = torch.device("cuda")
+    data = strings(30, 0)
+    models = [tiny(name, seed).to(cuda) for seed in (1, 2, 3)]
+    batches = [make_batch(data, indices, 5).to(cuda) for indices in ([0, 1, 2], list(range(5, 12)), [20, 21])]
+    losses = GroupedStep(models[0]).losses(models, batches, [RunRandomness.seeded(seed, cuda) for seed in (1, 2, 3)])
+    losses.sum().backward()
+    grouped = [[parameter.grad.clone() for parameter in model.parameters()] for model in models]
+    for seed, model, batch, loss, gradients in zip((1, 2, 3), models, batches, losses, grouped):
+        model.zero_grad()
+        torch.manual_seed(seed)
+        alone = batch_loss(model, batch)
+        alone.backward()
+        assert loss.item() == pytest.approx(alone.item(), rel=1e-5, abs=1e-5)
+        for gradient, parameter in zip(gradients, model.parameters()):
+            torch.testing.assert_close(gradient, parameter.grad, rtol=1e-4, atol=1e-5)
