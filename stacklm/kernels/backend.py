@@ -111,8 +111,9 @@ def resolve(requested: str, device: torch.device) -> Backend:
     if requested == "cpu-compiled":
         raise StacklmError(f"the cpu-compiled backend is not available: {error}")
     warnings.warn(
-        f"running the torch backend, not cpu-compiled: {error}. Its dropout draws other masks for the same seed,"
-        " so its runs differ from cpu-compiled ones (each run records its backend)",
+        f"running the torch backend, not cpu-compiled: {error}. The PyTorch code runs in place of every compiled kernel"
+        " (the dVPDA's and the symbol stack's dynamic programs, attention, the stack RNNs' steps, dropout): the same functions, slower,"
+        " and its dropout draws other masks for the same seed, so its runs differ from cpu-compiled ones (each run records its backend)",
         RuntimeWarning,
         stacklevel=2,
     )

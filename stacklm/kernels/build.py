@@ -3,12 +3,14 @@
 ``dvpda.cpp`` (the dVPDA, :mod:`stacklm.kernels.dvpda`), ``dropout.cpp`` (:mod:`stacklm.kernels.dropout`),
 ``attention.cpp`` (:mod:`stacklm.kernels.attention`) and ``recurrent.cpp`` (:mod:`stacklm.kernels.recurrent`),
 with ``lanes.h``, are built with ``torch.utils.cpp_extension.load`` at first use (``-O3 -fopenmp``,
-this CPU's vector instructions and a digest of the headers, :func:`compile_flags`; the system C++
+C++20 (``std::bit_cast``, ``std::remove_cvref_t``) whatever torch's own flags say, this CPU's vector
+instructions and a digest of the headers, :func:`compile_flags`; the system C++
 compiler; about a minute on two cores, several on loaded ones; one process at a time, under the
 folder's lock, :func:`load`) into a folder of this checkout's own (:func:`build_directory`) under
 ``$TORCH_EXTENSIONS_DIR`` or, without it, ``~/.cache/stacklm/extensions`` (``$XDG_CACHE_HOME``
 respected); later processes load the built library. :func:`load` raises if the build fails;
-:func:`available` says whether it built, and why not. :func:`vector_capability` names the
+:func:`available` says whether it built, and why not: the compiler's first error line, the whole
+output kept in the build folder (``stacklm.kernels.backend`` then says what runs in their place). :func:`vector_capability` names the
 instruction set a build uses, which a run records with its backend (``stacklm.kernels.backend``).
 """
 
@@ -18,6 +20,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -96,7 +99,26 @@ def compile_flags() -> list[str]:
     not at all where the library of these sources and flags is already loaded in the process): with
     the digest in the flags, a header whose content changed changes the command line, which
     rebuilds the library."""
-    return ["-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags(), f"-DSTACKLM_HEADERS_DIGEST={headers_digest()}"]
+    return ["-std=c++20", "-O3", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", *vector_flags(), f"-DSTACKLM_HEADERS_DIGEST={headers_digest()}"]
+
+
+def first_error(output: str) -> str:
+    """The compiler's first error line in a failed build's ``output`` (``file:line:column: error: …``
+    or ``fatal error: …``), else its last non-empty line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if re.search(r"\berror:", line)), lines[-1] if lines else "(no output)")
+
+
+def build_failure(what: str, error: BaseException, directory: Path) -> str:
+    """What a failed build of ``what`` says: the compiler's first error, and where its whole output is
+    kept (``build-error.log`` in the build folder)."""
+    log = directory / "build-error.log"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        log.write_text(str(error))
+    except OSError:
+        return f"{what} failed to build: {first_error(str(error))}"
+    return f"{what} failed to build: {first_error(str(error))} (the compiler's whole output: {log})"
 
 
 def is_built(directory: Path) -> bool:
@@ -118,7 +140,7 @@ def load() -> None:
     if _loaded:
         return
     if _error is not None:
-        raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {_error}") from _error
+        raise _error
     from torch.utils import cpp_extension
 
     directory = build_directory()
@@ -139,8 +161,8 @@ def load() -> None:
     except StacklmError:  # the lock's: a SIGTERM, or a wait that ran out; the command ends
         raise
     except Exception as error:  # the compiler's output is in the exception
-        _error = error
-        raise RuntimeError(f"the compiled kernels (dVPDA, dropout) failed to build: {error}") from error
+        _error = RuntimeError(build_failure(f"the compiled kernels ({', '.join(source.name for source in SOURCES)})", error, directory))
+        raise _error from error
     keep_freed_memory()
     _loaded = True
 

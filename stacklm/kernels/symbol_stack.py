@@ -111,7 +111,8 @@ def load() -> None:
     except StacklmError:
         raise
     except Exception as error:  # the compiler's output is in the exception
-        raise RuntimeError(f"the symbol stack kernel failed to build: {error}") from error
+        raise RuntimeError(build.build_failure("the symbol stack kernel", error, directory) + "; nothing runs in its place on the cpu-compiled backend: "
+                           "--backend torch runs the PyTorch code") from error
     _loaded = True
 
 

@@ -49,6 +49,46 @@ def test_every_header_the_sources_include_is_hashed() -> None:
     assert all(header.is_file() and header.parent == build.SOURCE.parent for header in build.HEADERS)
 
 
+def test_the_build_states_cxx20_after_torchs_own_standard() -> None:
+    flags = build.compile_flags()
+    assert flags[0] == "-std=c++20" and sum(flag.startswith("-std=") for flag in flags) == 1
+
+
+BROKEN_SOURCE = """#include <cstdint>
+std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }  // <bit> is not included
+int also_broken() { return undeclared; }
+"""
+
+
+def test_a_failed_build_names_the_compilers_first_error_and_keeps_the_output(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A real compiler on a broken source: the error names its first error line and the log of the
+    whole output, and the compiler's command line ends with our standard, after torch's."""
+    source = tmp_path / "broken.cpp"
+    source.write_text(BROKEN_SOURCE)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
+    monkeypatch.setattr(build, "SOURCES", [source])
+    monkeypatch.setattr(build, "_loaded", False)
+    monkeypatch.setattr(build, "_error", None)
+    built, error = build.available()
+    assert not built
+    log = build.build_directory() / "build-error.log"
+    assert re.fullmatch(
+        rf"the compiled kernels \(broken\.cpp\) failed to build: {re.escape(str(source))}:2:\d+: error: .*bit_cast.* \(the compiler's whole output: {re.escape(str(log))}\)",
+        error,
+    ), error
+    assert "undeclared" in log.read_text() and "undeclared" not in error
+    flags = next(line for line in (build.build_directory() / "build.ninja").read_text().splitlines() if line.startswith("cflags = "))
+    assert [flag for flag in flags.split() if flag.startswith("-std=")][-1] == "-std=c++20"
+    assert build.available() == (False, error)  # the failure is kept: no second build
+
+
+def test_first_error_takes_the_first_error_line() -> None:
+    output = "Error building extension 'x': [1/2] c++ -c a.cpp\nIn file included from a.cpp:1:\na.h:3:1: warning: w\na.cpp:5:2: error: first\na.cpp:9:2: error: second\n"
+    assert build.first_error(output) == "a.cpp:5:2: error: first"
+    assert build.first_error("ninja: build stopped\n\n") == "ninja: build stopped"
+    assert build.first_error("") == "(no output)"
+
+
 BUILD_S = 900  # the longest a real build may take on a loaded machine here (49 s on two cores)
 
 
