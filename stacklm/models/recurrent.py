@@ -161,9 +161,13 @@ class RecurrentLanguageModel(LanguageModel):
         self.dropout = Dropout(config.dropout)
 
     def _tokens(self, tokens: Tensor) -> Tensor:
-        """x'_t: tied embeddings with dropout, or one-hot vectors: (…, token_width)."""
+        """x'_t: tied embeddings with dropout, or one-hot vectors: (…, token_width).
+
+        The one-hot vectors are scattered into zeros: ``F.one_hot`` checks the indices' range by
+        reading their minimum and maximum back to the host, a scalar read in every step."""
         if self.embedding is None:
-            return F.one_hot(tokens, self.vocabulary_size).to(self.layers[0].input_weight.dtype)
+            zeros = torch.zeros(*tokens.shape, self.vocabulary_size, dtype=self.layers[0].input_weight.dtype, device=tokens.device)
+            return zeros.scatter_(-1, tokens.unsqueeze(-1), 1.0)  # (…, V)
         return self.dropout(self.embedding(tokens))
 
     def _logits(self, output: Tensor) -> Tensor:

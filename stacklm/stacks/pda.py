@@ -72,6 +72,7 @@ operand. With a window: O(n·D²·Q³S²) time and O(n·D·N²) memory.
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ from torch import Tensor
 
 from stacklm.semiring import Semiring
 from stacklm.stacks.contraction import ColumnT, Contraction
+from stacklm.stacks.device_tables import device_index
 
 
 @dataclass(frozen=True)
@@ -280,13 +282,7 @@ class Window(Layout):
         return list(range(max(first_column, step - self.window + 1), step - 1))
 
     def split_mask(self, step: int, splits: list[int], device: torch.device) -> Tensor | None:
-        below = torch.tensor(splits, device=device)
-        valid = torch.tensor(self.slot_rows(step), device=device).unsqueeze(-1) < below  # (slots, K)
-        gamma_valid = valid.repeat_interleave(self.sizes.num_configurations, dim=0)
-        if self.sizes.vector_size == 0:
-            return gamma_valid
-        eta_valid = valid.repeat_interleave(self.sizes.vector_size, dim=0)
-        return torch.cat([eta_valid, gamma_valid], dim=0)
+        return _window_split_mask(self, tuple(self.slot_rows(step)), tuple(splits), device)
 
     def bottom_splits(self, first_column: int, step: int) -> list[int]:
         # t−1−k ≤ D: the elements still fit, but rows i ≥ t−D cannot reach k < t−D+1.
@@ -314,6 +310,19 @@ class Window(Layout):
     def first_kept(self, first_column: int, step: int) -> int:
         # The bottom row reaches two split points further back than the other rows.
         return max(first_column, min(step, step - self.window + (0 if self.sizes.bottom_replaceable else 2)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_split_mask(layout: Window, slot_rows: tuple[int, ...], splits: tuple[int, ...], device: torch.device) -> Tensor:
+    """``Window.split_mask`` for the rows ``slot_rows`` of each slot and the split points ``splits``,
+    built once per value and device (``stacklm.stacks.device_tables``)."""
+    below = device_index(splits, device)
+    valid = device_index(slot_rows, device).unsqueeze(-1) < below  # (slots, K)
+    gamma_valid = valid.repeat_interleave(layout.sizes.num_configurations, dim=0)
+    if layout.sizes.vector_size == 0:
+        return gamma_valid
+    eta_valid = valid.repeat_interleave(layout.sizes.vector_size, dim=0)
+    return torch.cat([eta_valid, gamma_valid], dim=0)
 
 
 @dataclass(frozen=True)
@@ -519,7 +528,7 @@ def advance(
         return [tables.columns[k - tables.first_column] for k in splits]
 
     def at_slots(table: Tensor, splits: list[int]) -> Tensor:
-        return table.index_select(1, torch.tensor([layout.slot(k) for k in splits], device=table.device))
+        return table.index_select(1, device_index(tuple(layout.slot(k) for k in splits), table.device))
 
     splits = layout.splits(tables.first_column, step)
     if splits:

@@ -1,7 +1,13 @@
 """The training loop shared by every schedule (DuSell & Cotterell (2025) App. D; DuSell & Chiang (2022) App. 8).
 
-Per batch: −mean log p(w·EOS), a non-finite loss stops the run naming the step, backward,
-L2 clipping of the global gradient norm, an Adam step. At each checkpoint (every
+Per batch, one step without host work (``stacklm.training.step``; on CUDA replayed from a CUDA graph
+per padded batch shape, ``stacklm.training.cuda_graph``): −mean log p(w·EOS), backward, L2
+clipping of the global gradient norm, an Adam step. The steps' losses stay on the device and are
+read back together: before each checkpoint, before a requested stop saves the state, when a
+progress line or ``after_step`` comes, at the end, and at least every 256 steps. A non-finite loss
+stops the run at that reading, ``TrainingDiverged`` naming the first step whose loss was
+non-finite (its epoch and batch): the steps after it, up to the reading, train on non-finite
+values, and nothing of them is saved or scored. At each checkpoint (every
 ``examples_per_checkpoint`` training examples, the surplus carrying over, or at each epoch's
 end) the validation cross-entropy per token (EOS counted) drives the schedule and early
 stopping; the best parameters are kept, and the whole training state is written atomically
@@ -37,9 +43,11 @@ from stacklm.errors import StacklmError, located
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.batching import Batch, epoch_groups, make_batch, validation_groups
 from stacklm.training.config import TrainConfig
-from stacklm.training.loss import batch_loss, string_log_probabilities
+from stacklm.training.cuda_graph import training_steps
+from stacklm.training.loss import string_log_probabilities
 from stacklm.training.progress import Progress
 from stacklm.training.schedule import ScheduleState, after_checkpoint, is_new_best, should_stop
+from stacklm.training.step import LossLedger, StepPlace
 
 
 class TrainingDiverged(StacklmError):
@@ -156,6 +164,7 @@ def train(
     after_step: AfterStep | None = None,
     backend: dict[str, str] | None = None,
     resume_other_backend: bool = False,
+    cuda_graphs: bool = True,
 ) -> TrainResult:
     """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
 
@@ -169,13 +178,16 @@ def train(
     ``after_step(step, epoch)``, called likewise after each optimizer step and once before the
     first (step 0, the initial parameters, when the run starts afresh), returns rows that the
     result's ``step_rows`` keeps (saved with the training state, so a resumed run keeps them).
+    ``cuda_graphs``, on CUDA: each padded batch shape's step replays from a CUDA graph
+    (``stacklm.training.cuda_graph``; else the eager step runs); the CPU always runs the eager step.
     """
     if not training or not validation:
         raise StacklmError("training and validation data must not be empty")
     device = torch.device(device)
     progress = progress if progress is not None else Progress()
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, fused=True)  # one kernel for all parameters: a quarter of the default's time
+    # fused: one kernel for all parameters, a quarter of the default's time; capturable on CUDA, for its graphs
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, fused=True, capturable=device.type == "cuda")
     lengths = [len(string) for string in training]
     validation_batches = [make_batch(validation, group, eos_index).to(device) for group in validation_groups([len(string) for string in validation], config)]
     state = TrainingState(schedule=ScheduleState.initial(config))
@@ -188,8 +200,22 @@ def train(
             progress.line(f"  {record.describe()}")
     session_start = time.monotonic()
     wall_before = state.wall_time_s
+    step = training_steps(model, optimizer, config, device, graphs=cuda_graphs)
+    ledger = LossLedger()
+
+    def read_losses() -> float:
+        """Read the pending losses into the state (a non-finite one ends the run naming its step); the last one."""
+        for place, value in ledger.read():
+            if not math.isfinite(value):
+                raise TrainingDiverged(
+                    f"loss is {value} at {place}"
+                    + (f"; the last checkpoint is {checkpoint_path}" if state.curve and checkpoint_path is not None else "")
+                )
+            state.loss_since_checkpoint += value
+        return math.nan if ledger.last is None else ledger.last
 
     def checkpoint() -> None:
+        read_losses()
         state.wall_time_s = wall_before + time.monotonic() - session_start
         summary = _take_checkpoint(model, optimizer, state, validation_batches, config, checkpoint_scores)
         if checkpoint_path is not None:
@@ -208,34 +234,26 @@ def train(
         groups = epoch_groups(lengths, config, seed, state.epoch)
         progress.start_epoch(state.epoch + 1, state.batch_index, len(groups))
         for index in range(state.batch_index, len(groups)):
-            batch = make_batch(training, groups[index], eos_index).to(device)
+            batch = make_batch(training, groups[index], eos_index)
             model.train()
-            optimizer.zero_grad(set_to_none=True)
-            loss = batch_loss(model, batch)
-            loss_value = loss.item()
             state.step += 1
-            if not math.isfinite(loss_value):
-                raise TrainingDiverged(
-                    f"loss is {loss_value} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)})"
-                    + (f"; the last checkpoint is {checkpoint_path}" if state.curve and checkpoint_path is not None else "")
-                )
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), config.gradient_clip_norm)
-            optimizer.step()
+            ledger.add(StepPlace(state.step, state.epoch + 1, index + 1, len(groups)), step(batch))
+            if after_step is not None or ledger.full:
+                read_losses()
             log_step()
             state.batch_index = index + 1
             state.examples_seen += batch.size
             state.examples_since_checkpoint += batch.size
             state.batches_since_checkpoint += 1
-            state.loss_since_checkpoint += loss_value
             state.tokens += batch.num_tokens
-            progress.update(loss_value, batch.num_tokens)
+            progress.update(read_losses, batch.num_tokens)
             if config.examples_per_checkpoint is not None and state.examples_since_checkpoint >= config.examples_per_checkpoint:
                 state.examples_since_checkpoint -= config.examples_per_checkpoint
                 checkpoint()
                 if state.stopped_early:
                     break
             if stop_request is not None and stop_request.reason is not None:
+                read_losses()
                 state.wall_time_s = wall_before + time.monotonic() - session_start
                 if checkpoint_path is not None:
                     _save(checkpoint_path, fingerprint, model, optimizer, state, backend)
@@ -250,6 +268,7 @@ def train(
             last_epoch = state.epoch == config.max_epochs
             if config.examples_per_checkpoint is None or (last_epoch and state.batches_since_checkpoint > 0):
                 checkpoint()
+    read_losses()
     progress.close()
     if state.best_parameters is None:
         raise StacklmError("training ended without a checkpoint")
