@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig
 from stacklm.models.registry import ARCHITECTURES
 from stacklm.training.batching import make_batch
 from stacklm.training.buckets import pad_to_bucket, padded_loss
@@ -36,6 +37,22 @@ def test_a_training_step_does_no_host_work(name: str) -> None:
         with HostWork() as recorded, torch.device("meta"):
             step()
         assert recorded.found == [], f"{kind} step"
+
+
+def test_a_ptb_models_step_through_a_window_does_no_host_work() -> None:
+    """The windowed nondeterministic stack of DuSell & Chiang (2022) §5.1: its masks are kept too."""
+    model = PtbLanguageModel(PtbModelConfig(vocabulary_size=7, hidden_units=5, stack=LimitedNondeterministic(2, 3, renormalizing=True, window=4)))
+    model.initialize(torch.Generator().manual_seed(0))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    inputs = torch.randint(0, 7, (3, 9), generator=torch.Generator().manual_seed(1))
+
+    def step() -> torch.Tensor:
+        return training_step(model, optimizer, lambda: model(inputs, model.initial_state(3))[0].logsumexp(-1).mean(), 1.0)
+
+    step()
+    with HostWork() as recorded, torch.device("meta"):
+        step()
+    assert recorded.found == []
 
 
 def test_the_recorder_sees_each_kind_of_host_work() -> None:
