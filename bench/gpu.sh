@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The GPU measurement of issue 15, one script of at most 8 minutes (bench/gpu.py says what it
-# measures). On a machine with CUDA it writes $OUT/gpu.json (the device tool's folder), or
+# The GPU measurement of issues 15 and 30, one script of at most 8 minutes (bench/gpu.py says what
+# it measures: CUDA against CPU, the graphed step against the eager one, both steps' tokens/s per
+# architecture, the real training loop with and without CUDA graphs, K runs per process and per step).
+# On a machine with CUDA it writes $OUT/gpu.json (the device tool's folder), or
 # bench/measurements/gpu.json without $OUT; commit that file, and bench/grid.py reads it for GPU-hours.
 # Without CUDA it runs the same code on the CPU at tiny sizes (a dry check) and exits 0.
 #
