@@ -9,7 +9,7 @@ generator state (:class:`RunRandomness`), and handed into the vmapped forward, w
 dropout multiplies by the mask it is given (:func:`masked_model`).
 
 What a forward draws is a pure function of the model and the batch's shape (B, n): the calls
-with p > 0 in training mode on a non-empty tensor, each of a size, strides and dtype. They are
+with p > 0 in training mode on a non-empty tensor, each of a size, strides, offset and dtype. They are
 recorded once per shape by a forward on the ``meta`` device (:class:`DropoutDraws`), which
 computes no number. Each draw is ``F.dropout`` of a tensor of ones of that layout, so that the
 mask holds the same numbers as the one the run alone multiplies by (1/(1 − p) or 0).

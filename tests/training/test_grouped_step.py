@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from stacklm.errors import StacklmError
+from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.training.batching import make_batch
@@ -82,3 +83,16 @@ def test_on_cuda_each_run_of_a_grouped_step_has_its_loss_and_gradient_alone(name
         assert loss.item() == pytest.approx(alone.item(), rel=1e-5, abs=1e-5)
         for gradient, parameter in zip(gradients, model.parameters()):
             torch.testing.assert_close(gradient, parameter.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_a_syntax_infused_architecture_shares_its_feature_table_between_the_runs() -> None:
+    """+Syn: the feature table is a buffer, the same in every run of the task."""
+    vocabulary = len(task_vocabulary("question-formation"))
+    models = [build_model("Tf+Syn", vocabulary, token_features=task_features("question-formation"), options=ModelOptions(width=32, dropout=0.3),
+                          generator=torch.Generator().manual_seed(seed)) for seed in (1, 2)]
+    data = [[index % (vocabulary - 1) for index in range(start, start + length)] for start, length in ((0, 5), (3, 7), (9, 2), (4, 4))]
+    batches = [make_batch(data, [0, 1], vocabulary - 1), make_batch(data, [2, 3], vocabulary - 1)]
+    losses = GroupedStep(models[0]).losses(models, batches, [RunRandomness.seeded(seed, CPU) for seed in (1, 2)])
+    for seed, model, batch, loss in zip((1, 2), models, batches, losses):
+        torch.manual_seed(seed)
+        assert loss.item() == pytest.approx(batch_loss(model, batch).item(), rel=1e-6, abs=1e-6)
