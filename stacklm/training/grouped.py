@@ -11,6 +11,10 @@ format) and result. Only the forward and backward are shared. At each step every
 training takes its next batch; a run that ends (early stopping, its last epoch, a diverged loss,
 a state it cannot write) leaves the group, and the others go on unchanged.
 
+On CUDA a run alone replays CUDA graphs of its batches padded to buckets
+(``stacklm.training.cuda_graph``); its masks are then drawn for the buckets' shapes, and so are
+they here (``cuda_graphs``). The grouped step itself runs eagerly.
+
 What can be grouped: runs of one architecture and one set of model options, on the torch
 backend (the PyTorch implementations; the compiled CPU kernels do not vmap). Learning rates,
 token budgets B, epochs and schedules may differ: a step pads the runs' batches to the largest
@@ -80,7 +84,8 @@ class _Lane:
             raise StacklmError("training and validation data must not be empty")
         self.run, self.device = run, device
         run.model.to(device)
-        self.optimizer = torch.optim.Adam(run.model.parameters(), lr=run.config.learning_rate, fused=True)
+        # as loop.train's: capturable on CUDA, where the run alone replays its steps from CUDA graphs
+        self.optimizer = torch.optim.Adam(run.model.parameters(), lr=run.config.learning_rate, fused=True, capturable=device.type == "cuda")
         self.lengths = [len(string) for string in run.training]
         self.validation_batches = [
             make_batch(run.validation, group, run.eos_index).to(device)
@@ -200,15 +205,16 @@ class _Lane:
 
 
 def train_group(
-    runs: Sequence[GroupedRun], device: torch.device | str = "cpu", stop_request: StopRequest | None = None
+    runs: Sequence[GroupedRun], device: torch.device | str = "cpu", stop_request: StopRequest | None = None, cuda_graphs: bool = True
 ) -> list[TrainResult | StacklmError]:
     """Train ``runs`` (one architecture, each model initialised) together; each ends as ``loop.train``
     would end it alone, its best parameters in its model. Returns, per run in order, its result or
     the ``StacklmError`` that ended it (a diverged loss, a state of another run, …), which stops no
     other run. When ``stop_request`` is set, every run still training saves the state of the
-    current step and ``TrainingInterrupted`` is raised."""
+    current step and ``TrainingInterrupted`` is raised. ``cuda_graphs``: as ``loop.train``'s, the
+    run alone that each run equals on CUDA (graphed: its masks drawn for its batches' buckets)."""
     device = torch.device(device)
-    step = GroupedStep(runs[0].model)
+    step = GroupedStep(runs[0].model, bucketed=cuda_graphs and device.type == "cuda")
     outcomes: list[TrainResult | StacklmError | None] = [None] * len(runs)
     lanes: dict[int, _Lane] = {}
     for index, run in enumerate(runs):

@@ -13,6 +13,11 @@ with θ_k its own parameters and the dropout masks it draws alone (``run_dropout
 stacked parameters are ``torch.stack`` of each run's own, so the backward of Σ_k ℓ_k leaves
 ∂ℓ_k/∂θ_k in run k's model: its clipping and Adam step are its own (``stacklm.training.grouped``).
 
+On CUDA a run alone replays CUDA graphs of its batches padded to buckets
+(``stacklm.training.cuda_graph``), so its forward draws its masks for the bucket's shape
+(bucket_size(B_k), bucket_size(n_k)): with ``bucketed`` the step draws each run's masks for
+that shape, as that run alone draws them, and pads to the largest bucket of the step.
+
 Contract: the models have the same parameter names and shapes and the same dropout p (one
 architecture and one set of model options) and run on the torch backend; their batches,
 learning rates and schedules may differ. The PyTorch implementations are vmappable: the stack's
@@ -30,6 +35,7 @@ from torch.func import functional_call, vmap
 
 from stacklm.errors import StacklmError
 from stacklm.training.batching import PADDING_INPUT, Batch
+from stacklm.training.buckets import bucket_size
 from stacklm.training.loss import position_log_probabilities
 from stacklm.training.run_dropout import DropoutDraws, RunRandomness, draw_masks, masked_model, padded
 
@@ -37,7 +43,8 @@ from stacklm.training.run_dropout import DropoutDraws, RunRandomness, draw_masks
 class GroupedStep:
     """The loss of each of several runs of ``template``'s architecture on its own batch, in one vmapped forward."""
 
-    def __init__(self, template: nn.Module) -> None:
+    def __init__(self, template: nn.Module, bucketed: bool = False) -> None:
+        self.bucketed = bucketed  # each run's masks drawn for its batch's bucket (as its graphed step alone draws them)
         self.names = [name for name, _ in template.named_parameters()]
         self.shapes = [parameter.shape for _, parameter in template.named_parameters()]
         self.base, self.queue = masked_model(template)
@@ -51,8 +58,9 @@ class GroupedStep:
             if [parameter.shape for _, parameter in model.named_parameters()] != self.shapes:
                 raise StacklmError("the runs of one step must share their architecture: their parameters differ in shape")
         device = batches[0].inputs.device
-        batch_size = max(batch.size for batch in batches)
-        length = max(batch.inputs.size(1) for batch in batches)
+        shapes = [self._drawn_shape(batch) for batch in batches]  # each run's (B_k, n_k), or its bucket
+        batch_size = max(size for size, _ in shapes)
+        length = max(length for _, length in shapes)
         inputs = torch.full((len(batches), batch_size, length), PADDING_INPUT, dtype=torch.long, device=device)  # (K, B, n)
         targets = torch.zeros((len(batches), batch_size, length + 1), dtype=torch.long, device=device)  # (K, B, n + 1)
         scored = torch.zeros((len(batches), batch_size, length + 1), dtype=torch.bool, device=device)  # (K, B, n + 1)
@@ -63,14 +71,18 @@ class GroupedStep:
         sizes = torch.tensor([float(batch.size) for batch in batches], device=device)  # (K,)
         padded_draws = self.draws(batch_size, length)
         per_run = []
-        for batch, run_randomness in zip(batches, randomness):
+        for shape, run_randomness in zip(shapes, randomness):
             with run_randomness.active():
-                per_run.append(padded(draw_masks(self.draws(batch.size, batch.inputs.size(1)), device), padded_draws))
+                per_run.append(padded(draw_masks(self.draws(*shape), device), padded_draws))
         masks = [torch.stack(draw) for draw in zip(*per_run)]  # per draw, (K, *padded shape)
         own = [dict(model.named_parameters()) for model in models]
         parameters = {name: torch.stack([run[name] for run in own]) for name in self.names}  # (K, …) each
         buffers = dict(models[0].named_buffers())  # the same in every run of an architecture (the +Syn feature table)
         return vmap(functools.partial(self._loss, buffers=buffers))(parameters, inputs, targets, scored, sizes, masks)
+
+    def _drawn_shape(self, batch: Batch) -> tuple[int, int]:
+        size, length = batch.inputs.shape
+        return (bucket_size(size), bucket_size(length)) if self.bucketed else (size, length)
 
     def _loss(
         self, parameters: dict[str, Tensor], inputs: Tensor, targets: Tensor, scored: Tensor, size: Tensor, masks: list[Tensor], buffers: dict[str, Tensor]

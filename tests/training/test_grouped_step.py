@@ -10,6 +10,7 @@ from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.training.batching import make_batch
+from stacklm.training.buckets import pad_to_bucket, padded_loss
 from stacklm.training.grouped_step import GroupedStep
 from stacklm.training.loss import batch_loss
 from stacklm.training.run_dropout import RunRandomness
@@ -96,3 +97,23 @@ def test_a_syntax_infused_architecture_shares_its_feature_table_between_the_runs
     for seed, model, batch, loss in zip((1, 2), models, batches, losses):
         torch.manual_seed(seed)
         assert loss.item() == pytest.approx(batch_loss(model, batch).item(), rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["Tf", "Tf+Nd", "LSTM"])
+def test_bucketed_each_run_has_the_loss_and_gradient_of_its_graphed_step_alone(name: str) -> None:
+    """On CUDA a run alone steps on its batch padded to its bucket (``cuda_graph``), drawing its masks
+    for that shape: the bucketed step draws them so too (here on the CPU, the padded loss eagerly)."""
+    data = strings(30, 0)
+    models = [tiny(name, seed) for seed in (1, 2, 3)]
+    batches = [make_batch(data, indices, 5) for indices in ([0, 1, 2], list(range(5, 12)), [20, 21])]
+    losses = GroupedStep(models[0], bucketed=True).losses(models, batches, [RunRandomness.seeded(seed, CPU) for seed in (1, 2, 3)])
+    losses.sum().backward()
+    grouped = [[parameter.grad.clone() for parameter in model.parameters()] for model in models]
+    for seed, model, batch, loss, gradients in zip((1, 2, 3), models, batches, losses, grouped):
+        model.zero_grad()
+        torch.manual_seed(seed)
+        alone = padded_loss(model, pad_to_bucket(batch))
+        alone.backward()
+        assert loss.item() == pytest.approx(alone.item(), rel=1e-6, abs=1e-6)
+        for gradient, parameter in zip(gradients, model.parameters()):
+            torch.testing.assert_close(gradient, parameter.grad, rtol=1e-5, atol=1e-6)
