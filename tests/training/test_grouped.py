@@ -44,16 +44,17 @@ def tiny(name: str, seed: int) -> torch.nn.Module:
     return build_model(name, 6, options=ModelOptions(width=8, dropout=0.2), generator=torch.Generator().manual_seed(seed))
 
 
-def alone(name: str, seed: int, config: TrainConfig, checkpoint: Path | None = None) -> tuple[torch.nn.Module, TrainResult]:
+def alone(name: str, seed: int, config: TrainConfig, checkpoint: Path | None = None, device: torch.device = CPU) -> tuple[torch.nn.Module, TrainResult]:
     model = tiny(name, seed)
     torch.manual_seed(seed)
-    result = train(model, TRAINING, VALIDATION, config, seed=seed, eos_index=5, checkpoint_path=checkpoint, progress=Progress(io.StringIO()))
+    result = train(model, TRAINING, VALIDATION, config, seed=seed, eos_index=5, checkpoint_path=checkpoint, device=device,
+                   progress=Progress(io.StringIO()))
     return model, result
 
 
-def grouped_runs(name: str, checkpoints: list[Path] | None = None) -> list[GroupedRun]:
+def grouped_runs(name: str, checkpoints: list[Path] | None = None, device: torch.device = CPU) -> list[GroupedRun]:
     return [
-        GroupedRun(tiny(name, seed), TRAINING, VALIDATION, config, seed, 5, RunRandomness.seeded(seed, CPU),
+        GroupedRun(tiny(name, seed), TRAINING, VALIDATION, config, seed, 5, RunRandomness.seeded(seed, device),
                    checkpoint_path=None if checkpoints is None else checkpoints[index], progress=Progress(io.StringIO()))
         for index, (seed, config) in enumerate(zip(SEEDS, CONFIGS))
     ]
@@ -74,7 +75,7 @@ def assert_same_run(grouped: tuple[torch.nn.Module, TrainResult], lone: tuple[to
     for (name, parameter), lone_parameter in zip(model.state_dict().items(), lone_model.state_dict().values()):
         if not name.endswith("key.bias"):
             torch.testing.assert_close(parameter, lone_parameter, rtol=1e-4, atol=1e-5, msg=name)
-    inputs = make_batch(VALIDATION, range(len(VALIDATION)), 5).inputs
+    inputs = make_batch(VALIDATION, range(len(VALIDATION)), 5).inputs.to(next(model.parameters()).device)
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(inputs), lone_model.eval()(inputs), rtol=1e-4, atol=1e-5)
 
@@ -88,6 +89,17 @@ def test_runs_trained_together_equal_the_runs_trained_alone(name: str) -> None:
         assert_same_run((run.model, result), alone(name, seed, config))
     steps = [result.steps for result in results if isinstance(result, TrainResult)]
     assert len(set(steps)) == 3  # each left the group at its own step
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the runs alone replay CUDA graphs of bucketed batches there")
+@pytest.mark.parametrize("name", ["Tf", "Tf+Nd", "LSTM"])
+def test_on_cuda_runs_trained_together_equal_the_runs_trained_alone(name: str) -> None:
+    cuda = torch.device("cuda")
+    runs = grouped_runs(name, device=cuda)
+    results = train_group(runs, cuda)
+    for run, result, seed, config in zip(runs, results, SEEDS, CONFIGS):
+        assert isinstance(result, TrainResult)
+        assert_same_run((run.model, result), alone(name, seed, config, device=cuda))
 
 
 def test_a_stopped_group_resumes_to_the_runs_alone_and_its_states_resume_alone(tmp_path: Path) -> None:
