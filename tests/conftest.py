@@ -1,7 +1,15 @@
 """Shared test fixtures: the reference data beside the checkout, config.yaml and its resolved
-full settings, and one thread per worker."""
+full settings, one thread per worker, and Triton's interpreter."""
 
 from __future__ import annotations
+
+import os
+
+# Triton's CPU interpreter for every test process (tests/kernels/test_triton_dvpda.py): Triton reads
+# TRITON_INTERPRET when it defines each program, some of its own as it is imported, and torch's
+# optimizers import it (through dynamo) in whichever test first steps Adam; so it is set here,
+# before anything imports torch.
+os.environ["TRITON_INTERPRET"] = "1"
 
 import copy
 from pathlib import Path

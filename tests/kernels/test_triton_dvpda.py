@@ -47,14 +47,11 @@ from tests.stacks.test_vector_nondeterministic import random_actions, superposit
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreted() -> Iterator[ModuleType]:
-    """Triton's interpreter while this module runs: Triton reads ``TRITON_INTERPRET`` when it defines
-    each program (the kernels' at that module's import, which only a kernel call makes, and its own
-    as it imports them, some at a launch)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
-        kernels = importlib.import_module("stacklm.kernels.triton_dvpda_kernels")
-        assert kernels.INTERPRETED, "the Triton kernels were imported before this module set TRITON_INTERPRET=1"
-        yield kernels
+    """The kernels under Triton's interpreter, which tests/conftest.py turns on for the whole test
+    process before anything imports Triton."""
+    kernels = importlib.import_module("stacklm.kernels.triton_dvpda_kernels")
+    assert kernels.INTERPRETED, "the Triton kernels were imported without TRITON_INTERPRET=1 (tests/conftest.py sets it)"
+    yield kernels
 
 
 @pytest.fixture(scope="module", autouse=True)
