@@ -73,7 +73,8 @@ from stacklm.cfl.splits import BATCH_SIZE, SPLIT_LENGTHS
 from stacklm.data.examples import read_examples
 from stacklm.data.ptb import first_lines, read_split
 from stacklm.data.splits import SplitSizes, build_splits
-from stacklm.experiments.cfl.experiment import CflSettings, grid
+from stacklm.experiments.cfl.search import grid
+from stacklm.experiments.cfl.settings import CflSettings
 from stacklm.experiments.ptb.settings import PtbSettings
 from stacklm.tasks import get_task
 from stacklm.workflow.settings import ResolvedSettings, resolve

@@ -45,7 +45,7 @@ COMMANDS: dict[str, Command] = {
     "evaluate": Command("stacklm.experiments.transformations.evaluate", "score a trained run on the test set and the generalization set under both rules"),
     "models": Command("stacklm.models.cli", "list every architecture with its width and parameter count"),
     "data": Command("stacklm.data.cli", "the datasets of the syntactic-transformation tasks"),
-    "cfl": Command("stacklm.experiments.cfl.cli", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
+    "cfl": Command("stacklm.experiments.cfl.commands", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
     "ptb": Command("stacklm.experiments.ptb.commands", "the Penn Treebank language models of DuSell & Chiang (2022): perplexity and SG score"),
     "settings": Command("stacklm.workflow.settings", "check the workflow's resolved settings and write them as JSON"),
     "hparams": Command("stacklm.experiments.transformations.search", "draw the search trials' hyperparameters (one HP.json per trial)"),

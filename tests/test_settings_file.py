@@ -14,7 +14,7 @@ import yaml
 import stacklm.workflow.settings as resolution
 from stacklm.errors import StacklmError
 from stacklm.settings_file import build, read_settings
-from stacklm.experiments.cfl.experiment import CflSettings
+from stacklm.experiments.cfl.settings import CflSettings
 from stacklm.training.config import TrainingSettings
 
 ROOT = Path(__file__).resolve().parents[1]

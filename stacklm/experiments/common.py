@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib
 import json
 import math
 import sys
@@ -67,6 +68,16 @@ def integer_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def deferred(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command function ``name`` of ``module``, imported when the command runs: a unit's
+    ``commands`` registers every command without importing the modules (and torch) they need."""
+
+    def command(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), name)(args)
+
+    return command
 
 
 def add_cadence_argument(parser: argparse.ArgumentParser) -> None:

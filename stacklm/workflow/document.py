@@ -28,7 +28,7 @@ import shlex
 from typing import Any
 
 from stacklm.experiments.cfl import dag as cfl_dag
-from stacklm.experiments.cfl.experiment import CflSettings
+from stacklm.experiments.cfl.settings import CflSettings
 from stacklm.experiments.ptb import dag as ptb_dag
 from stacklm.experiments.ptb.settings import PtbSettings
 from stacklm.experiments.transformations.settings import DataSettings, FinalSettings, SearchSettings

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from stacklm.errors import StacklmError
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.cfl.experiment import CflSettings
+from stacklm.experiments.cfl.settings import CflSettings
 from stacklm.experiments.common import write_json
 from stacklm.experiments.ptb.settings import PtbSettings
 from stacklm.experiments.transformations.dag import check_settings as check_transformations

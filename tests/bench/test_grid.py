@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stacklm.experiments.cfl.experiment import CflSettings
+from stacklm.experiments.cfl.settings import CflSettings
 from stacklm.experiments.ptb.settings import PtbSettings
 
 GRID_PATH = Path(__file__).resolve().parents[2] / "bench" / "grid.py"

@@ -21,7 +21,7 @@ import stacklm.experiments.cfl.dag as cfl_dag
 import stacklm.experiments.common as shared
 import stacklm.workflow.dag as pipeline
 import stacklm.workflow.settings as resolution
-from stacklm.experiments.cfl.experiment import VECTOR_MODELS, CflSettings
+from stacklm.experiments.cfl.settings import VECTOR_MODELS, CflSettings
 from stacklm.models.cfl_names import CFL_MODELS
 from stacklm.errors import StacklmError
 from stacklm.settings_file import build

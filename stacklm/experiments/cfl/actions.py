@@ -28,7 +28,8 @@ from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.sampling import LengthSampler
 from stacklm.cfl.splits import SPLIT_LENGTHS
 from stacklm.errors import StacklmError
-from stacklm.experiments.cfl.experiment import ACTION_LANGUAGE, CflRun
+from stacklm.experiments.cfl.search import CflRun
+from stacklm.experiments.cfl.settings import ACTION_LANGUAGE
 from stacklm.experiments.common import derived_seed
 from stacklm.models.base import LanguageModel
 from stacklm.models.stack_actions import string_action_types

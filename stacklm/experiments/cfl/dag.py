@@ -1,4 +1,4 @@
-"""The DAG of the CFL experiments of DuSell & Chiang (2022) (``stacklm.experiments.cfl.experiment``),
+"""The DAG of the CFL experiments of DuSell & Chiang (2022) (``stacklm.experiments.cfl.search``),
 for ``workflow/rules/cfl.smk``. Per language L and model X: ``cfl_generate`` (the seed-0 test
 set of L), ``cfl_train`` for every grid point (learning rate × m for Gref/JM × restart),
 ``cfl_select`` (lowest validation Δ), ``cfl_evaluate`` (test Δ overall and per length), then
@@ -19,7 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from stacklm.experiments.cfl.experiment import ACTION_LANGUAGE, ACTION_MODELS, CflRun, CflSettings, grid
+from stacklm.experiments.cfl.search import CflRun, grid
+from stacklm.experiments.cfl.settings import ACTION_LANGUAGE, ACTION_MODELS, CflSettings
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, job_groups, one_per_job
 
 # {language}, {model} (the registry's path slug, cfl-ns+s+u) and {setting} (a grid point, lr0.001-m20-r3).

@@ -30,7 +30,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from stacklm.errors import StacklmError  # noqa: E402
 from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
 from stacklm.experiments.cfl.actions import ACTIONS_SCHEMA, MARKER  # noqa: E402
-from stacklm.experiments.cfl.experiment import PDA_SIZES  # noqa: E402
+from stacklm.experiments.cfl.settings import PDA_SIZES  # noqa: E402
 from stacklm.models.cfl_names import CFL_MODELS  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
 from stacklm.report.figure_files import save_figure  # noqa: E402
@@ -161,4 +161,17 @@ def actions_command(args: argparse.Namespace) -> int:
     write_table(pa.Table.from_pandas(gathered, schema=ACTIONS_SCHEMA, preserve_index=False), args.out)
     plot_stack_actions(read_actions(args.out), args.figures)
     print(f"{len(frames)} selected runs' stack actions -> {args.out} and figures")
+    return 0
+
+
+def figures_command(args: argparse.Namespace) -> int:
+    """``stacklm cfl figures``: the selected curves and the metrics, each into one Parquet file, and the figures drawn from them."""
+    curves = pd.concat([pd.read_parquet(path) for path in args.curves], ignore_index=True)
+    metrics = pd.concat([pd.read_parquet(path) for path in args.metrics], ignore_index=True)
+    for frame, path in ((curves, args.out_curves), (metrics, args.out_metrics)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    plot_validation_curves(pd.read_parquet(args.out_curves), args.validation_figures)
+    plot_test_by_length(pd.read_parquet(args.out_metrics), args.test_figures)
+    print(f"{len(args.curves)} selected runs -> {args.out_curves}, {args.out_metrics} and figures")
     return 0

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from stacklm import cli
-from stacklm.experiments.cfl.cli import register
+from stacklm.experiments.cfl.commands import register
 from stacklm.cfl.datasets import read_split, true_cross_entropy
 from stacklm.errors import StacklmError
 
@@ -28,7 +28,7 @@ def test_generate_writes_the_reference_test_set_and_returns_zero(tmp_path):
 
 def test_cfl_generate_is_registered_with_the_stacklm_command():
     """The module is listed for ``stacklm`` (not building the whole parser: that imports every other command's module)."""
-    assert "stacklm.experiments.cfl.cli" in cli.COMMAND_MODULES
+    assert "stacklm.experiments.cfl.commands" in cli.COMMAND_MODULES
     args = parser().parse_args(["cfl", "generate", "--language", "dyck-2", "--split", "train", "--seed", "3", "--out", "x.tsv"])
     assert callable(args.func)
 

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from stacklm.experiments.cfl.cli import register
-from stacklm.experiments.cfl.commands import model_options
+from stacklm.experiments.cfl.commands import register
+from stacklm.experiments.cfl.training import model_options
 from stacklm.cfl.datasets import CflDataset, write_split
 from stacklm.evaluation.cfl_metric import DELTA
-from stacklm.experiments.cfl.experiment import CflRun, run_seeds
+from stacklm.experiments.cfl.search import CflRun, run_seeds
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.experiments.cfl.run_data import sample_run_data
+from stacklm.experiments.cfl.data import sample_run_data
 from stacklm.errors import StacklmError, UsageError
 from stacklm.models.registry import model_for_config
 from stacklm.workflow.tracking import register as register_tracking

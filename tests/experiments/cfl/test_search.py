@@ -1,4 +1,4 @@
-"""stacklm.experiments.cfl.experiment and stacklm.experiments.cfl.run_data: the grid, the seeds, a run's data, selection."""
+"""stacklm.experiments.cfl.search, .settings and .data: the grid, the seeds, a run's data, selection."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 from stacklm.cfl.datasets import sample_strings
 from stacklm.cfl.splits import SPLIT_LENGTHS
 from stacklm.evaluation.cfl_metric import DELTA
-from stacklm.experiments.cfl.experiment import CflRun, CflSettings, best_delta, grid, parse_setting, run_seeds, select_run
+from stacklm.experiments.cfl.search import CflRun, best_delta, grid, parse_setting, run_seeds, select_run
+from stacklm.experiments.cfl.settings import CflSettings
 from stacklm.cfl.languages import LANGUAGES
-from stacklm.experiments.cfl.run_data import first_strings_per_length, sample_run_data
+from stacklm.experiments.cfl.data import first_strings_per_length, sample_run_data
 from stacklm.cfl.sampling import LengthSampler
 from stacklm.cli import main
 from stacklm.errors import StacklmError
@@ -75,7 +76,7 @@ def test_seeds_depend_on_every_part_of_the_grid_point() -> None:
 
 
 def test_seeds_do_not_depend_on_the_interpreter_hash_seed() -> None:
-    code = "from stacklm.experiments.cfl.experiment import CflRun, run_seeds; print(run_seeds(CflRun('marked-reversal', 'cfl/JM', 0.005, 20, 3)))"
+    code = "from stacklm.experiments.cfl.search import CflRun, run_seeds; print(run_seeds(CflRun('marked-reversal', 'cfl/JM', 0.005, 20, 3)))"
     outputs = {
         subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": value}, capture_output=True, text=True, check=True).stdout
         for value in ("1", "2")

@@ -1,13 +1,28 @@
-"""A CFL run's own data (re-sampled per run, DuSell & Chiang (2022) App. 8) and the part of the fixed test set it is scored on."""
+"""The data of the CFL experiments (DuSell & Chiang (2022) App. 8): the fixed test set of each
+language (``stacklm cfl generate``, seed 0), each run's own training and validation sets
+(re-sampled per run) and the part of the test set a run is scored on."""
 
 from __future__ import annotations
 
+import argparse
 import random
 
-from stacklm.cfl.datasets import CflDataset, first_positions_per_length, score_strings
-from stacklm.cfl.languages import CflLanguage
+from stacklm.cfl.datasets import CflDataset, first_positions_per_length, generate_split, score_strings, write_split
+from stacklm.cfl.languages import LANGUAGES, CflLanguage
 from stacklm.cfl.sampling import LengthSampler
 from stacklm.cfl.splits import BATCH_SIZE, SPLIT_LENGTHS
+from stacklm.errors import StacklmError
+
+
+def generate_command(args: argparse.Namespace) -> int:
+    """``stacklm cfl generate``: one split of a language, each string with its true log-probabilities."""
+    import torch  # here: the runs' data below need none
+
+    if args.threads < 1:
+        raise StacklmError(f"--threads must be at least 1, not {args.threads}")
+    torch.set_num_threads(args.threads)
+    write_split(generate_split(LANGUAGES[args.language], args.split, args.seed, args.strings_per_length), args.out)
+    return 0
 
 
 def sample_run_data(language: CflLanguage, seed: int, train_batches: int, validation_batches: int) -> tuple[list[list[int]], CflDataset]:
