@@ -54,8 +54,8 @@ from torch import Tensor, nn
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.cfl.splits import BATCH_SIZE as CFL_BATCH_STRINGS
 from stacklm.data.splits import SplitSizes, build_splits
-from stacklm.experiments.cfl.training import model_options
 from stacklm.experiments.cfl.settings import VECTOR_MODELS
+from stacklm.experiments.cfl.training import model_options
 from stacklm.kernels.backend import accelerate, resolve
 from stacklm.models.base import LanguageModel
 from stacklm.models.cfl_names import CFL_PREFIX

@@ -41,20 +41,20 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "train": Command("stacklm.experiments.transformations.train", "train one model on a task (App. D schedule of DuSell & Cotterell, 2025); resumes from its checkpoint"),
-    "evaluate": Command("stacklm.experiments.transformations.evaluate", "score a trained run on the test set and the generalization set under both rules"),
+    "train": Command("stacklm.experiments.transformations.commands", "train one model on a task (App. D schedule of DuSell & Cotterell, 2025); resumes from its checkpoint"),
+    "evaluate": Command("stacklm.experiments.transformations.commands", "score a trained run on the test set and the generalization set under both rules"),
     "models": Command("stacklm.models.cli", "list every architecture with its width and parameter count"),
     "data": Command("stacklm.data.cli", "the datasets of the syntactic-transformation tasks"),
     "cfl": Command("stacklm.experiments.cfl.commands", "the context-free languages of DuSell & Chiang (2022), Learning Hierarchical Structures"),
     "ptb": Command("stacklm.experiments.ptb.commands", "the Penn Treebank language models of DuSell & Chiang (2022): perplexity and SG score"),
     "settings": Command("stacklm.workflow.settings", "check the workflow's resolved settings and write them as JSON"),
-    "hparams": Command("stacklm.experiments.transformations.search", "draw the search trials' hyperparameters (one HP.json per trial)"),
-    "select": Command("stacklm.experiments.transformations.search", "choose the search trial with the lowest validation cross-entropy"),
-    "aggregate": Command("stacklm.experiments.transformations.report", "concatenate the final runs' metrics.parquet files"),
-    "report": Command("stacklm.experiments.transformations.report", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
-    "constructions": Command("stacklm.experiments.transformations.constructions", "FA and PA of trained runs on each construction of the generalization set"),
+    "hparams": Command("stacklm.experiments.transformations.commands", "draw the search trials' hyperparameters (one HP.json per trial)"),
+    "select": Command("stacklm.experiments.transformations.commands", "choose the search trial with the lowest validation cross-entropy"),
+    "aggregate": Command("stacklm.experiments.transformations.commands", "concatenate the final runs' metrics.parquet files"),
+    "report": Command("stacklm.experiments.transformations.commands", "the tables (LaTeX, Markdown) and Figure 3 from the metrics"),
+    "constructions": Command("stacklm.experiments.transformations.commands", "FA and PA of trained runs on each construction of the generalization set"),
     "curves": Command("stacklm.report.curves", "the generalization curves of a task's final runs (Parquet and a figure)"),
-    "progress": Command("stacklm.experiments.transformations.progress", "where a pipeline run stands: every training run's checkpoints so far, read while it trains"),
+    "progress": Command("stacklm.experiments.transformations.commands", "where a pipeline run stands: every training run's checkpoints so far, read while it trains"),
     "html": Command("stacklm.report.pages", "a Markdown table of the report as an HTML page (for snakemake --report)"),
     "tracking": Command("stacklm.workflow.tracking", "the MLflow mirror of the runs"),
 }

@@ -13,7 +13,8 @@ import stacklm.training.ptb as ptb_training
 from stacklm.data.ptb import chunks
 from stacklm.errors import StacklmError
 from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbModelConfig
-from stacklm.training.ptb import SearchDraw, draw_hyperparameters, evaluate, train, train_epoch
+from stacklm.experiments.ptb.search import draw_hyperparameters
+from stacklm.training.ptb import SearchDraw, evaluate, train, train_epoch
 
 EOS = 5
 

@@ -29,8 +29,7 @@ from tqdm import tqdm
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import located
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import add_backend_arguments, add_resource_arguments
-from stacklm.experiments.transformations.evaluate import TaskData, add_other_data_argument, task_evaluator
+from stacklm.experiments.transformations.evaluation import TaskData, task_evaluator
 from stacklm.kernels import backend as backends
 from stacklm.settings_file import build
 from stacklm.tasks import get_task
@@ -56,19 +55,7 @@ class ConstructionRow:
     partial_accuracy_linear: float
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("constructions")
-    parser.add_argument("--data-dir", required=True, type=Path, help="the data the runs were trained on (results/data/TASK)")
-    parser.add_argument("--markdown", required=True, type=Path, help="the Markdown page to write")
-    parser.add_argument("--parquet", type=Path, help="the rows, written as Parquet too")
-    parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR", help="run folders of one task, each with its model.pt")
-    add_other_data_argument(parser)
-    add_resource_arguments(parser)
-    add_backend_arguments(parser, training=False)
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def constructions_command(args: argparse.Namespace) -> int:
     device = choose_device(args.device)
     set_threads(args.threads)
     backend = backends.resolve(args.backend, device)

@@ -125,10 +125,3 @@ def progress_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("progress")
-    parser.add_argument("--markdown", type=Path, help="a Markdown page: the table, then every run's checkpoints; default: the table on stdout")
-    parser.add_argument("--figure", action="append", type=Path, default=[],
-                        help="the curves so far (.png or .pdf; repeat for both): a row per architecture and phase")
-    parser.add_argument("run_dir", type=Path, help="the folder the workflow runs in (results/ inside); only read")
-    parser.set_defaults(func=progress_command)

@@ -85,20 +85,3 @@ def document_parts(text: str) -> list[Part]:
         raise StacklmError(f"--parts: not a list of parts (heading, scale, tables, figures with path and caption): {type(error).__name__}: {error}") from None
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    aggregate_parser = subparsers.add_parser("aggregate")
-    aggregate_parser.add_argument("--out", required=True, help="results/metrics.parquet")
-    aggregate_parser.add_argument("runs", nargs="+", help="every final run's metrics.parquet")
-    aggregate_parser.set_defaults(func=aggregate_command)
-
-    report = subparsers.add_parser("report")
-    report.add_argument("--metrics", required=True, help="results/metrics.parquet")
-    report.add_argument("--settings", required=True, help="results/settings/report.json")
-    report.add_argument("--tables", required=True, nargs="+", help="one .tex per task, in the settings' task order")
-    report.add_argument("--markdown", required=True, nargs="+", help="the same tables in Markdown, same order")
-    report.add_argument("--document", required=True, help="the standalone .tex that includes the tables and the figure")
-    report.add_argument("--figures", required=True, nargs="+", help="Figure 3 files (.png, .pdf)")
-    report.add_argument("--scale", default="", help="the runs' scale (preset, data, examples, epochs, seeds), which ends every caption;"
-                        " the workflow always states it (stacklm.workflow.document)")
-    report.add_argument("--parts", default="[]", help="the document's other parts, JSON (stacklm.workflow.document.document_parts)")
-    report.set_defaults(func=report_command)

@@ -90,22 +90,3 @@ def select_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    hparams = subparsers.add_parser("hparams")
-    hparams.add_argument("--task", required=True)
-    hparams.add_argument("--architecture", required=True, nargs="+", help="registry name, e.g. Tf+Nd; several: each one's trials in turn")
-    hparams.add_argument("--settings", required=True)
-    hparams.add_argument("--out", required=True, nargs="+", help="one HP.json per trial, trial 1 first; per architecture, in order")
-    hparams.set_defaults(func=hparams_command)
-
-    select = subparsers.add_parser(
-        "select",
-        description="Each --hparams names one architecture's trials; several --hparams are several selections, one after another, "
-        "each with its --curves and its --out.",
-    )
-    select.add_argument("--settings", required=True)
-    select.add_argument("--hparams", required=True, nargs="+", action="append", help="one architecture's trials' HP.json files, trial 1 first; again for the next")
-    select.add_argument("--curves", default=None, nargs="*", action="append",
-                        help="the trials' train.parquet files, same order, once per --hparams (none for single trials, not trained)")
-    select.add_argument("--out", required=True, nargs="+", help="the chosen HP.json, with final.max_epochs: one per --hparams")
-    select.set_defaults(func=select_command)

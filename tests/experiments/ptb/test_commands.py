@@ -20,10 +20,10 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.syntaxgym.model import PtbScorer
 from stacklm.evaluation.syntaxgym.sources import score_all
 from stacklm.experiments.common import derived_seed
-from stacklm.experiments.ptb.runs import restart_draw, restart_seeds
+from stacklm.experiments.ptb.search import draw_hyperparameters, restart_draw, restart_seeds
 from stacklm.models.ptb import PtbLanguageModel, ptb_config
 from stacklm.training import checkpoint as checkpoint_file
-from stacklm.training.ptb import draw_hyperparameters, load_ptb_model
+from stacklm.training.ptb import load_ptb_model
 
 LINES = 40  # about 900 tokens a split: one chunk of 32 × 28
 SUITES = ("number_src", "center_embed")

@@ -15,9 +15,7 @@ from stacklm.data.examples import write_examples
 from stacklm.data.upstream import read_upstream
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.errors import StacklmError
-from stacklm.experiments.transformations import constructions as constructions_command
-from stacklm.experiments.transformations import evaluate as evaluate_command
-from stacklm.experiments.transformations import train as train_command
+from stacklm.experiments.transformations import commands
 from stacklm.tasks import get_task
 
 SIZES = SplitSizes(train=300, validation=30, test=30, generalization=60)
@@ -30,8 +28,7 @@ SETTINGS = {
 def run(*argv: str) -> int:
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
-    for command in (train_command, evaluate_command, constructions_command):
-        command.register(subparsers)
+    commands.register(subparsers)
     arguments = parser.parse_args(list(argv))
     return arguments.func(arguments)
 

@@ -16,10 +16,9 @@ from stacklm import cli
 from stacklm.data.examples import write_examples
 from stacklm.data.splits import SplitSizes, build_splits
 from stacklm.errors import StacklmError
-from stacklm.experiments.transformations import evaluate as evaluate_command
 from stacklm.tasks import get_task
 from stacklm.training import checkpoint
-from stacklm.experiments.transformations import train as train_command
+from stacklm.experiments.transformations import commands, training
 from stacklm.training.run_files import load_model
 
 MAX_SOURCE_TOKENS = 9  # the short sentences of the grammar ("her newt does giggle . quest"), so that CPU training is quick
@@ -28,8 +27,7 @@ MAX_SOURCE_TOKENS = 9  # the short sentences of the grammar ("her newt does gigg
 def run(*argv: str) -> int:
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
-    train_command.register(subparsers)
-    evaluate_command.register(subparsers)
+    commands.register(subparsers)
     arguments = parser.parse_args(list(argv))
     return arguments.func(arguments)
 
@@ -322,12 +320,12 @@ def test_runs_evaluated_in_one_process_equal_each_run_evaluated_alone_and_a_fail
 def test_a_failed_run_does_not_stop_the_others(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trained: list[int] = []
 
-    def train_run(phase: str, planned: train_command.PlannedRun, *rest: object) -> None:
+    def train_run(phase: str, planned: training.PlannedRun, *rest: object) -> None:
         trained.append(planned.seed)
         if planned.seed == 1:
             raise StacklmError("loss is nan at step 7")
 
-    monkeypatch.setattr(train_command, "train_run", train_run)
+    monkeypatch.setattr(training, "train_run", train_run)
     logs = [str(tmp_path / f"{seed}.log") for seed in (1, 2)]
     with pytest.raises(StacklmError, match="1 of 2 runs failed; the others are written. Tf, seed 1: loss is nan at step 7"):
         run("train", "--task", "question-formation", "--architecture", "Tf", "--data-dir", str(data_dir), "--learning-rate", "0.001",

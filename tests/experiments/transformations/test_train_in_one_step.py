@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from stacklm.experiments.transformations import train as train_command
+from stacklm.experiments.transformations import training
 from stacklm.training.run_files import load_model
 from tests.experiments.transformations.test_train import data_dir, run  # noqa: F401  (data_dir: a fixture, found by name)
 
@@ -39,7 +39,7 @@ def test_runs_of_one_architecture_trained_in_one_step_equal_the_runs_trained_one
     for seed, hyperparameters in TRIALS.items():
         (tmp_path / f"hp{seed}.json").write_text(json.dumps(hyperparameters))
     train(data_dir, tmp_path / "alone")
-    monkeypatch.setattr(train_command, "in_one_step", lambda device: True)
+    monkeypatch.setattr(training, "in_one_step", lambda device: True)
     train(data_dir, tmp_path / "together")
     assert "run 2 of 3: Tf, seed 2 -> " in capsys.readouterr().err.split("in one step with 1 other")[1]
     for stem in ("tf1", "tf2", "lstm1"):

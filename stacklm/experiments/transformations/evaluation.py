@@ -37,7 +37,7 @@ from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError
 from stacklm.evaluation.metrics import PartialAccuracy, TaskEvaluator
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import EvaluatedRun, add_backend_arguments, add_resource_arguments, evaluated_runs, run_each
+from stacklm.experiments.common import EvaluatedRun, evaluated_runs, run_each
 from stacklm.kernels import backend as backends
 from stacklm.settings_file import read_settings
 from stacklm.tasks import Task, get_task
@@ -46,26 +46,7 @@ from stacklm.tracking.records import RunMetadata, data_version, metrics_table, w
 from stacklm.training.run_files import SavedModel, choose_device, load_model, read_splits, rebuild_model, set_threads, split_paths
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("evaluate")
-    parser.add_argument("--task", required=True)
-    parser.add_argument("--run", required=True, type=Path, nargs="+", help="run directory holding model.pt; several: evaluated in turn")
-    parser.add_argument("--data-dir", required=True, type=Path)
-    parser.add_argument("--settings", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path, nargs="+", help="metrics.parquet to write, one per run")
-    parser.add_argument("--log", type=Path, nargs="+", help="a file per run for its errors; default: stderr")
-    add_other_data_argument(parser)
-    add_resource_arguments(parser)
-    add_backend_arguments(parser, training=False)
-    parser.set_defaults(func=run)
-
-
-def add_other_data_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--other-data", action="store_true",
-                        help="score on --data-dir although the runs were trained on other data (recorded in the results)")
-
-
-def run(args: argparse.Namespace) -> int:
+def evaluate_command(args: argparse.Namespace) -> int:
     runs = evaluated_runs(args)
     settings = read_settings(args.settings)
     evaluation = settings.section("evaluation", EvaluationSettings)

@@ -41,19 +41,10 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.settings import EvaluationSettings
-from stacklm.experiments.common import (
-    add_backend_arguments,
-    add_cadence_argument,
-    add_resource_arguments,
-    integer_at_least,
-    per_run,
-    progress_stream,
-    train_each,
-    with_cadence,
-)
+from stacklm.experiments.common import per_run, progress_stream, train_each, with_cadence
 from stacklm.models.options import ModelOptions, ModelSettings
 from stacklm.settings_file import build, read_json, read_settings
-from stacklm.tasks import TASK_NAMES, Task, get_task
+from stacklm.tasks import Task, get_task
 from stacklm.training.config import Hyperparameters, TrainConfig, TrainingSettings
 
 if TYPE_CHECKING:  # torch, the models and the Parquet records load when the command runs: `stacklm train --help` answers at once
@@ -62,31 +53,6 @@ if TYPE_CHECKING:  # torch, the models and the Parquet records load when the com
     from stacklm.kernels.backend import Backend
     from stacklm.tasks.example import Example
     from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("train")
-    parser.add_argument("--task", required=True, help=f"one of {', '.join(TASK_NAMES)}")
-    parser.add_argument("--architecture", required=True, nargs="+", help="registry name, e.g. Tf+Nd: one for every run, or one per seed")
-    parser.add_argument("--data-dir", required=True, type=Path, help="the task's {train,validation,test,generalization}.tsv")
-    parser.add_argument("--out", required=True, type=Path, nargs="+", help="run directory, one per seed: model.pt, train.parquet")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--hparams", type=Path, nargs="+",
-                        help='a trial\'s JSON, {"learning_rate", "tokens_per_batch", "max_epochs"}: one for every run, or one per seed')
-    source.add_argument("--learning-rate", type=float, help="initial learning rate of Adam (with --tokens-per-batch)")
-    parser.add_argument("--tokens-per-batch", type=integer_at_least(1), help="B, the token budget of a batch (with --learning-rate)")
-    parser.add_argument("--max-epochs", type=integer_at_least(1), help="with --learning-rate; default: training.max_epochs, early stopping ends the run")
-    parser.add_argument("--seed", type=integer_at_least(0), nargs="+", default=[1], help="parameters, dropout and shuffling (default: 1); several: a run each")
-    parser.add_argument("--settings", type=Path, help="the workflow's resolved settings; default: the paper's")
-    add_cadence_argument(parser)
-    parser.add_argument("--checkpoint", type=Path, nargs="+", help="resumable training state, one per seed; default: RUN_DIR/checkpoint.pt")
-    parser.add_argument("--phase", choices=("search", "final"), default="final",
-                        help="search: a trial of the hyperparameter search (with --trial); final: a run with the chosen hyperparameters (default)")
-    parser.add_argument("--trial", type=integer_at_least(1), nargs="+", default=None, help="trial number of a search run, one per seed")
-    parser.add_argument("--log", type=Path, nargs="+", help="a file per seed for its run's progress lines; default: stderr")
-    add_resource_arguments(parser)
-    add_backend_arguments(parser, training=True)
-    parser.set_defaults(func=run)
 
 
 @dataclass(frozen=True)
@@ -125,7 +91,7 @@ class SharedInputs:
     resume_other_backend: bool
 
 
-def run(args: argparse.Namespace) -> int:
+def train_command(args: argparse.Namespace) -> int:
     from stacklm.evaluation.metrics import curve_subset
     from stacklm.kernels import backend
     from stacklm.tracking.records import data_version
