@@ -5,8 +5,9 @@
   from chunk to chunk, detached, sliced to the chunk's batch when the short stream has ended.
 - Loss: the mean NLL over the chunk's B·T targets. Plain SGD at learning rate η; the global
   gradient norm is clipped at c · (number of targets in the chunk).
-- η and c of a random-search run: log-uniform on [1, 100] and [1e-5, 1e-3] (the paper's
-  "divided by batch size and sequence length" and "multiplied by" them: the loss is a mean).
+- η and c: a random-search run's draw (``stacklm.experiments.ptb.search``: log-uniform on
+  [1, 100] and [1e-5, 1e-3], the paper's "divided by batch size and sequence length" and
+  "multiplied by" them, since the loss is a mean).
 - After each epoch, validation perplexity; η ÷ 1.5 when it is not a new best (torch's
   ``ReduceLROnPlateau`` with patience 0, as in the released code: with its default
   relative threshold, a gain under 0.01 % also divides η); stop after 2 epochs in a row without
@@ -32,7 +33,6 @@ on the number of steps alone, and then given the saved tensors.
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -49,8 +49,6 @@ from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.loop import StopRequest, TrainingInterrupted
 from stacklm.training.progress import Progress
 
-LEARNING_RATE_RANGE = (1.0, 100.0)
-CLIP_RANGE = (1e-5, 1e-3)
 DECAY = 1.5
 PATIENCE = 2
 MAX_EPOCHS = 100
@@ -58,17 +56,11 @@ MAX_EPOCHS = 100
 
 @dataclass(frozen=True)
 class SearchDraw:
+    """A restart's hyperparameters (drawn by ``stacklm.experiments.ptb.search``)."""
+
     learning_rate: float  # η for the mean loss
     clip_per_target: float  # c: the norm is clipped at c · targets in the chunk
 
-
-def draw_hyperparameters(generator: random.Random) -> SearchDraw:
-    """η ~ log-uniform [1, 100], c ~ log-uniform [1e-5, 1e-3]."""
-
-    def log_uniform(low: float, high: float) -> float:
-        return math.exp(generator.uniform(math.log(low), math.log(high)))
-
-    return SearchDraw(log_uniform(*LEARNING_RATE_RANGE), log_uniform(*CLIP_RANGE))
 
 
 @dataclass(frozen=True)
