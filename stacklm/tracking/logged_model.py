@@ -27,8 +27,7 @@ import torch
 from stacklm.models.registry import get_architecture, model_for_config
 from stacklm.tracking.mlflow_mirror import ModelFile
 from stacklm.tasks import get_task
-from stacklm.training.ptb import load_ptb_model
-from stacklm.training.run_files import load_model, token_features
+from stacklm.training.run_files import load_model, rebuild_ptb_model, token_features
 
 MODEL_ARTIFACT = "model"  # the name under the run: runs:/<run id>/model
 VOCABULARY_FILE = "vocabulary.txt"
@@ -37,10 +36,9 @@ VOCABULARY_FILE = "vocabulary.txt"
 def trained_module(model_file: ModelFile) -> tuple[torch.nn.Module, tuple[str, ...]]:
     """The trained model of ``model_file`` (eval mode, CPU) and its vocabulary; a file that is
     not such a model is a ``StacklmError`` naming it."""
-    if model_file.kind == "ptb":
-        saved_ptb = load_ptb_model(model_file.path)
-        return saved_ptb.model(), saved_ptb.vocabulary
     saved = load_model(model_file.path)
+    if model_file.kind == "ptb":
+        return rebuild_ptb_model(saved), saved.vocabulary
     syntax = model_file.kind == "task" and get_architecture(saved.architecture).syntax
     features = token_features(saved.architecture, get_task(saved.task), saved.vocabulary) if syntax else None
     model = model_for_config(saved.model_config, features)

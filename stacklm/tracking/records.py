@@ -8,12 +8,12 @@ wall_time_s and tokens_per_s of training, config (JSON of the resolved settings,
 built model's config as ``built_model``).
 ``train.parquet`` has one row per checkpoint (with the generalization curves' accuracies where
 the run scored them) and the same metadata columns.
-A PTB run (DuSell & Chiang (2022) §5; ``stacklm.training.ptb``) has the same metadata (task
+A PTB run (DuSell & Chiang (2022) §5; ``stacklm.experiments.ptb.training``) has the same metadata (task
 "ptb", architecture the model's name, phase "search", trial null, seed the random restart,
 learning_rate the drawn η, tokens_per_batch null) and ``clip_per_target``, the drawn c. Its
 ``train.parquet`` has one row per epoch (``PTB_CURVE_SCHEMA``: epoch, learning_rate_used,
 train_loss = the epoch's mean NLL per target, is_best as every curve's, and
-validation_perplexity); its ``metrics.parquet`` (``PTB_METRICS_SCHEMA``: the metrics columns,
+validation_perplexity = exp of the checkpoint's validation cross-entropy); its ``metrics.parquet`` (``PTB_METRICS_SCHEMA``: the metrics columns,
 then suite and circuit) holds the perplexity on split "validation" and "test" (the best epoch's
 parameters), and on split "syntaxgym" each suite's accuracy (suite and its circuit set), each
 circuit's score (circuit set) and the SG score (neither set).
@@ -34,12 +34,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stacklm.atomic import write_atomically
+from stacklm.training.schedule import perplexity
 
 if TYPE_CHECKING:  # they import torch; this module stays light for `stacklm tracking sync`
     from stacklm.evaluation.metrics import MetricValue
     from stacklm.evaluation.syntaxgym.sources import SGResult
     from stacklm.training.loop import CheckpointRecord
-    from stacklm.training.ptb import EpochRecord
 
 Phase = Literal["search", "final"]
 
@@ -203,15 +203,15 @@ def write_table(table: pa.Table, path: str | Path) -> None:
     write_atomically(path, lambda file: file.write(buffer.getvalue()))
 
 
-def ptb_curve_table(epochs: Sequence[EpochRecord], metadata: RunMetadata, clip_per_target: float) -> pa.Table:
-    """A PTB run's ``train.parquet``: one row per epoch."""
+def ptb_curve_table(epochs: Sequence[CheckpointRecord], metadata: RunMetadata, clip_per_target: float) -> pa.Table:
+    """A PTB run's ``train.parquet``: one row per epoch (a checkpoint at each epoch's end)."""
     columns: dict[str, list[object]] = {name: [value] * len(epochs) for name, value in asdict(metadata).items()}
     columns |= {
         "epoch": [record.epoch for record in epochs],
-        "learning_rate_used": [record.learning_rate for record in epochs],
-        "train_loss": [record.train_nll for record in epochs],
+        "learning_rate_used": [record.learning_rate_used for record in epochs],
+        "train_loss": [record.train_loss for record in epochs],
         "is_best": [record.is_best for record in epochs],
-        "validation_perplexity": [record.valid_perplexity for record in epochs],
+        "validation_perplexity": [perplexity(record.validation_cross_entropy) for record in epochs],
         "clip_per_target": [clip_per_target] * len(epochs),
     }
     return pa.Table.from_pydict(columns, schema=PTB_CURVE_SCHEMA)

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from stacklm.errors import StacklmError
-from stacklm.training.batching import Batch, epoch_groups, make_batch, validation_groups
+from stacklm.training.batching import Batch, epoch_groups, make_batch
 from stacklm.training.config import TrainConfig
 from stacklm.training.grouped_step import GroupedStep
 from stacklm.training.loop import (
@@ -44,6 +44,7 @@ from stacklm.training.loop import (
     TrainingInterrupted,
     TrainingState,
     TrainResult,
+    _copy,
     _restore,
     _save,
     _take_checkpoint,
@@ -51,6 +52,7 @@ from stacklm.training.loop import (
 from stacklm.training.progress import Progress
 from stacklm.training.run_dropout import RunRandomness
 from stacklm.training.schedule import ScheduleState
+from stacklm.training.strings import StringData
 
 
 @dataclass
@@ -80,22 +82,17 @@ class _Lane:
     """A run of the group between its steps: ``loop.train``'s bookkeeping, one step at a time."""
 
     def __init__(self, run: GroupedRun, device: torch.device) -> None:
-        if not run.training or not run.validation:
-            raise StacklmError("training and validation data must not be empty")
+        self.data = StringData(run.training, run.validation, run.config, seed=run.seed, eos_index=run.eos_index)
         self.run, self.device = run, device
         run.model.to(device)
         # as loop.train's: capturable on CUDA, where the run alone replays its steps from CUDA graphs
         self.optimizer = torch.optim.Adam(run.model.parameters(), lr=run.config.learning_rate, fused=True, capturable=device.type == "cuda")
         self.lengths = [len(string) for string in run.training]
-        self.validation_batches = [
-            make_batch(run.validation, group, run.eos_index).to(device)
-            for group in validation_groups([len(string) for string in run.validation], run.config)
-        ]
-        self.state = TrainingState(schedule=ScheduleState.initial(run.config))
+        self.state = TrainingState(schedule=ScheduleState.initial(run.config), best_parameters=_copy(run.model.state_dict()))
         path = run.checkpoint_path
         if path is not None and Path(path).exists():
             with run.randomness.active():  # the saved generator state becomes the run's
-                self.state = _restore(path, run.fingerprint, run.model, self.optimizer, device, None if run.resume_other_backend else run.backend)
+                self.state, _ = _restore(path, run.fingerprint, run.model, self.optimizer, device, None if run.resume_other_backend else run.backend)
             checkpoints = len(self.state.curve)
             run.progress.line(f"resuming from {path}: epoch {self.state.epoch + 1}, batch {self.state.batch_index + 1}, step {self.state.step}, "
                               f"after {checkpoints} checkpoint{'' if checkpoints == 1 else 's'}{':' if checkpoints else ''}")
@@ -148,6 +145,7 @@ class _Lane:
             state.examples_seen += batch.size
             state.examples_since_checkpoint += batch.size
             state.batches_since_checkpoint += 1
+            state.tokens_since_checkpoint += batch.num_tokens
             state.loss_since_checkpoint += loss_value
             state.tokens += batch.num_tokens
             run.progress.update(loss_value, batch.num_tokens)
@@ -163,7 +161,7 @@ class _Lane:
         with self.run.randomness.active():
             state.wall_time_s = self.wall_before + time.monotonic() - self.session_start
             if path is not None:
-                _save(path, self.run.fingerprint, self.run.model, self.optimizer, state, self.run.backend)
+                _save(path, self.run.fingerprint, self.run.model, self.optimizer, state, self.run.backend, None)
         message = (f"{reason} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_index} of {len(self.groups)})"
                    + (f"; the training state is saved in {path}: the same command continues" if path is not None else ""))
         self.run.progress.line(message)
@@ -192,9 +190,9 @@ class _Lane:
     def _checkpoint(self) -> None:
         run, state = self.run, self.state
         state.wall_time_s = self.wall_before + time.monotonic() - self.session_start
-        summary = _take_checkpoint(run.model, self.optimizer, state, self.validation_batches, run.config, run.checkpoint_scores)
+        summary = _take_checkpoint(run.model, self.optimizer, state, self.data, run.config, run.checkpoint_scores)
         if run.checkpoint_path is not None:
-            _save(run.checkpoint_path, run.fingerprint, run.model, self.optimizer, state, run.backend)
+            _save(run.checkpoint_path, run.fingerprint, run.model, self.optimizer, state, run.backend, None)
         run.progress.line(summary)
 
     def _log_step(self) -> None:

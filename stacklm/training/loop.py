@@ -1,15 +1,21 @@
-"""The training loop shared by every schedule (DuSell & Cotterell (2025) App. D; DuSell & Chiang (2022) App. 8).
+"""The training loop shared by every schedule (DuSell & Cotterell (2025) App. D; DuSell & Chiang (2022) App. 8, App. 10).
 
-Per batch, one step without host work (``stacklm.training.step``; on CUDA replayed from a CUDA graph
-per padded batch shape, ``stacklm.training.cuda_graph``): −mean log p(w·EOS), backward, L2
-clipping of the global gradient norm, an Adam step. The steps' losses stay on the device and are
+What it trains on is a ``TrainingData`` (``stacklm.training.sources``), which makes its steps:
+strings (the tasks, the CFLs; on CUDA replayed from a CUDA graph per padded batch shape,
+``stacklm.training.cuda_graph``) or a PTB stream's truncated-BPTT chunks (eager). Per batch, one
+step without host work (``stacklm.training.step``): the data's mean loss, backward, L2 clipping
+of the global gradient norm (times the batch's tokens with ``clip_per_token``), an Adam or SGD
+step. The steps' losses stay on the device and are
 read back together: before each checkpoint, before a requested stop saves the state, when a
 progress line or ``after_step`` comes, at the end, and at least every 256 steps. A non-finite loss
 stops the run at that reading, ``TrainingDiverged`` naming the first step whose loss was
 non-finite (its epoch and batch): the steps after it, up to the reading, train on non-finite
-values, and nothing of them is saved or scored. At each checkpoint (every
+values, and nothing of them is saved or scored. With ``divergence="stop"`` the losses are read
+after every step, and a non-finite one ends the run there instead, recorded, its best parameters
+kept. At each checkpoint (every
 ``examples_per_checkpoint`` training examples, the surplus carrying over, or at each epoch's
-end) the validation cross-entropy per token (EOS counted) drives the schedule and early
+end) the validation cross-entropy per token (EOS counted; its exponential, the perplexity, with
+``validation_metric="perplexity"``) drives the schedule and early
 stopping; the best parameters are kept, and the whole training state is written atomically
 to ``checkpoint_path``: model, optimizer, schedule, counters, position in the epoch, RNG
 states and the learning curve so far. A ``checkpoint_scores`` callback, when given, also scores
@@ -41,12 +47,10 @@ from torch import Tensor, nn
 
 from stacklm.errors import StacklmError, located
 from stacklm.training import checkpoint as checkpoint_file
-from stacklm.training.batching import Batch, epoch_groups, make_batch, validation_groups
 from stacklm.training.config import TrainConfig
-from stacklm.training.cuda_graph import training_steps
-from stacklm.training.loss import string_log_probabilities
 from stacklm.training.progress import Progress
-from stacklm.training.schedule import ScheduleState, after_checkpoint, is_new_best, should_stop
+from stacklm.training.schedule import ScheduleState, after_checkpoint, is_new_best, perplexity, should_stop
+from stacklm.training.sources import TrainingData
 from stacklm.training.step import LossLedger, StepPlace
 
 
@@ -114,12 +118,14 @@ class TrainingState:
     examples_seen: int = 0
     examples_since_checkpoint: int = 0
     batches_since_checkpoint: int = 0
-    loss_since_checkpoint: float = 0.0
+    tokens_since_checkpoint: int = 0
+    loss_since_checkpoint: float = 0.0  # Σ batch losses (per_batch), or Σ batch loss · tokens (per_token)
     tokens: int = 0
     wall_time_s: float = 0.0
     stopped_early: bool = False
+    diverged: bool = False  # a non-finite training loss ended the run (divergence="stop")
     curve: list[CheckpointRecord] = field(default_factory=list)
-    best_parameters: dict[str, Tensor] | None = None
+    best_parameters: dict[str, Tensor] | None = None  # the best checkpoint's; before the first, the initial ones
     step_rows: list[dict[str, Any]] = field(default_factory=list)  # what after_step returned, in order
 
 
@@ -133,28 +139,14 @@ class TrainResult:
     wall_time_s: float
     tokens_per_s: float
     step_rows: tuple[dict[str, Any], ...] = ()  # the rows of after_step, over every session of the run
-
-
-def validation_cross_entropy(model: nn.Module, batches: Sequence[Batch]) -> float:
-    """Σ −log p(w·EOS) / Σ (|w| + 1) over the validation set (micro-averaged, nats per token)."""
-    model.eval()
-    total = 0.0
-    tokens = 0
-    with torch.no_grad():
-        for batch in batches:
-            total -= float(string_log_probabilities(model, batch).double().sum())
-            tokens += batch.num_tokens
-    return total / tokens
+    diverged: bool = False  # a non-finite training loss ended the run (divergence="stop"): its last record
 
 
 def train(
     model: nn.Module,
-    training: Sequence[Sequence[int]],
-    validation: Sequence[Sequence[int]],
+    data: TrainingData,
     config: TrainConfig,
     *,
-    seed: int,
-    eos_index: int,
     checkpoint_path: str | Path | None = None,
     fingerprint: str = "",
     device: torch.device | str = "cpu",
@@ -166,7 +158,8 @@ def train(
     resume_other_backend: bool = False,
     cuda_graphs: bool = True,
 ) -> TrainResult:
-    """Train ``model`` (already initialised) and leave the best checkpoint's parameters in it.
+    """Train ``model`` (already initialised) on ``data`` and leave the best checkpoint's parameters
+    in it (the initial ones when a run stopped by divergence had none).
 
     ``fingerprint`` identifies the run (config, seed, data); a checkpoint written under another
     fingerprint is refused rather than resumed. ``backend`` (``stacklm.kernels.backend.record``:
@@ -181,18 +174,14 @@ def train(
     ``cuda_graphs``, on CUDA: each padded batch shape's step replays from a CUDA graph
     (``stacklm.training.cuda_graph``; else the eager step runs); the CPU always runs the eager step.
     """
-    if not training or not validation:
-        raise StacklmError("training and validation data must not be empty")
     device = torch.device(device)
     progress = progress if progress is not None else Progress()
     model.to(device)
-    # fused: one kernel for all parameters, a quarter of the default's time; capturable on CUDA, for its graphs
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, fused=True, capturable=device.type == "cuda")
-    lengths = [len(string) for string in training]
-    validation_batches = [make_batch(validation, group, eos_index).to(device) for group in validation_groups([len(string) for string in validation], config)]
-    state = TrainingState(schedule=ScheduleState.initial(config))
+    optimizer = _optimizer(model, config, device)
+    state = TrainingState(schedule=ScheduleState.initial(config), best_parameters=_copy(model.state_dict()))
+    carried: Sequence[Tensor] | None = None  # the state a run stopped within an epoch carries into its next batch
     if checkpoint_path is not None and Path(checkpoint_path).exists():
-        state = _restore(checkpoint_path, fingerprint, model, optimizer, device, None if resume_other_backend else backend)
+        state, carried = _restore(checkpoint_path, fingerprint, model, optimizer, device, None if resume_other_backend else backend)
         checkpoints = len(state.curve)
         progress.line(f"resuming from {checkpoint_path}: epoch {state.epoch + 1}, batch {state.batch_index + 1}, step {state.step}, "
                       f"after {checkpoints} checkpoint{'' if checkpoints == 1 else 's'}{':' if checkpoints else ''}")
@@ -200,26 +189,29 @@ def train(
             progress.line(f"  {record.describe()}")
     session_start = time.monotonic()
     wall_before = state.wall_time_s
-    step = training_steps(model, optimizer, config, device, graphs=cuda_graphs)
+    step = data.steps(model, optimizer, config, device, graphs=cuda_graphs)
     ledger = LossLedger()
+    pending_tokens: list[int] = []  # the scored tokens of the steps whose losses are pending, in order
 
     def read_losses() -> float:
         """Read the pending losses into the state (a non-finite one ends the run naming its step); the last one."""
-        for place, value in ledger.read():
+        read, tokens = ledger.read(), list(pending_tokens)
+        pending_tokens.clear()
+        for (place, value), count in zip(read, tokens):
             if not math.isfinite(value):
                 raise TrainingDiverged(
                     f"loss is {value} at {place}"
                     + (f"; the last checkpoint is {checkpoint_path}" if state.curve and checkpoint_path is not None else "")
                 )
-            state.loss_since_checkpoint += value
+            state.loss_since_checkpoint += value * count if config.train_loss == "per_token" else value
         return math.nan if ledger.last is None else ledger.last
 
     def checkpoint() -> None:
         read_losses()
         state.wall_time_s = wall_before + time.monotonic() - session_start
-        summary = _take_checkpoint(model, optimizer, state, validation_batches, config, checkpoint_scores)
+        summary = _take_checkpoint(model, optimizer, state, data, config, checkpoint_scores)
         if checkpoint_path is not None:
-            _save(checkpoint_path, fingerprint, model, optimizer, state, backend)
+            _save(checkpoint_path, fingerprint, model, optimizer, state, backend, data.carried() if state.batch_index else None)
         progress.line(summary)
 
     def log_step() -> None:
@@ -230,23 +222,36 @@ def train(
 
     if state.step == 0:  # a fresh run: the initial parameters are step 0
         log_step()
-    while not state.stopped_early and state.epoch < config.max_epochs:
-        groups = epoch_groups(lengths, config, seed, state.epoch)
+    while not state.stopped_early and not state.diverged and state.epoch < config.max_epochs:
+        groups = _epoch_batches(data, model, state, carried, checkpoint_path)
+        carried = None
         progress.start_epoch(state.epoch + 1, state.batch_index, len(groups))
         for index in range(state.batch_index, len(groups)):
-            batch = make_batch(training, groups[index], eos_index)
             model.train()
             state.step += 1
-            ledger.add(StepPlace(state.step, state.epoch + 1, index + 1, len(groups)), step(batch))
-            if after_step is not None or ledger.full:
-                read_losses()
+            batch = step(groups[index])
+            ledger.add(StepPlace(state.step, state.epoch + 1, index + 1, len(groups)), batch.loss)
+            pending_tokens.append(batch.tokens)
+            if after_step is not None or ledger.full or config.divergence == "stop":
+                try:
+                    read_losses()
+                except TrainingDiverged as error:
+                    if config.divergence == "fail":
+                        raise
+                    state.wall_time_s = wall_before + time.monotonic() - session_start
+                    _record_divergence(state)
+                    if checkpoint_path is not None:
+                        _save(checkpoint_path, fingerprint, model, optimizer, state, backend, None)
+                    progress.line(f"{error}: the run diverged; stopping, the best parameters restored")
+                    break
             log_step()
             state.batch_index = index + 1
-            state.examples_seen += batch.size
-            state.examples_since_checkpoint += batch.size
+            state.examples_seen += batch.examples
+            state.examples_since_checkpoint += batch.examples
             state.batches_since_checkpoint += 1
-            state.tokens += batch.num_tokens
-            progress.update(read_losses, batch.num_tokens)
+            state.tokens_since_checkpoint += batch.tokens
+            state.tokens += batch.tokens
+            progress.update(read_losses, batch.tokens)
             if config.examples_per_checkpoint is not None and state.examples_since_checkpoint >= config.examples_per_checkpoint:
                 state.examples_since_checkpoint -= config.examples_per_checkpoint
                 checkpoint()
@@ -256,7 +261,7 @@ def train(
                 read_losses()
                 state.wall_time_s = wall_before + time.monotonic() - session_start
                 if checkpoint_path is not None:
-                    _save(checkpoint_path, fingerprint, model, optimizer, state, backend)
+                    _save(checkpoint_path, fingerprint, model, optimizer, state, backend, data.carried())
                 progress.close()
                 raise TrainingInterrupted(
                     f"{stop_request.reason} at step {state.step} (epoch {state.epoch + 1}, batch {index + 1} of {len(groups)})"
@@ -283,25 +288,66 @@ def train(
         wall_time_s=wall_time_s,
         tokens_per_s=state.tokens / max(wall_time_s, 1e-9),
         step_rows=tuple(state.step_rows),
+        diverged=state.diverged,
     )
+
+
+def _optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=config.learning_rate)
+    # fused: one kernel for all parameters, a quarter of the default's time; capturable on CUDA, for its graphs
+    return torch.optim.Adam(model.parameters(), lr=config.learning_rate, fused=True, capturable=device.type == "cuda")
+
+
+def _copy(parameters: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in parameters.items()}
+
+
+def _epoch_batches(data: TrainingData, model: nn.Module, state: TrainingState, carried: Sequence[Tensor] | None, path: str | Path | None) -> Sequence[Any]:
+    """The batches of the current epoch from ``data``, positioned after those already trained; a
+    carried state of the saved run at ``path`` that does not fit the model is refused naming the file."""
+    try:
+        return data.start_epoch(model, state.epoch, state.batch_index, carried)
+    except StacklmError as error:
+        if carried is None or path is None:
+            raise
+        raise located(path, None, f"not the training state of this run's model ({error}); {checkpoint_file.ADVICE}") from None
+
+
+def _record_divergence(state: TrainingState) -> None:
+    """End the run at a non-finite training loss: a last record with a NaN training loss and an
+    infinite validation cross-entropy, never the best."""
+    state.curve.append(
+        CheckpointRecord(
+            checkpoint=len(state.curve) + 1,
+            epoch=state.epoch + 1,
+            step=state.step,
+            examples_seen=state.examples_seen,
+            learning_rate_used=state.schedule.learning_rate,
+            train_loss=math.nan,
+            validation_cross_entropy=math.inf,
+            is_best=False,
+        )
+    )
+    state.diverged = True
 
 
 def _take_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     state: TrainingState,
-    validation_batches: Sequence[Batch],
+    data: TrainingData,
     config: TrainConfig,
     checkpoint_scores: CheckpointScores | None,
 ) -> str:
     """Score the validation set, advance the schedule, keep the best parameters; a summary line."""
-    cross_entropy = validation_cross_entropy(model, validation_batches)
+    cross_entropy = data.validation_cross_entropy(model)
     scores: dict[str, float] = {}
     if checkpoint_scores is not None:
         model.eval()
         with torch.no_grad():
             scores = {name: float(value) for name, value in checkpoint_scores().items()}
-    metric = math.exp(cross_entropy) if config.validation_metric == "perplexity" else cross_entropy
+    metric = perplexity(cross_entropy) if config.validation_metric == "perplexity" else cross_entropy
     new_best = is_new_best(state.schedule, metric)
     record = CheckpointRecord(
         checkpoint=len(state.curve) + 1,
@@ -309,28 +355,36 @@ def _take_checkpoint(
         step=state.step,
         examples_seen=state.examples_seen,
         learning_rate_used=state.schedule.learning_rate,
-        train_loss=state.loss_since_checkpoint / max(1, state.batches_since_checkpoint),
+        train_loss=state.loss_since_checkpoint / max(1, state.tokens_since_checkpoint if config.train_loss == "per_token" else state.batches_since_checkpoint),
         validation_cross_entropy=cross_entropy,
         is_best=new_best,
         scores=scores,
     )
     state.curve.append(record)
     if new_best:
-        state.best_parameters = {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+        state.best_parameters = _copy(model.state_dict())
     state.schedule = after_checkpoint(state.schedule, metric, config)
     for group in optimizer.param_groups:
         group["lr"] = state.schedule.learning_rate
     state.stopped_early = should_stop(state.schedule, config)
     state.batches_since_checkpoint = 0
+    state.tokens_since_checkpoint = 0
     state.loss_since_checkpoint = 0.0
     return f"{record.describe()} next learning rate {state.schedule.learning_rate:.3g}" + (" — stopping early" if state.stopped_early else "")
 
 
 def _save(
-    path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, state: TrainingState, backend: dict[str, str] | None
+    path: str | Path,
+    fingerprint: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainingState,
+    backend: dict[str, str] | None,
+    carried: Sequence[Tensor] | None,
 ) -> None:
-    """The whole training state at ``path``; a write that fails (a full disk) leaves the state saved
-    before as it was, and its error says so."""
+    """The whole training state at ``path``, with the state ``carried`` into the next batch (the
+    data's, when the run stops within an epoch); a write that fails (a full disk) leaves the state
+    saved before as it was, and its error says so."""
     kept_apart = ("schedule", "curve", "best_parameters", "step_rows")
     counters = {item.name: getattr(state, item.name) for item in fields(state) if item.name not in kept_apart}
     payload = {
@@ -343,6 +397,7 @@ def _save(
         "curve": [asdict(record) for record in state.curve],
         "best_parameters": state.best_parameters,
         "step_rows": state.step_rows,
+        "carried": None if carried is None else list(carried),
         "rng_cpu": torch.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -355,9 +410,9 @@ def _save(
 
 def _restore(
     path: str | Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, backend: dict[str, str] | None
-) -> TrainingState:
-    """The training state saved at ``path``, its model and optimizer states loaded into ``model`` and
-    ``optimizer``; a state of another run, one saved under a backend other than ``backend`` (None:
+) -> tuple[TrainingState, list[Tensor] | None]:
+    """The training state saved at ``path`` and the state it carries into its next batch, its model
+    and optimizer states loaded into ``model`` and ``optimizer``; a state of another run, one saved under a backend other than ``backend`` (None:
     any), or one that does not fit this run's model (a missing key, a reshaped tensor), is a
     one-line ``StacklmError`` naming the file."""
     payload: dict[str, Any] = checkpoint_file.load(path)
@@ -392,4 +447,4 @@ def _restore(
     except (KeyError, TypeError, ValueError, RuntimeError) as error:
         raise located(path, None, f"not the training state of this run's model ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); "
                                   f"{checkpoint_file.ADVICE}") from None
-    return state
+    return state, payload.get("carried")  # absent from states saved before the data carried state

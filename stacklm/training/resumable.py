@@ -18,17 +18,15 @@ from stacklm.training.config import TrainConfig
 from stacklm.training.grouped import GroupedRun, train_group
 from stacklm.training.loop import AfterStep, CheckpointScores, StopRequest, TrainResult, train
 from stacklm.training.progress import Progress
+from stacklm.training.sources import TrainingData
 
 
 def resumable_training(
     model: torch.nn.Module,
-    training_data: Sequence[Sequence[int]],
-    validation_data: Sequence[Sequence[int]],
+    data: TrainingData,
     config: TrainConfig,
     *,
     fingerprint_source: dict[str, Any],
-    seed: int,
-    eos_index: int,
     checkpoint: Path,
     device: torch.device,
     progress_interval_s: float,
@@ -40,7 +38,7 @@ def resumable_training(
     backend: dict[str, str] | None = None,
     resume_other_backend: bool = False,
 ) -> TrainResult:
-    """Train as ``stacklm train`` and ``stacklm cfl train`` do: the state is kept beside
+    """Train as ``stacklm train``, ``stacklm cfl train`` and ``stacklm ptb train`` do: the state is kept beside
     ``checkpoint`` under the fingerprint of ``fingerprint_source`` (what determines the trained
     parameters), locked against a second writer, and resumed when it exists
     (``stacklm.training.checkpoint``); a progress line every ``progress_interval_s``, SIGTERM
@@ -59,11 +57,8 @@ def resumable_training(
     with checkpoint_file.exclusive(state):
         result = train(
             model,
-            training_data,
-            validation_data,
+            data,
             config,
-            seed=seed,
-            eos_index=eos_index,
             checkpoint_path=state,
             fingerprint=fingerprint,
             device=device,

@@ -1,9 +1,11 @@
 """The files a run reads and writes besides its Parquet records: settings, data, ``model.pt``.
 
 ``model.pt`` holds what evaluation needs to rebuild the model without the training run: the
-model config (the class name and fields of a frozen dataclass of ``stacklm.models``), the
-best checkpoint's parameters, the vocabulary, the task and architecture names, and the run's
-metadata and settings, as tensors and plain values that load without running code.
+model config (the class name and fields of a frozen dataclass of ``stacklm.models``: a model of
+the registry, or a PTB model, its stack tagged with its kind), the best checkpoint's parameters
+and their validation cross-entropy, the vocabulary, the task and architecture names (a PTB
+model's: "ptb" and its name), and the run's metadata and settings, as tensors and plain values
+that load without running code.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from stacklm.data.validate import validate_splits
 from stacklm.errors import StacklmError, located
 from stacklm.models.base import LanguageModel
 from stacklm.models.embedding import FeatureTable
+from stacklm.models.ptb import PtbLanguageModel, PtbModelConfig, ptb_config_fields, ptb_config_from_fields
 from stacklm.models.registry import ModelConfig, get_architecture, model_for_config
 from stacklm.settings_file import build
 from stacklm.tasks import Task
@@ -78,10 +81,25 @@ class SavedModel:
     parameters: dict[str, torch.Tensor]
     metadata: dict[str, Any]  # RunMetadata fields
     settings: dict[str, Any]  # the run's resolved settings
+    validation_cross_entropy: float | None = None  # of the parameters saved, as training measured it (PTB's evaluation reports it)
     source: str = ""  # the file it was loaded from (not saved), which errors name
 
 
 MODEL_CONFIGS = {config.__name__: config for config in get_args(ModelConfig)}
+
+
+def _config_fields(config: Any) -> dict[str, Any]:
+    """A model config as plain values: a PTB model's stack tagged with its kind (a union of
+    dataclasses), any other's fields."""
+    if isinstance(config, PtbModelConfig):
+        return ptb_config_fields(config)
+    return json.loads(json.dumps(asdict(config)))
+
+
+def _config_from_fields(name: str, fields: Any, source: str) -> Any:
+    if name == PtbModelConfig.__name__:
+        return ptb_config_from_fields(fields, f"{source}: model_config")
+    return build(MODEL_CONFIGS[name], fields, "model_config")
 
 
 def save_model(path: str | Path, saved: SavedModel) -> None:
@@ -89,7 +107,7 @@ def save_model(path: str | Path, saved: SavedModel) -> None:
     as its class name and fields, so that loading rebuilds it without unpickling an object."""
     content = {name: value for name, value in saved.__dict__.items() if name != "source"}
     content["vocabulary"] = list(saved.vocabulary)
-    content["model_config"] = {"class": type(saved.model_config).__name__, "fields": json.loads(json.dumps(asdict(saved.model_config)))}
+    content["model_config"] = {"class": type(saved.model_config).__name__, "fields": _config_fields(saved.model_config)}
     checkpoint_file.save(path, content)
 
 
@@ -99,7 +117,7 @@ def load_model(path: str | Path) -> SavedModel:
     content = checkpoint_file.load(path)
     try:
         config = content["model_config"]
-        content["model_config"] = build(MODEL_CONFIGS[config["class"]], config["fields"], "model_config")
+        content["model_config"] = _config_from_fields(config["class"], config["fields"], str(path))
         content["vocabulary"] = tuple(content["vocabulary"])
         return SavedModel(**content, source=str(path))
     except (KeyError, TypeError, StacklmError) as error:
@@ -109,5 +127,17 @@ def load_model(path: str | Path) -> SavedModel:
 def rebuild_model(saved: SavedModel, task: Task) -> LanguageModel:
     """The trained model of ``saved``, in eval mode, on the CPU."""
     model = model_for_config(saved.model_config, token_features(saved.architecture, task, saved.vocabulary))
+    checkpoint_file.load_parameters(model, saved.parameters, saved.source)
+    return model.eval()
+
+
+def rebuild_ptb_model(saved: SavedModel) -> PtbLanguageModel:
+    """The trained PTB model of ``saved``, in eval mode, on the CPU; a file whose vocabulary or
+    parameters do not fit its model is a ``StacklmError`` naming it."""
+    if not isinstance(saved.model_config, PtbModelConfig):
+        raise located(saved.source, None, f"not a PTB model file (it holds a {type(saved.model_config).__name__}); {checkpoint_file.ADVICE}")
+    if len(saved.vocabulary) + 1 != saved.model_config.vocabulary_size:
+        raise located(saved.source, None, f"{len(saved.vocabulary)} tokens and <eos> for a model of V = {saved.model_config.vocabulary_size}; {checkpoint_file.ADVICE}")
+    model = PtbLanguageModel(saved.model_config)
     checkpoint_file.load_parameters(model, saved.parameters, saved.source)
     return model.eval()

@@ -34,6 +34,15 @@ class ScheduleState:
         return cls(learning_rate=config.learning_rate)
 
 
+def perplexity(cross_entropy: float) -> float:
+    """exp(cross-entropy), the validation metric of App. 8 and App. 10; ∞ past the largest float
+    (a validation cross-entropy above 709 nats, as a learning rate drawn too large gives)."""
+    try:
+        return math.exp(cross_entropy)
+    except OverflowError:
+        return math.inf
+
+
 def is_new_best(state: ScheduleState, metric: float) -> bool:
     return metric < state.best
 

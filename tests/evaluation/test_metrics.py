@@ -211,7 +211,7 @@ def test_cfl_difference_of_a_model_on_a_cfl_data_set() -> None:
     from stacklm.cfl.datasets import CflDataset, length_bin_cross_entropy, true_cross_entropy
     from stacklm.evaluation.cfl import score_cfl_dataset
     from stacklm.training.batching import make_batch
-    from stacklm.training.loop import validation_cross_entropy
+    from stacklm.training.strings import validation_cross_entropy
 
     generator = random.Random(0)
     strings = []

@@ -3,6 +3,7 @@ store (their files as artifacts, or their folder as a tag), read back through a 
 server``; a final run's model loaded back through MLflow's own API; reruns, changed runs, an
 unreachable store and disabled tracking."""
 
+import math
 import argparse
 import json
 import os
@@ -435,15 +436,16 @@ def test_an_evaluated_ptb_restarts_model_loads_back_through_mlflow(tmp_path: Pat
     from stacklm.tracking.mlflow_mirror import sync as sync_runs
     from stacklm.tracking.records import ptb_curve_table, ptb_metric_rows, ptb_metrics_table
     from stacklm.tracking.runs import ptb_runs
-    from stacklm.training.ptb import EpochRecord, SavedPtbModel, load_ptb_model, save_ptb_model
+    from stacklm.training.run_files import SavedModel, load_model, rebuild_ptb_model, save_model
+    from tests.tracking.ptb_epochs import ptb_epoch
 
     config = PtbModelConfig(vocabulary_size=len(VOCABULARY) + 1, hidden_units=4, stack=LimitedNondeterministic(2, 2, renormalizing=True, window=3))
     model = PtbLanguageModel(config)
     model.initialize(torch.Generator().manual_seed(0))
     metadata = replace(SEARCH, task="ptb", architecture="rns-2-2", trial=None, seed=1, code_version=f"0.1.0+g{COMMIT}")
     run = tmp_path / "ptb" / "rns-2-2" / "1"
-    save_ptb_model(run / "model.pt", SavedPtbModel(config, VOCABULARY, model.state_dict(), {}, 1e-4, 40.0))
-    write_table(ptb_curve_table([EpochRecord(1, 1.0, 4.0, 40.0, True)], metadata, 1e-4), run / "train.parquet")
+    save_model(run / "model.pt", SavedModel("ptb", "rns-2-2", VOCABULARY, config, model.state_dict(), {}, {}, validation_cross_entropy=math.log(40.0)))
+    write_table(ptb_curve_table([ptb_epoch(1, 1.0, 4.0, 40.0, True)], metadata, 1e-4), run / "train.parquet")
     write_table(ptb_metrics_table(ptb_metric_rows(40.0, 41.0, None), metadata, 1e-4), run / "metrics.parquet")
     settings = TrackingSettings(uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     initialize_store(settings, ["ptb"])
@@ -451,7 +453,7 @@ def test_an_evaluated_ptb_restarts_model_loads_back_through_mlflow(tmp_path: Pat
 
     mlflow.set_tracking_uri(settings.resolved_uri())
     loaded = mlflow.pytorch.load_model(f"runs:/{manifest['ptb/rns-2-2/restart-1']}/model")
-    trained = load_ptb_model(run / "model.pt").model()
+    trained = rebuild_ptb_model(load_model(run / "model.pt"))
     inputs = torch.tensor([[0, 1, 2, 3], [4, 5, 0, 1]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(inputs, loaded.initial_state(2))[0], trained(inputs, trained.initial_state(2))[0], rtol=0, atol=0)

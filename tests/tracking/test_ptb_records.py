@@ -13,7 +13,7 @@ from stacklm.evaluation.syntaxgym.sources import SGResult
 from stacklm.tracking.records import (
     PTB_CURVE_SCHEMA, PTB_METRICS_SCHEMA, RunMetadata, ptb_curve_table, ptb_metric_rows, ptb_metrics_table, write_table,
 )
-from stacklm.training.ptb import EpochRecord
+from tests.tracking.ptb_epochs import ptb_epoch, shown
 
 METADATA = RunMetadata(
     task="ptb", architecture="rns-2-3", phase="search", trial=None, seed=4, learning_rate=12.5, tokens_per_batch=None,
@@ -26,13 +26,13 @@ def suite(name: str, holds: list[bool]) -> SuiteResult:
 
 
 def test_the_curve_has_one_row_per_epoch_with_the_draw(tmp_path: Path) -> None:
-    epochs = [EpochRecord(1, 12.5, 5.5, 300.0, True), EpochRecord(2, 12.5, 5.0, 310.0, False), EpochRecord(3, 12.5 / 1.5, 4.9, 290.0, True)]
+    epochs = [ptb_epoch(1, 12.5, 5.5, 300.0, True), ptb_epoch(2, 12.5, 5.0, 310.0, False), ptb_epoch(3, 12.5 / 1.5, 4.9, 290.0, True)]
     write_table(ptb_curve_table(epochs, METADATA, 3e-4), tmp_path / "train.parquet")
     table = pq.read_table(tmp_path / "train.parquet")
     assert table.schema.equals(PTB_CURVE_SCHEMA)
     rows = table.to_pylist()
     assert [(r["epoch"], r["learning_rate_used"], r["train_loss"], r["validation_perplexity"], r["is_best"]) for r in rows] == [
-        (1, 12.5, 5.5, 300.0, True), (2, 12.5, 5.0, 310.0, False), (3, 12.5 / 1.5, 4.9, 290.0, True),
+        (1, 12.5, 5.5, shown(300.0), True), (2, 12.5, 5.0, shown(310.0), False), (3, 12.5 / 1.5, 4.9, shown(290.0), True),
     ]
     assert {(r["task"], r["architecture"], r["seed"], r["learning_rate"], r["clip_per_target"]) for r in rows} == {("ptb", "rns-2-3", 4, 12.5, 3e-4)}
     assert rows[0]["tokens_per_batch"] is None and rows[0]["trial"] is None

@@ -95,10 +95,10 @@ def test_a_ptb_restart_is_mirrored_from_its_curve_and_metrics(tmp_path: Path) ->
     from stacklm.evaluation.syntaxgym.sources import SGResult
     from stacklm.tracking.records import ptb_curve_table, ptb_metric_rows, ptb_metrics_table
     from stacklm.tracking.runs import ptb_run_key, ptb_runs
-    from stacklm.training.ptb import EpochRecord
+    from tests.tracking.ptb_epochs import ptb_epoch, shown
 
     metadata = replace(METADATA, task="ptb", architecture="rns-2-3", phase="search", seed=4, config=json.dumps({"draw": {"clip_per_target": 1e-4}}))
-    epochs = [EpochRecord(1, 10.0, 6.0, 400.0, True), EpochRecord(2, 10.0, 5.5, 300.0, True), EpochRecord(3, 10.0, math.nan, math.inf, False)]
+    epochs = [ptb_epoch(1, 10.0, 6.0, 400.0, True), ptb_epoch(2, 10.0, 5.5, 300.0, True), ptb_epoch(3, 10.0, math.nan, math.inf, False)]
     write_table(ptb_curve_table(epochs, metadata, 1e-4), tmp_path / "train.parquet")
     circuits = (Circuit("Agreement", ("number_src",)), Circuit("Center Embedding", ("center_embed",)))
     suites = (SuiteResult("number_src", (PredictionResult(1, 1, True), PredictionResult(2, 1, False))), SuiteResult("center_embed", (PredictionResult(1, 1, True),)))
@@ -108,13 +108,13 @@ def test_a_ptb_restart_is_mirrored_from_its_curve_and_metrics(tmp_path: Path) ->
     assert run.key == ptb_run_key("rns-2-3", 4) == "ptb/rns-2-3/restart-4" and run.name == "rns-2-3 restart-4"
     assert run.tags["model"] == "rns-2-3" and run.tags["restart"] == "4" and run.params["settings.draw.clip_per_target"] == "0.0001"
     assert run.metrics == {
-        "best_validation_perplexity": 300.0, "epochs": 3, "wall_time_s": 1.0, "tokens_per_s": 2.0,
+        "best_validation_perplexity": shown(300.0), "epochs": 3, "wall_time_s": 1.0, "tokens_per_s": 2.0,
         "validation/perplexity": 300.0, "test/perplexity": 290.0,
         "syntaxgym/suite/number_src": 0.5, "syntaxgym/suite/center_embed": 1.0,
         "syntaxgym/circuit/Agreement": 0.5, "syntaxgym/circuit/Center Embedding": 1.0, "syntaxgym/sg_score": 0.75,
     }
     assert run.curves == {  # the diverged epoch's NaN and ∞ left out
-        "curve/validation_perplexity": [(1, 400.0), (2, 300.0)], "curve/train_loss": [(1, 6.0), (2, 5.5)],
+        "curve/validation_perplexity": [(1, shown(400.0)), (2, shown(300.0))], "curve/train_loss": [(1, 6.0), (2, 5.5)],
         "curve/learning_rate": [(1, 10.0), (2, 10.0), (3, 10.0)],
     }
     assert run.tags["mlflow.source.name"] == "stacklm ptb train" and run.model is None  # no model.pt written here
@@ -127,13 +127,13 @@ def test_no_curve_shares_a_name_with_a_metric(tmp_path: Path) -> None:
     (``validation_perplexity`` beside ``validation/perplexity``) shows two numbers for one name."""
     from stacklm.tracking.records import ptb_curve_table, ptb_metric_rows, ptb_metrics_table
     from stacklm.tracking.runs import ptb_runs
-    from stacklm.training.ptb import EpochRecord
+    from tests.tracking.ptb_epochs import ptb_epoch, shown
 
     scored = [replace(record, scores={"test_full_accuracy": 0.5}) for record in CURVE]
     write_table(curve_table(scored, METADATA), tmp_path / "task" / "train.parquet")
     write_table(metrics_table([MetricValue("test", None, "full_accuracy", 0.25)], METADATA), tmp_path / "task" / "metrics.parquet")
     ptb = replace(METADATA, task="ptb", architecture="lstm", phase="search")
-    write_table(ptb_curve_table([EpochRecord(1, 10.0, 6.0, 400.0, True), EpochRecord(2, 10.0, 7.0, 500.0, False)], ptb, 1e-4), tmp_path / "ptb" / "train.parquet")
+    write_table(ptb_curve_table([ptb_epoch(1, 10.0, 6.0, 400.0, True), ptb_epoch(2, 10.0, 7.0, 500.0, False)], ptb, 1e-4), tmp_path / "ptb" / "train.parquet")
     write_table(ptb_metrics_table(ptb_metric_rows(400.0, 390.0, None), ptb, 1e-4), tmp_path / "ptb" / "metrics.parquet")
     runs = [*task_runs("passivization", [tmp_path / "task" / "train.parquet"], [tmp_path / "task" / "metrics.parquet"]),
             *ptb_runs("ptb", [tmp_path / "ptb" / "train.parquet"], [tmp_path / "ptb" / "metrics.parquet"])]
@@ -144,7 +144,7 @@ def test_no_curve_shares_a_name_with_a_metric(tmp_path: Path) -> None:
     for run in runs:
         assert all(name.startswith("curve/") for name in run.curves)
         assert not {spelled(name) for name in run.curves} & {spelled(name) for name in run.metrics}, run.key
-    assert runs[1].metrics["validation/perplexity"] == 400.0 and runs[1].curves["curve/validation_perplexity"][-1] == (2, 500.0)
+    assert runs[1].metrics["validation/perplexity"] == 400.0 and runs[1].curves["curve/validation_perplexity"][-1] == (2, shown(500.0))
 
 
 def test_the_source_tags_name_the_command_and_the_commit() -> None:

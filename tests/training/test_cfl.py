@@ -12,6 +12,7 @@ from stacklm.models.registry import build_model
 from stacklm.training.config import cfl_train_config
 from stacklm.training.loop import train
 from stacklm.training.progress import Progress
+from stacklm.training.strings import StringData
 
 
 def part(dataset: CflDataset, start: int, stop: int) -> CflDataset:
@@ -26,7 +27,7 @@ def test_an_lstm_trained_on_marked_reversal_with_the_cfl_schedule_moves_towards_
     model = build_model("cfl/LSTM", language.vocabulary_size, generator=torch.Generator().manual_seed(0))
     before = score_cfl_dataset(model, validation, eos_index=language.eos, tokens_per_batch=2048)
     torch.manual_seed(0)
-    result = train(model, training.strings, validation.strings, config, seed=0, eos_index=language.eos, progress=Progress(io.StringIO()))
+    result = train(model, StringData(training.strings, validation.strings, config, seed=0, eos_index=language.eos), config, progress=Progress(io.StringIO()))
     after = score_cfl_dataset(model, validation, eos_index=language.eos, tokens_per_batch=2048)
     assert [record.epoch for record in result.curve] == [1, 2, 3] and result.steps == 3 * 30  # 30 same-length batches per epoch
     assert 0 < after.overall < before.overall  # Δ ≥ 0 up to sampling, and training lowers it

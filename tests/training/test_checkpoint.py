@@ -25,7 +25,7 @@ from stacklm.training.loop import train
 from stacklm.training.progress import Progress
 from stacklm.tasks import get_task
 from stacklm.training.run_files import SavedModel, load_model, rebuild_model, save_model
-from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+from tests.training.toy_language_model import ToyLanguageModel, toy_config, toy_data
 
 
 class RunsCommand:
@@ -69,8 +69,7 @@ def test_resuming_from_a_malicious_checkpoint_is_refused_without_running_it(tmp_
     marker = tmp_path / "PWNED"
     path = malicious_file(tmp_path / "checkpoint.pt", marker)
     with pytest.raises(StacklmError, match=f"^{path}: not a stacklm file that loads safely"):
-        train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2,
-              checkpoint_path=path, progress=Progress(io.StringIO()))
+        train(ToyLanguageModel(3), toy_data(1), toy_config(), checkpoint_path=path, progress=Progress(io.StringIO()))
     assert not marker.exists()
 
 
@@ -137,14 +136,12 @@ def test_a_model_file_whose_parameters_do_not_fit_names_it_in_one_line(tmp_path:
 def toy_state(tmp_path: Path) -> Path:
     """The training state of a finished toy run."""
     path = tmp_path / "state.pt"
-    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, checkpoint_path=path,
-          fingerprint="f", progress=Progress(io.StringIO()))
+    train(ToyLanguageModel(3), toy_data(1), toy_config(), checkpoint_path=path, fingerprint="f", progress=Progress(io.StringIO()))
     return path
 
 
 def resume(path: Path) -> None:
-    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, checkpoint_path=path,
-          fingerprint="f", progress=Progress(io.StringIO()))
+    train(ToyLanguageModel(3), toy_data(1), toy_config(), checkpoint_path=path, fingerprint="f", progress=Progress(io.StringIO()))
 
 
 def test_a_training_state_whose_model_does_not_fit_names_it_in_one_line(tmp_path: Path) -> None:
@@ -177,15 +174,15 @@ from pathlib import Path
 from stacklm.errors import StacklmError
 from stacklm.training.loop import train
 from stacklm.training.progress import Progress
-from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+from tests.training.toy_language_model import ToyLanguageModel, toy_config, toy_data
 
 path, limit, epochs = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 if limit:  # a write past it fails with EFBIG, as one on a full disk fails with ENOSPC
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
-    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), dataclasses.replace(toy_config(), max_epochs=epochs), seed=1, eos_index=2,
-          checkpoint_path=path, fingerprint="f", progress=Progress(io.StringIO()))
+    config = dataclasses.replace(toy_config(), max_epochs=epochs)
+    train(ToyLanguageModel(3), toy_data(1, config), config, checkpoint_path=path, fingerprint="f", progress=Progress(io.StringIO()))
 except StacklmError as error:
     print(error)
 """

@@ -7,19 +7,19 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.training.config import TrainConfig, cfl_train_config
-from stacklm.training.loop import StopRequest, TrainingDiverged, TrainingInterrupted, TrainResult, train, validation_cross_entropy
+from stacklm.training.loop import StopRequest, TrainingDiverged, TrainingInterrupted, TrainResult, train
 from stacklm.training.batching import make_batch
 from stacklm.training.loss import string_log_probabilities
 from stacklm.training.progress import Progress
-from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+from stacklm.training.strings import StringData, validation_cross_entropy
+from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config, toy_data
 
 
 def toy_run(seed: int = 1, checkpoint: Path | None = None, config: TrainConfig | None = None, log: io.StringIO | None = None) -> tuple[ToyLanguageModel, TrainResult]:
     model = ToyLanguageModel(3, dropout=0.1)
     model.initialize(torch.Generator().manual_seed(seed))
     torch.manual_seed(seed)
-    result = train(model, counting_data(120, 1), counting_data(30, 2), config or toy_config(), seed=seed, eos_index=2,
-                   checkpoint_path=checkpoint, progress=Progress(log or io.StringIO(), interval_s=0.0))
+    result = train(model, toy_data(seed, config), config or toy_config(), checkpoint_path=checkpoint, progress=Progress(log or io.StringIO(), interval_s=0.0))
     return model, result
 
 
@@ -65,8 +65,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     toy_run(checkpoint=tmp_path / "ckpt.pt")
     model = ToyLanguageModel(3)
     with pytest.raises(StacklmError, match="another run"):
-        train(model, counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2,
-              checkpoint_path=tmp_path / "ckpt.pt", fingerprint="other", progress=Progress(io.StringIO()))
+        train(model, toy_data(1), toy_config(), checkpoint_path=tmp_path / "ckpt.pt", fingerprint="other", progress=Progress(io.StringIO()))
 
 
 def test_a_state_of_another_backend_is_refused_unless_asked_for(tmp_path: Path) -> None:
@@ -75,12 +74,11 @@ def test_a_state_of_another_backend_is_refused_unless_asked_for(tmp_path: Path) 
     compiled, pytorch = {"backend": "cpu-compiled", "cpu_vectors": "avx2"}, {"backend": "torch", "cpu_vectors": "avx2"}
     model = ToyLanguageModel(3, dropout=0.1)
     model.initialize(torch.Generator().manual_seed(1))
-    arguments = (counting_data(120, 1), counting_data(30, 2), toy_config())
-    options = {"seed": 1, "eos_index": 2, "checkpoint_path": tmp_path / "ckpt.pt", "progress": Progress(io.StringIO())}
-    first = train(model, *arguments, backend=compiled, **options)
+    options = {"checkpoint_path": tmp_path / "ckpt.pt", "progress": Progress(io.StringIO())}
+    first = train(model, toy_data(), toy_config(), backend=compiled, **options)
     with pytest.raises(StacklmError, match=r"trained on the cpu-compiled backend, and this process runs torch.*--backend cpu-compiled.*--resume-other-backend"):
-        train(ToyLanguageModel(3, dropout=0.1), *arguments, backend=pytorch, **options)
-    resumed = train(ToyLanguageModel(3, dropout=0.1), *arguments, backend=pytorch, resume_other_backend=True, **options)
+        train(ToyLanguageModel(3, dropout=0.1), toy_data(), toy_config(), backend=pytorch, **options)
+    resumed = train(ToyLanguageModel(3, dropout=0.1), toy_data(), toy_config(), backend=pytorch, resume_other_backend=True, **options)
     assert resumed.curve == first.curve
 
 
@@ -102,7 +100,7 @@ class PoisonedModel(ToyLanguageModel):
 
 def test_a_nan_loss_stops_the_run_naming_the_step() -> None:
     with pytest.raises(TrainingDiverged, match=r"loss is nan at step 5 \(epoch 1, batch 5 of"):
-        train(PoisonedModel(), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, progress=Progress(io.StringIO()))
+        train(PoisonedModel(), toy_data(1), toy_config(), progress=Progress(io.StringIO()))
 
 
 def test_the_cfl_schedule_runs_through_the_same_loop() -> None:
@@ -110,7 +108,7 @@ def test_the_cfl_schedule_runs_through_the_same_loop() -> None:
     config = dataclasses.replace(cfl_train_config(0.01), max_epochs=4)
     model = ToyLanguageModel(3)
     model.initialize(torch.Generator().manual_seed(0))
-    result = train(model, strings, strings[::2], config, seed=0, eos_index=2, progress=Progress(io.StringIO()))
+    result = train(model, StringData(strings, strings[::2], config, seed=0, eos_index=2), config, progress=Progress(io.StringIO()))
     assert [record.epoch for record in result.curve] == [1, 2, 3, 4]
     assert [record.examples_seen for record in result.curve] == [60, 120, 180, 240]
     assert result.steps == 4 * 6
@@ -123,11 +121,11 @@ class Terminal(io.StringIO):
 
 def test_progress_is_a_bar_on_a_terminal_and_plain_lines_in_a_log() -> None:
     terminal = Terminal()
-    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, progress=Progress(terminal))
+    train(ToyLanguageModel(3), toy_data(1), toy_config(), progress=Progress(terminal))
     shown = terminal.getvalue()
     assert "\r" in shown and "epoch 3" in shown and "tokens_per_s=" in shown and "loss=" in shown and "<" in shown  # tqdm's elapsed<ETA
     log = io.StringIO()
-    train(ToyLanguageModel(3), counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, progress=Progress(log, interval_s=3600))
+    train(ToyLanguageModel(3), toy_data(1), toy_config(), progress=Progress(log, interval_s=3600))
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue()
     periodic = [line for line in lines if line.startswith("epoch ")]
@@ -149,8 +147,8 @@ def test_checkpoint_scores_join_every_record_and_change_nothing_else() -> None:
         seen.append((model.training, torch.is_grad_enabled()))
         return {"test_full_accuracy": validation_cross_entropy(model, [batch])}
 
-    result = train(model, counting_data(120, 1), validation, toy_config(), seed=3, eos_index=2,
-                   progress=Progress(io.StringIO(), interval_s=0.0), checkpoint_scores=scores)
+    data = StringData(counting_data(120, 1), validation, toy_config(), seed=3, eos_index=2)
+    result = train(model, data, toy_config(), progress=Progress(io.StringIO(), interval_s=0.0), checkpoint_scores=scores)
     assert seen == [(False, False)] * len(result.curve)
     for record, other in zip(result.curve, plain.curve, strict=True):
         assert record.scores == {"test_full_accuracy": pytest.approx(record.validation_cross_entropy, rel=1e-6)}
@@ -184,8 +182,7 @@ def logged_run(checkpoint: Path | None = None, stop: StopRequest | None = None, 
     model.initialize(torch.Generator().manual_seed(1))
     torch.manual_seed(1)
     log = LoggedRun(model, stop, stop_at, crash_at)
-    result = train(model, counting_data(120, 1), counting_data(30, 2), toy_config(), seed=1, eos_index=2, checkpoint_path=checkpoint,
-                   progress=Progress(io.StringIO(), interval_s=0.0), stop_request=stop, after_step=log)
+    result = train(model, toy_data(1), toy_config(), checkpoint_path=checkpoint, progress=Progress(io.StringIO(), interval_s=0.0), stop_request=stop, after_step=log)
     return model, result, log
 
 

@@ -22,12 +22,13 @@ import stacklm.experiments.transformations.search as search_stage
 from stacklm.experiments.transformations.settings import IntegerRange, LogRange, SearchSettings
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
-from stacklm.training import loop
+from stacklm.training import loop, strings
 from stacklm.training.batching import epoch_groups, group_by_token_budget, make_batch
 from stacklm.training.config import TrainConfig, TrainingSettings
 from stacklm.training.loss import batch_loss
 from stacklm.training.progress import Progress
 from stacklm.training.schedule import ScheduleState, after_checkpoint, should_stop
+from stacklm.training.strings import StringData
 
 ROOT = Path(__file__).resolve().parents[2]
 V = 7
@@ -61,7 +62,7 @@ def test_validation_cross_entropy_is_micro_averaged_over_length_plus_eos() -> No
     model = tiny_lstm()
     batches = [make_batch(STRINGS, [0, 1, 2], EOS), make_batch(STRINGS, [3, 4], EOS)]
     expected = -sum(string_log_probability(model.eval(), s) for s in STRINGS) / sum(len(s) + 1 for s in STRINGS)
-    assert loop.validation_cross_entropy(model, batches) == pytest.approx(expected, rel=1e-6)
+    assert strings.validation_cross_entropy(model, batches) == pytest.approx(expected, rel=1e-6)
     assert not model.training  # scored without dropout
 
 
@@ -114,7 +115,7 @@ def test_adam_steps_with_global_l2_clipping_equal_the_hand_computation() -> None
 
     model = tiny_lstm()
     config = TrainConfig(learning_rate=0.01, tokens_per_batch=5, max_epochs=1, examples_per_checkpoint=None, gradient_clip_norm=clip)
-    loop.train(model, training, [[1, 2]], config, seed=4, eos_index=EOS, progress=Progress(io.StringIO(), interval_s=0.0))
+    loop.train(model, StringData(training, [[1, 2]], config, seed=4, eos_index=EOS), config, progress=Progress(io.StringIO(), interval_s=0.0))
     for parameter, value in zip(model.parameters(), expected):
         torch.testing.assert_close(parameter.detach().double(), value, rtol=0, atol=2e-6)
     unclipped = adam_by_hand(start, [first, gradients_at(scratch, [p.float() for p in adam_by_hand(start, [first], 0.01, None)], batches[1])], 0.01, None)
@@ -140,7 +141,7 @@ def test_checkpoints_every_n_examples_with_the_surplus_carried_over() -> None:
                 expected.append(seen)
     if expected[-1] != seen:
         expected.append(seen)  # the last epoch's remaining batches get a final checkpoint
-    result = loop.train(tiny_lstm(), training, [[1, 2]], config, seed=2, eos_index=EOS, progress=Progress(io.StringIO(), interval_s=0.0))
+    result = loop.train(tiny_lstm(), StringData(training, [[1, 2]], config, seed=2, eos_index=EOS), config, progress=Progress(io.StringIO(), interval_s=0.0))
     assert [record.examples_seen for record in result.curve] == expected
     assert len(expected) > 3 * 40 // 7 - 1
 
@@ -190,11 +191,11 @@ def test_the_best_checkpoints_parameters_are_left_in_the_model(monkeypatch: pyte
         snapshots.append({name: tensor.detach().clone() for name, tensor in model.state_dict().items()})
         return next(scripted)
 
-    monkeypatch.setattr(loop, "validation_cross_entropy", fake_validation)
+    monkeypatch.setattr(strings, "validation_cross_entropy", fake_validation)
     model = tiny_lstm()
     training = [[1, 2, 3]] * 12
     config = TrainConfig(learning_rate=1e-2, tokens_per_batch=3, max_epochs=10, examples_per_checkpoint=2)
-    result = loop.train(model, training, [[1]], config, seed=0, eos_index=EOS, progress=Progress(io.StringIO(), interval_s=0.0))
+    result = loop.train(model, StringData(training, [[1]], config, seed=0, eos_index=EOS), config, progress=Progress(io.StringIO(), interval_s=0.0))
     assert len(result.curve) == 5 and result.stopped_early
     assert [r.learning_rate_used for r in result.curve] == [1e-2, 1e-2, 1e-2, 1e-2, 5e-3]
     for name, tensor in model.state_dict().items():

@@ -16,14 +16,13 @@ import torch
 from stacklm.errors import StacklmError
 from stacklm.training import checkpoint
 from stacklm.training.resumable import resumable_training
-from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config
+from tests.training.toy_language_model import ToyLanguageModel, toy_config, toy_data
 
 
 def toy_training(checkpoint_base: Path, fingerprint_source: dict) -> None:
     model = ToyLanguageModel(3)
     model.initialize(torch.Generator().manual_seed(1))
-    resumable_training(model, counting_data(120, 1), counting_data(30, 2), toy_config(), fingerprint_source=fingerprint_source,
-                       seed=1, eos_index=2, checkpoint=checkpoint_base, device=torch.device("cpu"), progress_interval_s=60.0)
+    resumable_training(model, toy_data(1), toy_config(), fingerprint_source=fingerprint_source, checkpoint=checkpoint_base, device=torch.device("cpu"), progress_interval_s=60.0)
 
 
 def states(folder: Path) -> list[str]:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from stacklm.training.config import TrainConfig
+from stacklm.training.strings import StringData
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,8 @@ def toy_config() -> TrainConfig:
     # "scored": batches of at most 40 scored positions, as these tests were sized for
     return TrainConfig(learning_rate=0.01, tokens_per_batch=40, max_epochs=3, examples_per_checkpoint=50, early_stopping_patience=10, token_budget="scored")
 
+
+def toy_data(seed: int = 1, config: TrainConfig | None = None) -> StringData:
+    """The toy run's data: 120 training and 30 validation strings of ``counting_data``, batched as
+    ``config`` (default ``toy_config()``) says, shuffled with ``seed``."""
+    return StringData(counting_data(120, 1), counting_data(30, 2), config or toy_config(), seed=seed, eos_index=2)

@@ -43,6 +43,7 @@ from stacklm.training.config import TrainingSettings, cfl_train_config
 from stacklm.training.loop import StopRequest
 from stacklm.training.resumable import resumable_training
 from stacklm.training.run_files import choose_device, set_threads
+from stacklm.training.strings import StringData
 
 
 def model_options(language: str, model: str, vector_size: int | None) -> ModelOptions:
@@ -140,7 +141,7 @@ def train_run(
         "restart": run.restart,
         "seeds": asdict(seeds),
         "model": asdict(options),
-        "train_config": asdict(config),
+        "train_config": config.record(),
         "cfl": asdict(cfl),
     } | backends.record(placement.backend)
     determining = ("language", "architecture", "seeds", "model", "train_config")
@@ -154,12 +155,9 @@ def train_run(
         action_log = ActionLog(model, logged_string(run.language), language.terminal_names, cfl.action_log_every)
     result = resumable_training(
         model,
-        training_strings,
-        validation.strings,
+        StringData(training_strings, validation.strings, config, seed=seeds.shuffle, eos_index=language.eos),
         config,
         fingerprint_source=fingerprint_source,
-        seed=seeds.shuffle,
-        eos_index=language.eos,
         checkpoint=planned.checkpoint,
         device=placement.device,
         progress_interval_s=training.progress_interval_s,

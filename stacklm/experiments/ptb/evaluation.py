@@ -18,6 +18,7 @@ import torch
 
 from stacklm.data.ptb import ptb_file_name
 from stacklm.data.vocabulary import Vocabulary
+from stacklm.errors import located
 from stacklm.evaluation.syntaxgym.model import PtbScorer
 from stacklm.evaluation.syntaxgym.score import SuiteResult
 from stacklm.evaluation.syntaxgym.sources import SUITE_SHA256, score_all
@@ -26,7 +27,10 @@ from stacklm.experiments.ptb.data import split_chunks, split_tokens
 from stacklm.experiments.ptb.training import device_and_threads
 from stacklm.tracking.records import RunMetadata, ptb_metric_rows, ptb_metrics_table, write_table
 from stacklm.training.progress import Progress
-from stacklm.training.ptb import evaluate, load_ptb_model
+from stacklm.training.checkpoint import ADVICE
+from stacklm.training import chunks
+from stacklm.training.run_files import load_model, rebuild_ptb_model
+from stacklm.training.schedule import perplexity
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
@@ -50,16 +54,19 @@ def evaluate_restart(
     stream: TextIO | None = None,
 ) -> None:
     """Score the restart trained in ``run`` into ``out``; progress lines go to ``stream`` (default stderr)."""
-    saved = load_ptb_model(run / "model.pt")
+    saved = load_model(run / "model.pt")
+    trained = rebuild_ptb_model(saved)
+    if saved.validation_cross_entropy is None:
+        raise located(saved.source, None, f"a model file without its validation cross-entropy; {ADVICE}")
     metadata = RunMetadata(**saved.metadata)
     used = {"evaluation": {"lines": lines, "suites": None if suites is None else list(suites)}}
     metadata = replace(metadata, config=json.dumps(json.loads(metadata.config) | used, sort_keys=True))
-    model = saved.model().to(device)
+    model = trained.to(device)
     vocabulary = Vocabulary(saved.vocabulary)
     progress = Progress(stream=stream)
     started = time.monotonic()
     test_chunks = split_chunks(split_tokens(data, "test", lines), vocabulary, str(data / ptb_file_name("test")))
-    test_perplexity = evaluate(model, test_chunks)
+    test_perplexity = chunks.perplexity(model, test_chunks)
     targets = sum(chunk.num_targets for chunk in test_chunks)
     progress.line(f"{metadata.architecture} restart {metadata.seed}: test perplexity {test_perplexity:.2f} over {targets} targets ({time.monotonic() - started:.0f} s)")
     scored: list[SuiteResult] = []
@@ -72,5 +79,5 @@ def evaluate_restart(
     scorer = PtbScorer(model, vocabulary)
     sg = score_all(syntaxgym, scorer.words, scorer, suites, on_suite=report)
     progress.line(f"SG score {sg.scores.overall:.3f} over {len(sg.suites)} suites")
-    rows = ptb_metric_rows(saved.best_valid_perplexity, test_perplexity, sg)
-    write_table(ptb_metrics_table(rows, metadata, saved.clip_per_target), out)
+    rows = ptb_metric_rows(perplexity(saved.validation_cross_entropy), test_perplexity, sg)
+    write_table(ptb_metrics_table(rows, metadata, saved.settings["draw"]["clip_per_target"]), out)

@@ -2,9 +2,12 @@
 
 A restart (``train_restart``): the vocabulary of the whole training file, the splits' chunks
 (:mod:`stacklm.experiments.ptb.data`), restart k's draw of η and c and its initial parameters
-(:mod:`stacklm.experiments.ptb.search`), then ``stacklm.training.ptb.train_resumably``. Written:
-``model.pt`` (the best epoch's parameters, ``stacklm.training.ptb.save_ptb_model``) and
-``train.parquet`` (one row per epoch, ``stacklm.tracking.records.ptb_curve_table``).
+(:mod:`stacklm.experiments.ptb.search`), then the shared training loop on the chunks
+(``stacklm.training.chunks.ChunkData``) with the schedule of App. 10
+(``stacklm.training.config.ptb_train_config``), resumable (``stacklm.training.resumable``).
+Written: ``model.pt`` (the best epoch's parameters and their validation cross-entropy,
+``stacklm.training.run_files.save_model``) and ``train.parquet`` (one row per epoch,
+``stacklm.tracking.records.ptb_curve_table``).
 
 Several ``--restart`` values are several restarts trained one after another in one process (the
 rule ``ptb_train_group<n>`` when ``resources.runs_per_job`` > 1), each with its own ``--model``
@@ -30,10 +33,12 @@ from stacklm.experiments.ptb.data import BATCH_SIZE, BPTT, data_version, split_c
 from stacklm.experiments.ptb.search import restart_draw, restart_seeds
 from stacklm.models.ptb import PtbLanguageModel, ptb_config, ptb_config_fields
 from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version, ptb_curve_table, write_table
+from stacklm.training.chunks import ChunkData
+from stacklm.training.config import ptb_train_config
 from stacklm.training.loop import StopRequest
 from stacklm.training.progress import Progress
-from stacklm.training.ptb import SavedPtbModel, save_ptb_model, train_resumably
-from stacklm.training.run_files import choose_device, set_threads
+from stacklm.training.resumable import resumable_training
+from stacklm.training.run_files import SavedModel, choose_device, save_model, set_threads
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ def train_restart(
     train_chunks = split_chunks(first_lines(train_file, lines), vocabulary, str(data / ptb_file_name("train")))
     valid_chunks = split_chunks(split_tokens(data, "valid", lines), vocabulary, str(data / ptb_file_name("valid")))
     version = data_version(lines)
+    train_config = ptb_train_config(draw.learning_rate, draw.clip_per_target, max_epochs)
     run_settings = {
         "model": model_name,
         "restart": restart,
@@ -120,6 +126,7 @@ def train_restart(
         "bptt": BPTT,
         "seeds": asdict(seeds),
         "draw": asdict(draw),
+        "train_config": train_config.record(),
     }
     model = PtbLanguageModel(config)
     model.initialize(torch.Generator().manual_seed(seeds.parameters))
@@ -128,17 +135,16 @@ def train_restart(
         f"{model_name} restart {restart}: learning rate {draw.learning_rate:.4g}, clipping {draw.clip_per_target:.4g} per target;"
         f" {len(train_chunks)} training and {len(valid_chunks)} validation chunks"
     )
-    result = train_resumably(
+    result = resumable_training(
         model,
-        train_chunks,
-        valid_chunks,
-        draw,
-        max_epochs,
+        ChunkData(train_chunks, valid_chunks),
+        train_config,
+        fingerprint_source={"model": ptb_config_fields(config), "seeds": asdict(seeds), "train_config": train_config.record(), "data_version": version},
         checkpoint=checkpoint,
-        fingerprint_source={"model": ptb_config_fields(config), "seeds": asdict(seeds), "draw": asdict(draw), "data_version": version},
+        device=device,
         progress_interval_s=progress_interval_s,
         stop_request=stop_request,
-        stream=stream,
+        progress_stream=stream,
     )
     metadata = RunMetadata(
         task=EXPERIMENT,  # the runs' task column names their MLflow experiment
@@ -155,13 +161,17 @@ def train_restart(
         tokens_per_s=result.tokens_per_s,
         config=json.dumps(run_settings | {BUILT_MODEL: ptb_config_fields(config)}, sort_keys=True),
     )
-    saved = SavedPtbModel(
-        config=config,
-        vocabulary=vocabulary.tokens,
-        parameters=model.state_dict(),
-        metadata=asdict(metadata),
-        clip_per_target=draw.clip_per_target,
-        best_valid_perplexity=result.best_valid_perplexity,
+    save_model(
+        out / "model.pt",
+        SavedModel(
+            task=EXPERIMENT,
+            architecture=model_name,
+            vocabulary=vocabulary.tokens,
+            model_config=config,
+            parameters={name: tensor.detach().cpu() for name, tensor in model.state_dict().items()},
+            metadata=asdict(metadata),
+            settings=run_settings,
+            validation_cross_entropy=result.best_validation_cross_entropy,
+        ),
     )
-    save_ptb_model(out / "model.pt", saved)
-    write_table(ptb_curve_table(result.epochs, metadata, draw.clip_per_target), out / "train.parquet")
+    write_table(ptb_curve_table(result.curve, metadata, draw.clip_per_target), out / "train.parquet")

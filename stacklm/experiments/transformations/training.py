@@ -274,7 +274,7 @@ def start_run(phase: str, planned: PlannedRun, shared: SharedInputs) -> StartedR
         "seed": planned.seed,
         "hyperparameters": asdict(hyperparameters),
         "model": asdict(shared.options),
-        "train_config": asdict(config),
+        "train_config": config.record(),
         "training": asdict(shared.training),
         "evaluation": asdict(shared.evaluation),
         "data": shared.data_origins,

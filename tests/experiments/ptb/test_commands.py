@@ -23,7 +23,8 @@ from stacklm.experiments.common import derived_seed
 from stacklm.experiments.ptb.search import draw_hyperparameters, restart_draw, restart_seeds
 from stacklm.models.ptb import PtbLanguageModel, ptb_config
 from stacklm.training import checkpoint as checkpoint_file
-from stacklm.training.ptb import load_ptb_model
+from stacklm.training.run_files import load_model, rebuild_ptb_model
+from stacklm.training.schedule import perplexity
 
 LINES = 40  # about 900 tokens a split: one chunk of 32 × 28
 SUITES = ("number_src", "center_embed")
@@ -76,10 +77,11 @@ def test_training_writes_the_model_and_one_curve_row_per_epoch(trained: dict[str
         assert set(curve["parameters"]) == {ptb_config(model).parameter_count()}
         settings = json.loads(curve["config"].iloc[0])
         assert settings["lines"] == LINES and settings["seeds"] == {"draw": restart_seeds(0, model, 3).draw, "parameters": restart_seeds(0, model, 3).parameters}
-        saved = load_ptb_model(run / "model.pt")  # torch.load(weights_only=True), through stacklm.training.checkpoint
-        assert saved.config == ptb_config(model) and len(saved.vocabulary) + 1 == 10_000
+        saved = load_model(run / "model.pt")  # torch.load(weights_only=True), through stacklm.training.checkpoint
+        assert saved.model_config == ptb_config(model) and len(saved.vocabulary) + 1 == 10_000
+        assert (saved.task, saved.architecture, saved.settings["draw"]) == ("ptb", model, {"learning_rate": draw.learning_rate, "clip_per_target": draw.clip_per_target})
         best = curve[curve["is_best"]]["validation_perplexity"].iloc[-1]
-        assert saved.best_valid_perplexity == best == curve["validation_perplexity"].min()
+        assert perplexity(saved.validation_cross_entropy) == best == curve["validation_perplexity"].min()
 
 
 @pytest.mark.e2e
@@ -89,7 +91,7 @@ def test_the_initial_parameters_are_the_restarts_seeds(upstream_dir: Path, tmp_p
     model = PtbLanguageModel(ptb_config("lstm"))
     model.initialize(torch.Generator().manual_seed(restart_seeds(0, "lstm", 1).parameters))
     assert train(upstream_dir, "lstm", 1, tmp_path / "run", "--max-epochs", "1") == 0
-    saved = load_ptb_model(tmp_path / "run" / "model.pt")
+    saved = load_model(tmp_path / "run" / "model.pt")
     vocabulary = Vocabulary(saved.vocabulary)
     assert vocabulary == build_vocabulary(read_split(upstream_dir / "ptb", "train"))
     # The embedding rows of words absent from the slice's inputs get no gradient: they are the seeded ones.
@@ -102,7 +104,7 @@ def test_the_initial_parameters_are_the_restarts_seeds(upstream_dir: Path, tmp_p
 @pytest.mark.e2e
 def test_the_same_restart_trains_to_the_same_bits(upstream_dir: Path, trained: dict[str, Path], tmp_path: Path) -> None:
     assert train(upstream_dir, "rns-2-3", 3, tmp_path / "again") == 0
-    first, second = load_ptb_model(trained["rns-2-3"] / "model.pt"), load_ptb_model(tmp_path / "again" / "model.pt")
+    first, second = load_model(trained["rns-2-3"] / "model.pt"), load_model(tmp_path / "again" / "model.pt")
     assert first.parameters.keys() == second.parameters.keys()
     assert all(torch.equal(first.parameters[name], second.parameters[name]) for name in first.parameters)
     columns = ["epoch", "learning_rate_used", "train_loss", "validation_perplexity", "is_best"]
@@ -113,19 +115,19 @@ def test_the_same_restart_trains_to_the_same_bits(upstream_dir: Path, trained: d
 def test_a_finished_restart_reruns_from_its_state_without_training(upstream_dir: Path, trained: dict[str, Path], tmp_path: Path, capsys) -> None:
     states = list(trained["lstm"].parent.glob("lstm.ckpt.*.pt"))
     assert len(states) == 1  # keyed by the fingerprint of the model, seeds, draw and data
-    assert checkpoint_file.load(states[0])["records"][-1]["epoch"] == 2
+    assert checkpoint_file.load(states[0])["curve"][-1]["epoch"] == 2
     assert train(upstream_dir, "lstm", 3, trained["lstm"]) == 0
     log = capsys.readouterr().err
-    assert "resuming from" in log and not any(line.startswith(("epoch 1:", "epoch 3")) for line in log.splitlines())
-    assert "\n  epoch 1: learning rate" in log  # the earlier epochs, repeated after the resume line
+    assert "resuming from" in log and not any(line.startswith(("checkpoint 1:", "epoch 3")) for line in log.splitlines())
+    assert "\n  checkpoint 1: epoch 1 " in log  # the earlier epochs, repeated after the resume line
 
 
 @pytest.mark.e2e
 def test_the_test_perplexity_is_the_models_on_the_slice_as_one_stream(upstream_dir: Path, trained: dict[str, Path]) -> None:
     for model, run in trained.items():
         metrics = pd.read_parquet(run / "metrics.parquet")
-        saved = load_ptb_model(run / "model.pt")
-        network = saved.model().double()
+        saved = load_model(run / "model.pt")
+        network = rebuild_ptb_model(saved).double()
         vocabulary = Vocabulary(saved.vocabulary)
         stream = encode(first_lines(read_split(upstream_dir / "ptb", "test"), LINES), vocabulary)
         # Independent of the chunking: the 32 streams' layout (docs/design/cfl-and-ptb.md#ptb-data-and-batching)
@@ -143,15 +145,15 @@ def test_the_test_perplexity_is_the_models_on_the_slice_as_one_stream(upstream_d
         test = metrics[(metrics["split"] == "test") & (metrics["metric"] == "perplexity")]["value"]
         assert test.tolist() == [pytest.approx(math.exp(total / stream.numel()), rel=1e-4)], model
         validation = metrics[(metrics["split"] == "validation")]["value"]
-        assert validation.tolist() == [saved.best_valid_perplexity]
+        assert validation.tolist() == [perplexity(saved.validation_cross_entropy)]
 
 
 @pytest.mark.e2e
 def test_the_sg_rows_are_the_suites_scores(upstream_dir: Path, trained: dict[str, Path]) -> None:
     run = trained["jm-learned"]
     metrics = pd.read_parquet(run / "metrics.parquet")
-    saved = load_ptb_model(run / "model.pt")
-    scorer = PtbScorer(saved.model(), Vocabulary(saved.vocabulary))
+    saved = load_model(run / "model.pt")
+    scorer = PtbScorer(rebuild_ptb_model(saved), Vocabulary(saved.vocabulary))
     expected = score_all(upstream_dir / "sg-test-suites", scorer.words, scorer, SUITES)
     rows = metrics[metrics["split"] == "syntaxgym"]
     suites = rows[rows["metric"] == "sg_suite_accuracy"]
@@ -191,7 +193,7 @@ def test_restarts_trained_and_evaluated_in_one_process_equal_each_alone(upstream
     ]) == 0
     varying = ["code_version", "wall_time_s", "tokens_per_s"]  # the commit and the clock, not the run
     for model, run in zip(models, runs):
-        alone, together = load_ptb_model(trained[model] / "model.pt"), load_ptb_model(run / "model.pt")
+        alone, together = load_model(trained[model] / "model.pt"), load_model(run / "model.pt")
         assert alone.parameters.keys() == together.parameters.keys()
         assert all(torch.equal(alone.parameters[name], together.parameters[name]) for name in alone.parameters), model
         curves = [pd.read_parquet(folder / "train.parquet").drop(columns=varying) for folder in (trained[model], run)]
