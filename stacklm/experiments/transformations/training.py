@@ -217,16 +217,14 @@ def train_run(phase: str, planned: PlannedRun, shared: SharedInputs, stop_reques
     """Train one run and write its ``model.pt`` and ``train.parquet``."""
     from stacklm.kernels.backend import record
     from stacklm.training.resumable import resumable_training
+    from stacklm.training.strings import StringData
 
     started = start_run(phase, planned, shared)
     result = resumable_training(
         started.model,
-        shared.training_strings,
-        shared.validation_strings,
+        StringData(shared.training_strings, shared.validation_strings, started.config, seed=planned.seed, eos_index=shared.vocabulary.eos_index),
         started.config,
         fingerprint_source=started.fingerprint_source,
-        seed=planned.seed,
-        eos_index=shared.vocabulary.eos_index,
         checkpoint=planned.checkpoint,
         device=shared.device,
         progress_interval_s=shared.training.progress_interval_s,
