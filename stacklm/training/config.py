@@ -39,12 +39,13 @@ TrainLoss = Literal["per_batch", "per_token"]
 # a checkpoint with a NaN training loss and an infinite validation cross-entropy, never the best,
 # the best parameters before it kept (App. 10's search spans learning rates that diverge).
 Divergence = Literal["fail", "stop"]
+_APP_10_ONLY = ("clip_per_token", "optimizer", "train_loss", "divergence")  # recorded only where set (TrainConfig.record)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float  # initial learning rate of Adam
-    # How strings are batched (``stacklm.training.batching.StringData``, which needs one of the
+    learning_rate: float  # initial learning rate of the optimizer
+    # How strings are batched (``stacklm.training.strings.StringData``, which needs one of the
     # two): B, a budget per batch counted as token_budget says, or same-length batches of this many
     # strings (CFL); both None where the batches are made otherwise (PTB's chunks).
     tokens_per_batch: int | None
@@ -107,9 +108,6 @@ def cfl_train_config(learning_rate: float) -> TrainConfig:
         early_stopping_patience=10,
         validation_metric="perplexity",
     )
-
-
-_APP_10_ONLY = ("clip_per_token", "optimizer", "train_loss", "divergence")
 
 
 def ptb_train_config(learning_rate: float, clip_per_target: float, max_epochs: int) -> TrainConfig:

@@ -69,6 +69,17 @@ def test_ptb_schedule_equals_the_released_codes_reduce_lr_on_plateau_bit_for_bit
     assert [should_stop(state, config) for state in states] == [False] * 7 + [False, False, True]
 
 
+def test_the_runs_of_app_d_and_app_8_record_their_config_as_before_app_10_options_existed() -> None:
+    """Their settings and fingerprints hash ``record()``: a state saved before still resumes."""
+    before = {
+        "learning_rate", "tokens_per_batch", "strings_per_batch", "max_epochs", "examples_per_checkpoint", "gradient_clip_norm",
+        "learning_rate_decay_factor", "learning_rate_patience", "improvement_threshold", "early_stopping_patience",
+        "validation_metric", "token_budget",
+    }
+    assert set(APPENDIX_D.record()) == set(cfl_train_config(0.01).record()) == before
+    assert ptb_train_config(10.0, 1e-4, 100).record().items() >= {"optimizer": "sgd", "clip_per_token": True, "divergence": "stop"}.items()
+
+
 def test_a_perplexity_past_the_largest_float_is_infinite() -> None:
     assert perplexity(math.log(300.0)) == pytest.approx(300.0) and perplexity(710.0) == math.inf
 
