@@ -63,6 +63,7 @@ from stacklm.training.config import TrainConfig
 from stacklm.training.cuda_graph import training_steps
 from stacklm.training.grouped_step import GroupedStep
 from stacklm.training.loop import train
+from stacklm.training.strings import StringData
 from stacklm.training.progress import Progress
 from stacklm.training.run_dropout import RunRandomness
 from stacklm.training.step import training_step
@@ -204,8 +205,7 @@ def loop_throughput(name: str, task: str, device: torch.device, examples: int, t
     validation = [vocabulary.encode(example.language_model_string()) for example in splits.validation]
     model = build(name, task, dropout=ModelOptions().dropout)
     config = TrainConfig(learning_rate=LEARNING_RATE, tokens_per_batch=tokens, max_epochs=1)
-    result = train(model, training, validation, config, seed=1, eos_index=vocabulary.eos_index, device=device,
-                   progress=Progress(io.StringIO()), cuda_graphs=graphs)
+    result = train(model, StringData(training, validation, config, seed=1, eos_index=vocabulary.eos_index), config, device=device, progress=Progress(io.StringIO()), cuda_graphs=graphs)
     return {"architecture": name, "cuda_graphs": graphs and device.type == "cuda", "examples": examples, "steps": result.steps,
             "wall_time_s": result.wall_time_s, "tokens_per_s": result.tokens_per_s}
 

@@ -20,6 +20,7 @@ from stacklm.training.loop import StopRequest, TrainingInterrupted, TrainResult,
 from stacklm.training.progress import Progress
 from stacklm.training.resumable import resumable_group
 from stacklm.training.run_dropout import RunRandomness
+from stacklm.training.strings import StringData
 
 CPU = torch.device("cpu")
 SEEDS = (1, 2, 3)
@@ -47,7 +48,7 @@ def tiny(name: str, seed: int) -> torch.nn.Module:
 def alone(name: str, seed: int, config: TrainConfig, checkpoint: Path | None = None, device: torch.device = CPU) -> tuple[torch.nn.Module, TrainResult]:
     model = tiny(name, seed)
     torch.manual_seed(seed)
-    result = train(model, TRAINING, VALIDATION, config, seed=seed, eos_index=5, checkpoint_path=checkpoint, device=device,
+    result = train(model, StringData(TRAINING, VALIDATION, config, seed=seed, eos_index=5), config, checkpoint_path=checkpoint, device=device,
                    progress=Progress(io.StringIO()))
     return model, result
 
