@@ -27,15 +27,20 @@ from stacklm.settings_file import read_json
 if TYPE_CHECKING:
     import pandas as pd
 
-    from stacklm.training.ptb import SearchDraw
-
 LEARNING_RATE_RANGE = (1.0, 100.0)  # η, log-uniform
 CLIP_RANGE = (1e-5, 1e-3)  # c, log-uniform
 
 
+@dataclass(frozen=True)
+class SearchDraw:
+    """A restart's hyperparameters."""
+
+    learning_rate: float  # η for the mean loss
+    clip_per_target: float  # c: the norm is clipped at c · targets in the chunk
+
+
 def draw_hyperparameters(generator: random.Random) -> SearchDraw:
     """η ~ log-uniform [1, 100], c ~ log-uniform [1e-5, 1e-3]."""
-    from stacklm.training.ptb import SearchDraw  # torch: only a restart's training draws; select imports none
 
     def log_uniform(low: float, high: float) -> float:
         return math.exp(generator.uniform(math.log(low), math.log(high)))
