@@ -97,8 +97,9 @@ def test_the_readme_example_runs(project: Path) -> None:
 
 
 def readme_by_hand_commands() -> list[str]:
-    """The commands of the README's by-hand example (the shell block after the Python API's), continuations joined."""
-    section = README.read_text().split("\n## Python API\n", 1)[1]
+    """The commands of the by-hand example the README links to (docs/running.md, "A run by hand"), continuations joined."""
+    assert "docs/running.md#a-run-by-hand" in README.read_text()
+    section = (README.parent / "docs" / "running.md").read_text().split("\n## A run by hand\n", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     return [command for command in block.replace("\\\n", " ").splitlines() if command.strip()]
 

@@ -156,3 +156,9 @@ def test_the_readme_and_docs_relative_links_name_files_that_exist(page: Path) ->
     broken = [match.group(0) for match in PAGE_LINK.finditer(page.read_text(encoding="utf-8"))
               if not (page.parent / match.group(1)).exists()]
     assert not broken, f"{page.relative_to(ROOT)}: links to nothing: {broken}"
+
+
+def test_the_readme_is_a_front_door_of_at_most_220_lines() -> None:
+    """What it reproduces, the two commands, the results, Layout, "Paper or code" and the API; the
+    rest lives in docs/, linked from it."""
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 220
