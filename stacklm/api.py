@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stacklm.parquet_file import read_parquet
 from stacklm.data.splits import SplitSizes, Splits, build_splits
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.errors import located
@@ -82,7 +83,6 @@ class TrainedRun:
 def load_run(folder: str | Path) -> TrainedRun:
     """The trained model and records of a task run's folder; a missing or foreign file is a
     ``StacklmError`` naming it."""
-    import pandas as pd  # here: building a model or splits needs no pandas
 
     folder = Path(folder)
     saved = load_model(folder / MODEL_FILE)
@@ -96,8 +96,8 @@ def load_run(folder: str | Path) -> TrainedRun:
         model=rebuild_model(saved, get_task(saved.task)),
         vocabulary=Vocabulary(saved.vocabulary),
         settings=saved.settings,
-        curve=pd.read_parquet(folder / CURVE_FILE),
-        metrics=pd.read_parquet(metrics) if metrics.is_file() else None,
+        curve=read_parquet(folder / CURVE_FILE, "the run's curve"),
+        metrics=read_parquet(metrics, "the run's metrics") if metrics.is_file() else None,
     )
 
 

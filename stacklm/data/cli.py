@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from stacklm.parquet_file import read_parquet
 from stacklm.atomic import write_bytes_atomically
 from stacklm.data.compare import NOISE_SEEDS, compare, format_comparison, noise_sizes, read_dataset
 from stacklm.data.dataset import make_splits, write_dataset
@@ -164,7 +165,7 @@ def _summarize(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    text = describe(pd.concat([pd.read_parquet(path) for path in args.summaries], ignore_index=True)) + "\n"
+    text = describe(pd.concat([read_parquet(path, "the data summary") for path in args.summaries], ignore_index=True)) + "\n"
     write_bytes_atomically(args.out, text.encode("utf-8"))
     print(text, end="")
     return 0

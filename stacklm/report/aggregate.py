@@ -24,6 +24,7 @@ from typing import Literal, Sequence
 import numpy as np
 import pandas as pd
 
+from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError
 
 # The per-run metrics.parquet schema shared with `stacklm evaluate` (column -> pandas kind).
@@ -51,10 +52,7 @@ SORT_KEYS: list[str] = ["task", "architecture", "phase", "trial", "seed", "split
 
 def read_run_metrics(path: str | Path) -> pd.DataFrame:
     """One run's metrics, checked against the shared schema (an error names file and column)."""
-    try:
-        frame = pd.read_parquet(path)
-    except (OSError, ValueError) as error:
-        raise StacklmError(f"{path}: cannot read the run's metrics: {error}") from None
+    frame = read_parquet(path, "the run's metrics")
     missing = [column for column in METRICS_COLUMNS if column not in frame.columns]
     if missing:
         raise StacklmError(f"{path}: missing metrics column(s) {', '.join(missing)}")

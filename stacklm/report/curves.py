@@ -23,6 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from stacklm.parquet_file import read_parquet
 from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.figure_files import save_figure
@@ -40,10 +41,7 @@ def read_curves(paths: Sequence[str | Path]) -> pd.DataFrame:
     that is not a curve of one task's runs with generalization scores."""
     frames = []
     for path in paths:
-        try:
-            frame = pd.read_parquet(path)
-        except (OSError, ValueError) as error:
-            raise StacklmError(f"{path}: cannot read the run's curve: {error}") from None
+        frame = read_parquet(path, "the run's curve")
         missing = [column for column in IDENTITY + CHECKPOINT + list(CURVE_SCORES) if column not in frame.columns]
         if missing:
             raise StacklmError(f"{path}: missing curve column(s) {', '.join(missing)}")

@@ -29,6 +29,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError, located
 from stacklm.report.aggregate import partial_metric, read_run_metrics
 from stacklm.settings_file import build
@@ -70,13 +71,6 @@ class RunProgress:
         """The checkpoint whose parameters the run keeps: its last new best (lowest validation cross-entropy)."""
         best = self.curve[self.curve["is_best"]]
         return None if best.empty else best.iloc[-1]
-
-
-def read_parquet(path: Path, what: str) -> pd.DataFrame:
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as error:
-        raise located(path, None, f"cannot read {what}: {error}") from None
 
 
 def ended_run(curve_path: Path, metrics_path: Path | None = None) -> RunProgress:

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
-import pandas as pd
 import pyarrow as pa
 
+from stacklm.parquet_file import read_parquet
 from stacklm.cfl.datasets import CflDataset, read_split
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.errors import StacklmError
@@ -76,7 +76,7 @@ def evaluate_run(
     evaluated: EvaluatedSelection, test: CflDataset, cfl: CflSettings, evaluation: EvaluationSettings, placement: Placement, stream: TextIO | None
 ) -> None:
     """Score one model's selected run on the test set and write its metrics Parquet."""
-    selection = pd.read_parquet(evaluated.selection)
+    selection = read_parquet(evaluated.selection, "the selected run")
     setting = str(selection["setting"].iloc[0])
     saved = load_model(evaluated.runs / setting / "model.pt")
     if (saved.task, saved.architecture) != (selection["task"].iloc[0], selection["architecture"].iloc[0]):

@@ -27,6 +27,7 @@ import pyarrow as pa  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError  # noqa: E402
 from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
 from stacklm.experiments.cfl.actions import ACTIONS_SCHEMA, MARKER  # noqa: E402
@@ -94,10 +95,7 @@ def plot_test_by_length(metrics: pd.DataFrame, paths: Sequence[str | Path]) -> N
 
 def read_actions(path: str | Path) -> pd.DataFrame:
     """An ``actions.parquet`` (or the gathered one), refused with its name when it is not one."""
-    try:
-        frame = pd.read_parquet(path)
-    except (OSError, ValueError, pa.ArrowException) as error:
-        raise StacklmError(f"{path}: not a readable Parquet file of stack actions ({error})") from None
+    frame = read_parquet(path, "the run's stack actions")
     missing = [name for name in ACTIONS_SCHEMA.names if name not in frame.columns]
     if missing:
         raise StacklmError(f"{path}: not a stack-action log: no column {', '.join(missing)}")
@@ -147,7 +145,7 @@ def actions_command(args: argparse.Namespace) -> int:
         raise StacklmError(f"--selections gives {len(args.selections)} files and --runs {len(args.runs)} folders; one each per model")
     frames = []
     for selection_path, runs in zip(args.selections, args.runs):
-        selection = pd.read_parquet(selection_path)
+        selection = read_parquet(selection_path, "the selected run")
         if selection.empty:
             raise StacklmError(f"{selection_path}: no selected run")
         architecture, setting = str(selection["architecture"].iloc[0]), str(selection["setting"].iloc[0])
@@ -166,12 +164,12 @@ def actions_command(args: argparse.Namespace) -> int:
 
 def figures_command(args: argparse.Namespace) -> int:
     """``stacklm cfl figures``: the selected curves and the metrics, each into one Parquet file, and the figures drawn from them."""
-    curves = pd.concat([pd.read_parquet(path) for path in args.curves], ignore_index=True)
-    metrics = pd.concat([pd.read_parquet(path) for path in args.metrics], ignore_index=True)
+    curves = pd.concat([read_parquet(path, "the selected run's curve") for path in args.curves], ignore_index=True)
+    metrics = pd.concat([read_parquet(path, "the model's evaluation") for path in args.metrics], ignore_index=True)
     for frame, path in ((curves, args.out_curves), (metrics, args.out_metrics)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
-    plot_validation_curves(pd.read_parquet(args.out_curves), args.validation_figures)
-    plot_test_by_length(pd.read_parquet(args.out_metrics), args.test_figures)
+    plot_validation_curves(read_parquet(args.out_curves, "the curves"), args.validation_figures)
+    plot_test_by_length(read_parquet(args.out_metrics, "the metrics"), args.test_figures)
     print(f"{len(args.curves)} selected runs -> {args.out_curves}, {args.out_metrics} and figures")
     return 0

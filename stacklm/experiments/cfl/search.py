@@ -28,6 +28,7 @@ import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from stacklm.parquet_file import read_parquet
 from stacklm.atomic import write_bytes_atomically
 from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.cfl_metric import DELTA
@@ -111,12 +112,11 @@ def select_run(curves: Sequence[pd.DataFrame]) -> int:
 def select_command(args: argparse.Namespace) -> int:
     """``stacklm cfl select``: for each ``--curves`` (one model's runs), write the selected run's
     ``train.parquet`` rows to its ``--out``."""
-    import pandas as pd  # here, not at the top: the workflow's every lookup imports this module
 
     if len(args.out) != len(args.curves):
         raise UsageError(f"--out: {len(args.out)} given for {len(args.curves)} --curves: one per --curves, in the same order")
     for paths, out in zip(args.curves, args.out):
-        curves = [pd.read_parquet(path) for path in paths]
+        curves = [read_parquet(path, "the run's curve") for path in paths]
         best = select_run(curves)
         buffer = io.BytesIO()
         curves[best].to_parquet(buffer, index=False)

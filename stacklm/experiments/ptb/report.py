@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 
+from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError, located
 from stacklm.experiments.ptb.search import PtbSelection
 
 
 def report_command(args: argparse.Namespace) -> int:
     """Every restart's metrics into one Parquet file, and the tables and figure rendered from it."""
-    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -38,7 +38,7 @@ def report_command(args: argparse.Namespace) -> int:
             raise located(path, None, f"not the metrics of a PTB restart ({error})") from None
     write_table(pa.concat_tables(tables), args.out_metrics)
     source = str(args.out_metrics)
-    runs = ptb_runs(pd.read_parquet(args.out_metrics), source)
+    runs = ptb_runs(read_parquet(args.out_metrics, "the metrics"), source)
     latex = (render_ptb_table(runs, selection, source, scale=args.scale), render_circuit_table(runs, selection, source, scale=args.scale))
     for path, text in zip(args.tables, latex):
         write_text_atomically(path, text)

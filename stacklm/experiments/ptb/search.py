@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError, located
 from stacklm.experiments.common import derived_seed, select_lowest, write_json
 from stacklm.settings_file import read_json
@@ -122,9 +123,8 @@ def select_restart(curves: Sequence[tuple[str | Path, pd.DataFrame]]) -> PtbSele
 
 def select_command(args: argparse.Namespace) -> int:
     """``stacklm ptb select``: the selection among ``--curves``, written to ``--out``."""
-    import pandas as pd  # here: the DAG's lookups import this module
 
-    selection = select_restart([(path, pd.read_parquet(path)) for path in args.curves])
+    selection = select_restart([(path, read_parquet(path, "the restart's curve")) for path in args.curves])
     write_json(args.out, selection.as_json())
     print(f"{selection.model}: restart {selection.restart} of {len(selection.restarts)} "
           f"(validation perplexity {selection.validation_perplexity:.2f}, the lowest)")

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 
+from stacklm.parquet_file import read_parquet
 from stacklm.atomic import write_bytes_atomically, write_text_atomically
 from stacklm.errors import StacklmError
 from stacklm.report.aggregate import Cell, aggregate, summarize
 from stacklm.report.paper import PAPER_CITATION, PAPER_TABLES, paper_cells
-from stacklm.report.progress import read_parquet
 from stacklm.report.tables import ColumnSet, Figure, Part, render_document, render_table
 from stacklm.experiments.transformations.settings import FinalSettings, ReportSettings
 from stacklm.settings_file import read_settings

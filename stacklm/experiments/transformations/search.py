@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError, UsageError
 from stacklm.experiments.common import derived_seed, select_lowest, write_json
 from stacklm.experiments.transformations.settings import FinalSettings, SearchSettings
@@ -66,9 +67,7 @@ def select_trial(final: FinalSettings, hparams: list[str], curves: list[str], ou
     elif len(hparams) != len(curves):
         raise StacklmError(f"--hparams and --curves differ in length ({len(hparams)} and {len(curves)})")
     else:
-        import pandas as pd  # here, not at the top: hparams, hundreds of jobs, does without it
-
-        scores = [lowest_validation_cross_entropy(pd.read_parquet(path)) for path in curves]
+        scores = [lowest_validation_cross_entropy(read_parquet(path, "the trial's curve")) for path in curves]
         best = select_lowest(scores, "search trial")
         reason = f"validation cross-entropy {scores[best]:.6f}, the lowest of {len(scores)} trials"
     chosen = json.loads(Path(hparams[best]).read_text())

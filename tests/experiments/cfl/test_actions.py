@@ -154,7 +154,7 @@ def test_a_bad_log_is_named(tmp_path: Path) -> None:
     selections, runs = hand_written_runs(tmp_path)
     log = runs[1] / "lr0.01-r1" / "actions.parquet"
     log.write_text("not parquet")
-    with pytest.raises(StacklmError, match=re.escape(f"{log}: not a readable Parquet file of stack actions")):
+    with pytest.raises(StacklmError, match=re.escape(f"{log}: cannot read the run's stack actions: ")):
         draw(tmp_path, selections, runs, "out")
     hand_written_log("cfl/NS+S+U", "lr0.01-r1").drop(columns="symbol").to_parquet(log)
     with pytest.raises(StacklmError, match=re.escape(f"{log}: not a stack-action log: no column symbol")):

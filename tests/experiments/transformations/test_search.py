@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import stacklm.experiments.transformations.dag as transformations
 import stacklm.experiments.transformations.search as search_stage
@@ -65,6 +66,22 @@ def test_commands_write_trials_and_select_the_best(tmp_path: Path, settings: Res
     best = tmp_path / "best.json"
     assert main(["select", "--settings", str(settings_path), "--hparams", *trial_paths, "--curves", *curves, "--out", str(best)]) == 0
     assert json.loads(best.read_text()) == {**drawn[2], "max_epochs": None}
+
+
+def test_select_names_a_trials_curve_it_cannot_read(tmp_path: Path, settings: ResolvedSettings, capsys: pytest.CaptureFixture[str]) -> None:
+    settings_path = tmp_path / "resolution.json"
+    assert main(["settings", "--json", json.dumps(plain(settings)), "--out", str(settings_path)]) == 0
+    trials = [str(tmp_path / f"trial{trial}.json") for trial in range(1, 11)]
+    assert main(["hparams", "--task", "passivization", "--architecture", "Tf", "--settings", str(settings_path), "--out", *trials]) == 0
+    curves = [tmp_path / f"curve{trial}.parquet" for trial in range(1, 11)]
+    for curve in curves:
+        pd.DataFrame({"validation_cross_entropy": [1.0]}).to_parquet(curve)
+    curves[6].write_text("cut off by a full disk")
+    arguments = ["select", "--settings", str(settings_path), "--hparams", *trials, "--curves", *map(str, curves), "--out", str(tmp_path / "best.json")]
+    assert main(arguments) != 0
+    error = capsys.readouterr().err
+    assert len(error.splitlines()) == 1 and f"{curves[6]}: cannot read the trial's curve: " in error
+    assert not (tmp_path / "best.json").exists()
 
 
 LIGHT_RUN = """
