@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # Every test, the end-to-end ones (marked e2e) included; the inner loop of daily work is
-# `$(BIN)/pytest -n 2 -m "not e2e"` (about 2 minutes).
+# `$(BIN)/pytest -n 2 -m "not e2e"` (about 6 minutes).
 test: $(VENV)/.installed chromium tex
 	$(BIN)/pytest -n 2 --dist loadfile
 
