@@ -7,10 +7,12 @@
 #   STATE_DIR/data.tar.gz               results/data: written once, the data never change;
 #   STATE_DIR/models/<run>.tar.gz       an ended run's model.pt, written once when the run has ended
 #                                       (<run>: task.architecture.phase.index);
+#   STATE_DIR/training/<run>.tar.gz     the resumable state of a run still training, rewritten at
+#                                       each snapshot and removed once the run has ended (about
+#                                       3 MB each: no file of the state is larger);
 #   STATE_DIR/live.tar.gz               the rest: settings, search draws, every run's curve and
-#                                       metrics, the resumable state of the runs still training
-#                                       (an ended run's is left out), the jobs' logs and
-#                                       Snakemake's records of the jobs that ended.
+#                                       metrics, the jobs' logs and Snakemake's records of the
+#                                       jobs that ended.
 #
 # MLflow's store is left out (`tracking_sync` rebuilds it from the Parquet). The archives are
 # byte-reproducible (names sorted, owners numeric, gzip without a name or time), so an unchanged
@@ -36,14 +38,22 @@ while [ $# -ge 2 ]; do
   state=$(realpath "$state")
   cd "$run"
   [ -f "$state/data.tar.gz" ] || pack "$state/data.tar.gz" results/data
-  live=(--exclude=results/mlflow --exclude=results/data --exclude="*.lock")
+  live=(--exclude=results/mlflow --exclude=results/data --exclude=results/checkpoints)
   for curve in results/runs/*/*/*/*/train.parquet; do
     [ -f "$curve" ] || continue
     dir=${curve%/train.parquet}
     run_path=${dir#results/runs/}
-    live+=(--exclude="results/checkpoints/$run_path.*pt" --exclude="$dir/model.pt")
+    live+=(--exclude="$dir/model.pt")
     model="$state/models/${run_path//\//.}.tar.gz"
     [ -f "$model" ] || pack "$model" "$dir/model.pt"
+  done
+  rm -rf "$state/training" && mkdir -p "$state/training"
+  for checkpoint in results/checkpoints/*/*/*/*.pt; do
+    [ -f "$checkpoint" ] || continue
+    run_path=${checkpoint#results/checkpoints/}
+    run_path=${run_path%%.*}
+    [ -f "results/runs/$run_path/train.parquet" ] && continue  # ended: its model is kept instead
+    pack "$state/training/${run_path//\//.}.tar.gz" "$checkpoint"
   done
   pack "$state/live.tar.gz" "${live[@]}" results logs .snakemake/metadata
   cd - > /dev/null
