@@ -46,6 +46,7 @@ from stacklm.training.loop import (
     TrainResult,
     _copy,
     _restore,
+    _result,
     _save,
     _take_checkpoint,
 )
@@ -170,22 +171,8 @@ class _Lane:
 
     def result(self) -> TrainResult:
         """The run's result, its best checkpoint's parameters loaded into its model."""
-        state = self.state
         self.run.progress.close()
-        if state.best_parameters is None:
-            raise StacklmError("training ended without a checkpoint")
-        self.run.model.load_state_dict(state.best_parameters)
-        wall_time_s = self.wall_before + time.monotonic() - self.session_start
-        return TrainResult(
-            curve=tuple(state.curve),
-            best_validation_cross_entropy=min(record.validation_cross_entropy for record in state.curve),
-            stopped_early=state.stopped_early,
-            epochs=state.epoch,
-            steps=state.step,
-            wall_time_s=wall_time_s,
-            tokens_per_s=state.tokens / max(wall_time_s, 1e-9),
-            step_rows=tuple(state.step_rows),
-        )
+        return _result(self.run.model, self.state, self.wall_before + time.monotonic() - self.session_start)
 
     def _checkpoint(self) -> None:
         run, state = self.run, self.state

@@ -275,10 +275,14 @@ def train(
                 checkpoint()
     read_losses()
     progress.close()
+    return _result(model, state, wall_before + time.monotonic() - session_start)
+
+
+def _result(model: nn.Module, state: TrainingState, wall_time_s: float) -> TrainResult:
+    """The ended run's result, its best checkpoint's parameters loaded into ``model``."""
     if state.best_parameters is None:
         raise StacklmError("training ended without a checkpoint")
     model.load_state_dict(state.best_parameters)
-    wall_time_s = wall_before + time.monotonic() - session_start
     return TrainResult(
         curve=tuple(state.curve),
         best_validation_cross_entropy=min(record.validation_cross_entropy for record in state.curve),
