@@ -4,7 +4,11 @@
 # work tree is not always handed to the next one, so this state travels in the repository, in
 # parts that git stores once each:
 #
-#   STATE_DIR/data.tar.gz               results/data: written once, the data never change;
+#   STATE_DIR/data-times.tsv            each file of results/upstream and results/data with its time,
+#                                       not its bytes: the data are the upstream files, which the
+#                                       project downloads or reads from a mirror and never copies,
+#                                       so docs/restore.sh has the workflow fetch them again, and
+#                                       gives them back these times;
 #   STATE_DIR/models/<run>.tar.gz       an ended run's model.pt, written once when the run has ended
 #                                       (<run>: task.architecture.phase.index);
 #   STATE_DIR/training/<run>.tar.gz     the resumable state of a run still training, rewritten at
@@ -37,8 +41,9 @@ while [ $# -ge 2 ]; do
   mkdir -p "$state/models"
   state=$(realpath "$state")
   cd "$run"
-  [ -f "$state/data.tar.gz" ] || pack "$state/data.tar.gz" results/data
-  live=(--exclude=results/mlflow --exclude=results/data --exclude=results/checkpoints)
+  find results/upstream results/data -type f -printf '%p\t%TY-%Tm-%Td %TH:%TM:%TS %Tz\n' 2>/dev/null | LC_ALL=C sort \
+    > "$state/data-times.tsv"
+  live=(--exclude=results/mlflow --exclude=results/upstream --exclude=results/data --exclude=results/checkpoints)
   for curve in results/runs/*/*/*/*/train.parquet; do
     [ -f "$curve" ] || continue
     dir=${curve%/train.parquet}

@@ -22,14 +22,15 @@ mirror=$(realpath "${1:-$root/../shared/upstream}")
 commit=e32fc48
 export PATH=$root/.venv/bin:$PATH
 
-# prepare NAME: the run directory runs/NAME at $commit, with the state packed in state/NAME if any.
+# prepare NAME PRESET: the run directory runs/NAME at $commit, with the state packed in state/NAME if any.
 prepare() {
   local run=$root/runs/$1
-  if [ ! -d "$run" ]; then
-    git -C "$root" worktree add --detach "$run" "$commit" >/dev/null
-    "$root/docs/restore.sh" "$here/state/$1" "$run"
-  fi
+  local fresh=false
+  [ -d "$run" ] || { git -C "$root" worktree add --detach "$run" "$commit" >/dev/null && fresh=true; }
   printf 'data:\n  upstream_mirror: %s\n' "$mirror" > "$run/mirror.yaml"
+  if $fresh; then
+    "$root/docs/restore.sh" "$here/state/$1" "$run" --configfile mirror.yaml --config preset="$2"
+  fi
 }
 
 # step NAME PRESET TARGET...: Snakemake in runs/NAME, one training job per core.
@@ -52,8 +53,8 @@ snapshot() {
 }
 
 finals=results/runs/question-formation
-prepare table1-paper-data
-prepare table1-fixed-hp
+prepare table1-paper-data table1
+prepare table1-fixed-hp table1-fixed-hp
 (while sleep 1800; do snapshot; done) &
 trap 'kill $! 2>/dev/null; snapshot' EXIT
 step table1-paper-data table1 $finals/{tf,tf+nd}/final/{1,2,3,4,5}/metrics.parquet
