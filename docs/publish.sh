@@ -45,20 +45,5 @@ stacklm report --metrics "$out/metrics.parquet" --settings "$out/settings.json" 
 stacklm curves --out "$scratch/curves.parquet" --figures "$out/curves.png" -- "${curves[@]}"
 stacklm constructions --data-dir "$run/results/data/question-formation" --markdown "$out/constructions.md" \
   --parquet "$out/constructions.parquet" "${runs[@]}"
-python - "$out" "$root/README.md" <<'PY'
-import sys
-from pathlib import Path
-
-out, readme = Path(sys.argv[1]), Path(sys.argv[2])
-table = (out / "table.md").read_text()
-start, end = f"<!-- {out.name} table -->\n", f"<!-- end of {out.name} table -->"
-page = out.with_suffix(".md")
-for path in (page, readme):
-    text = path.read_text()
-    if start not in text:
-        if path == page:
-            sys.exit(f"{page}: no '{start.strip()}' line to put the table after")
-        continue
-    head, rest = text.split(start, 1)
-    path.write_text(head + start + table + end + rest.split(end, 1)[1])
-PY
+python "$root/docs/put-table.py" "$out/table.md" "$(basename "$out")" "$out.md"
+python "$root/docs/put-table.py" "$out/table.md" "$(basename "$out")" "$root/README.md" --if-present
