@@ -87,7 +87,7 @@ EXAMPLES: dict[str, str] = {
     "cfl evaluate": "stacklm cfl evaluate --selection selected/dyck-2/ns.parquet --runs runs/dyck-2/ns --test dyck-2/test.tsv"
     " --settings results/settings/cfl_evaluate.json --out evaluation/dyck-2/ns.parquet",
     "cfl figures": "stacklm cfl figures --curves selected/*/*.parquet --metrics evaluation/*/*.parquet --out-curves curves.parquet"
-    " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png",
+    " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png --summary summary.md",
     "cfl actions": "stacklm cfl actions --selections selected/marked-reversal/cfl-ns+s.parquet selected/marked-reversal/cfl-ns+s+u.parquet"
     " --runs runs/marked-reversal/cfl-ns+s runs/marked-reversal/cfl-ns+s+u --out actions.parquet --figures stack-actions.png",
     "ptb": "stacklm ptb train --model rns-2-3 --restart 1 --data resources/ptb --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",

@@ -3,7 +3,7 @@
 # (`cfl_select`) and scored on the language's fixed seed-0 test set (`cfl_generate`, which
 # keeps and scores only the first cfl.test_strings_per_length strings of each length, and
 # `cfl_evaluate`); `cfl_figures` gathers results/cfl/{curves,metrics}.parquet and draws
-# Figure 1 and test Δ by length from them. The runs of NS+S and NS+S+U on marked reversal train
+# Figure 1, test Δ by length and the summary table (results/cfl/summary.md) from them. The runs of NS+S and NS+S+U on marked reversal train
 # as `cfl_train_actions` (`cfl_train` logging the stack actions to actions.parquet), and
 # `cfl_actions` draws Figure 2 from their selected runs' logs. Rule cfl_X runs `stacklm cfl X`
 # (`stacklm cfl select` without torch). With resources.runs_per_job K > 1, the rules
@@ -224,6 +224,7 @@ rule cfl_figures:
     output:
         curves=cfl_dag.CFL_CURVES,
         metrics=cfl_dag.CFL_METRICS,
+        summary=cfl_dag.CFL_SUMMARY,
         validation=[report(path, caption="../report/cfl-validation.rst", category=HIERARCHY) for path in CFL_FIGURES["validation"]],
         test=[report(path, caption="../report/cfl-test-by-length.rst", category=HIERARCHY) for path in CFL_FIGURES["test-by-length"]],
     params:
@@ -234,7 +235,8 @@ rule cfl_figures:
         CONDA_ENV
     shell:
         "stacklm cfl figures --curves {input.curves} --metrics {input.metrics} --out-curves {output.curves}"
-        " --out-metrics {output.metrics} --validation-figures {output.validation} --test-figures {output.test} > {log} 2>&1"
+        " --out-metrics {output.metrics} --validation-figures {output.validation} --test-figures {output.test}"
+        " --summary {output.summary} > {log} 2>&1"
 
 
 rule cfl_actions:

@@ -11,7 +11,7 @@
         --settings results/settings/cfl_evaluate.json --out METRICS.parquet... [--log LOG...]
     stacklm cfl figures --curves SELECTED.parquet ... --metrics METRICS.parquet ...
         --out-curves results/cfl/curves.parquet --out-metrics results/cfl/metrics.parquet
-        --validation-figures F1.png F1.pdf --test-figures T.png T.pdf
+        --validation-figures F1.png F1.pdf --test-figures T.png T.pdf --summary results/cfl/summary.md
     stacklm cfl actions --selections SELECTED.parquet... --runs RUNS_DIR... --out ACTIONS.parquet --figures F2.png
 
 Several ``--setting`` values are several runs of one language, trained one after another in one
@@ -133,6 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     figures.add_argument("--out-metrics", required=True, type=Path, help="all CFL metrics, one Parquet")
     figures.add_argument("--validation-figures", required=True, nargs="+", help="Figure 1 files (.png, .pdf)")
     figures.add_argument("--test-figures", required=True, nargs="+", help="test Δ by length files (.png, .pdf)")
+    figures.add_argument("--summary", required=True, type=Path, help="the Markdown table of each model's selected run: validation and test Δ")
     figures.set_defaults(func=deferred(f"{UNIT}.figures", "figures_command"))
 
     actions = commands.add_parser(

@@ -2,7 +2,7 @@
 for ``workflow/rules/cfl.smk``. Per language L and model X: ``cfl_generate`` (the seed-0 test
 set of L), ``cfl_train`` for every grid point (learning rate × m for Gref/JM × restart),
 ``cfl_select`` (lowest validation Δ), ``cfl_evaluate`` (test Δ overall and per length), then
-``cfl_figures`` → ``results/cfl/{curves,metrics}.parquet`` and the figures. The runs of NS+S and
+``cfl_figures`` → ``results/cfl/{curves,metrics}.parquet``, the figures and ``summary.md``. The runs of NS+S and
 NS+S+U on marked reversal log their stack actions (``cfl_train_actions``: ``cfl_train`` with
 ``actions.parquet``), and ``cfl_actions`` draws Figure 2 from their selected runs' logs, when
 the settings hold that language and both models. With ``resources.runs_per_job`` K > 1, a
@@ -41,6 +41,7 @@ CFL_SELECTED = "results/cfl/selected/{language}/{model}.parquet"
 CFL_EVALUATION = "results/cfl/evaluation/{language}/{model}.parquet"
 CFL_CURVES = "results/cfl/curves.parquet"
 CFL_METRICS = "results/cfl/metrics.parquet"
+CFL_SUMMARY = "results/cfl/summary.md"
 CFL_FIGURE = "results/cfl/figures/{figure}.{extension}"
 CFL_FIGURES: tuple[str, ...] = ("validation", "test-by-length")  # Figure 1; test Δ by length
 CFL_ACTIONS = "results/cfl/actions.parquet"  # the selected runs' stack actions
@@ -177,7 +178,7 @@ def targets(cfl: CflSettings) -> list[str]:
     if not cfl.languages:
         return []
     actions = [CFL_ACTIONS, *cfl_figures(CFL_ACTIONS_FIGURE)] if action_figure(cfl) else []
-    return [CFL_CURVES, CFL_METRICS, *(path for figure in CFL_FIGURES for path in cfl_figures(figure)), *actions]
+    return [CFL_CURVES, CFL_METRICS, CFL_SUMMARY, *(path for figure in CFL_FIGURES for path in cfl_figures(figure)), *actions]
 
 
 def action_figure(cfl: CflSettings) -> bool:

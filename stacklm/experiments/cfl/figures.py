@@ -8,7 +8,10 @@
   per model (rows: updates, columns: positions t of the fixed string, colour: the probability
   of the correct action type), from the selected runs' ``actions.parquet``
   (:mod:`stacklm.experiments.cfl.actions`); ``stacklm cfl actions`` (:func:`actions_command`)
-  gathers them into one Parquet and draws it.
+  gathers them into one Parquet and draws it;
+- the summary: per language and model, the selected run, its validation Δ at its best epoch (the
+  paper's claim: NS+S+U within 0.05 nats on every language, §4), its test Δ and its training time,
+  a Markdown table (:func:`summary_markdown`).
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import pyarrow as pa  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from stacklm.atomic import write_text_atomically
 from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError  # noqa: E402
 from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
 from stacklm.experiments.cfl.actions import ACTIONS_SCHEMA, MARKER  # noqa: E402
+from stacklm.experiments.cfl.search import best_delta  # noqa: E402
 from stacklm.experiments.cfl.settings import PDA_SIZES  # noqa: E402
 from stacklm.models.cfl_names import CFL_MODELS  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
@@ -91,6 +96,37 @@ def plot_test_by_length(metrics: pd.DataFrame, paths: Sequence[str | Path]) -> N
         axis.set_ylabel("test Δ (nats/symbol)")
         axis.legend(fontsize="small")
     _save(figure, paths)
+
+
+NEAR_OPTIMAL = 0.05
+"""The paper's "near-optimal" bound on validation Δ, in nats per symbol (DuSell & Chiang, 2022, §4)."""
+
+
+def summary_markdown(curves: pd.DataFrame, metrics: pd.DataFrame) -> str:
+    """A Markdown table, a row per (language, model) of the selected curves: the run (its setting),
+    its epochs, its best epoch (the lowest validation cross-entropy), validation Δ there, whether
+    that is within :data:`NEAR_OPTIMAL`, test Δ over the whole test set, and the run's training
+    time in hours. A model without a test Δ in ``metrics`` is refused."""
+    test = metrics[(metrics["split"] == "test") & (metrics["metric"] == DELTA) & metrics["length"].isna()]
+    lines = [
+        "| language | model | run | epochs | best epoch | validation Δ | within 0.05 | test Δ | hours |",
+        "|---|---|---|---:|---:|---:|:---:|---:|---:|",
+    ]
+    for language in _ordered(curves["task"].unique().tolist(), list(PDA_SIZES)):
+        rows = curves[curves["task"] == language]
+        for model in _ordered(rows["architecture"].unique().tolist(), CFL_MODELS):
+            curve = rows[rows["architecture"] == model].sort_values("epoch")
+            delta = best_delta(curve)
+            best_epoch = int(curve["epoch"].to_numpy()[curve["validation_cross_entropy"].to_numpy(dtype=float).argmin()])
+            value = test[(test["task"] == language) & (test["architecture"] == model)]["value"]
+            if len(value) != 1:
+                raise StacklmError(f"the metrics hold {len(value)} whole-set test Δ values for {model} on {language}; one was expected")
+            lines.append(
+                f"| {language} | {get_architecture(model).label} | {curve['setting'].iloc[0]} | {int(curve['epoch'].max())} | {best_epoch} "
+                f"| {delta:.3f} | {'yes' if delta <= NEAR_OPTIMAL else 'no'} | {float(value.iloc[0]):.3f} "
+                f"| {float(curve['wall_time_s'].iloc[0]) / 3600:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def read_actions(path: str | Path) -> pd.DataFrame:
@@ -163,7 +199,8 @@ def actions_command(args: argparse.Namespace) -> int:
 
 
 def figures_command(args: argparse.Namespace) -> int:
-    """``stacklm cfl figures``: the selected curves and the metrics, each into one Parquet file, and the figures drawn from them."""
+    """``stacklm cfl figures``: the selected curves and the metrics, each into one Parquet file, and
+    the figures and the summary table drawn from them."""
     curves = pd.concat([read_parquet(path, "the selected run's curve") for path in args.curves], ignore_index=True)
     metrics = pd.concat([read_parquet(path, "the model's evaluation") for path in args.metrics], ignore_index=True)
     for frame, path in ((curves, args.out_curves), (metrics, args.out_metrics)):
@@ -171,5 +208,6 @@ def figures_command(args: argparse.Namespace) -> int:
         write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
     plot_validation_curves(read_parquet(args.out_curves, "the curves"), args.validation_figures)
     plot_test_by_length(read_parquet(args.out_metrics, "the metrics"), args.test_figures)
+    write_text_atomically(args.summary, summary_markdown(curves, metrics))
     print(f"{len(args.curves)} selected runs -> {args.out_curves}, {args.out_metrics} and figures")
     return 0

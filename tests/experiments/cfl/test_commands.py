@@ -243,7 +243,7 @@ def test_figures_gather_the_records_and_draw_from_parquet_alone(tmp_path: Path, 
         stacklm(
             "figures", "--curves", copy / "selected.parquet", "--metrics", copy / "evaluation.parquet",
             "--out-curves", copy / "curves.parquet", "--out-metrics", copy / "metrics.parquet",
-            "--validation-figures", *figures[:2], "--test-figures", *figures[2:],
+            "--validation-figures", *figures[:2], "--test-figures", *figures[2:], "--summary", copy / "summary.md",
         )
         == 0
     )
@@ -251,6 +251,8 @@ def test_figures_gather_the_records_and_draw_from_parquet_alone(tmp_path: Path, 
     pd.testing.assert_frame_equal(pd.read_parquet(copy / "curves.parquet"), pd.read_parquet(selection))
     assert figures[0].read_bytes().startswith(b"\x89PNG") and figures[1].read_bytes().startswith(b"%PDF")
     assert all(path.stat().st_size > 1000 for path in figures)
+    summary = (copy / "summary.md").read_text().splitlines()
+    assert summary[0].startswith("| language | model | run |") and len(summary) == 2 + 1  # the header and one selected model
 
 
 def test_model_options_give_each_language_its_pda_and_gref_jm_their_vector_size() -> None:
