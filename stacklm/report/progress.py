@@ -36,7 +36,7 @@ from stacklm.settings_file import build
 from stacklm.tracking.records import CHECKPOINT_SCHEMA, CURVE_SCHEMA, CURVE_SCORES, CURVE_SETS, checkpoint_table, curve_score
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import TrainConfig
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 from stacklm.training.schedule import ScheduleState, should_stop
 
 UNFINISHED = "unfinished"  # training, or stopped: its files cannot tell

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version
-from stacklm.training.loop import TrainResult
+from stacklm.training.run_state import TrainResult
 from stacklm.training.run_files import SavedModel, save_model
 
 

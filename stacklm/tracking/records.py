@@ -39,7 +39,7 @@ from stacklm.training.schedule import perplexity
 if TYPE_CHECKING:  # they import torch; this module stays light for `stacklm tracking sync`
     from stacklm.evaluation.metrics import MetricValue
     from stacklm.evaluation.syntaxgym.sources import SGResult
-    from stacklm.training.loop import CheckpointRecord
+    from stacklm.training.run_state import CheckpointRecord
 
 Phase = Literal["search", "final"]
 

@@ -36,22 +36,19 @@ from stacklm.errors import StacklmError
 from stacklm.training.batching import Batch, epoch_groups, make_batch
 from stacklm.training.config import TrainConfig
 from stacklm.training.grouped_step import GroupedStep
-from stacklm.training.loop import (
-    AfterStep,
-    CheckpointScores,
-    StopRequest,
-    TrainingDiverged,
-    TrainingInterrupted,
-    TrainingState,
-    TrainResult,
-    _copy,
-    _restore,
-    _result,
-    _save,
-    _take_checkpoint,
-)
+from stacklm.training.loop import AfterStep, StopRequest, TrainingDiverged, TrainingInterrupted
 from stacklm.training.progress import Progress
 from stacklm.training.run_dropout import RunRandomness
+from stacklm.training.run_state import (
+    CheckpointScores,
+    TrainingState,
+    TrainResult,
+    copy_parameters,
+    final_result,
+    restore_state,
+    save_state,
+    take_checkpoint,
+)
 from stacklm.training.schedule import ScheduleState
 from stacklm.training.strings import StringData
 
@@ -89,11 +86,11 @@ class _Lane:
         # as loop.train's: capturable on CUDA, where the run alone replays its steps from CUDA graphs
         self.optimizer = torch.optim.Adam(run.model.parameters(), lr=run.config.learning_rate, fused=True, capturable=device.type == "cuda")
         self.lengths = [len(string) for string in run.training]
-        self.state = TrainingState(schedule=ScheduleState.initial(run.config), best_parameters=_copy(run.model.state_dict()))
+        self.state = TrainingState(schedule=ScheduleState.initial(run.config), best_parameters=copy_parameters(run.model.state_dict()))
         path = run.checkpoint_path
         if path is not None and Path(path).exists():
             with run.randomness.active():  # the saved generator state becomes the run's
-                self.state, _ = _restore(path, run.fingerprint, run.model, self.optimizer, device, None if run.resume_other_backend else run.backend)
+                self.state, _ = restore_state(path, run.fingerprint, run.model, self.optimizer, device, None if run.resume_other_backend else run.backend)
             checkpoints = len(self.state.curve)
             run.progress.line(f"resuming from {path}: epoch {self.state.epoch + 1}, batch {self.state.batch_index + 1}, step {self.state.step}, "
                               f"after {checkpoints} checkpoint{'' if checkpoints == 1 else 's'}{':' if checkpoints else ''}")
@@ -162,7 +159,7 @@ class _Lane:
         with self.run.randomness.active():
             state.wall_time_s = self.wall_before + time.monotonic() - self.session_start
             if path is not None:
-                _save(path, self.run.fingerprint, self.run.model, self.optimizer, state, self.run.backend, None)
+                save_state(path, self.run.fingerprint, self.run.model, self.optimizer, state, self.run.backend, None)
         message = (f"{reason} at step {state.step} (epoch {state.epoch + 1}, batch {state.batch_index} of {len(self.groups)})"
                    + (f"; the training state is saved in {path}: the same command continues" if path is not None else ""))
         self.run.progress.line(message)
@@ -172,14 +169,14 @@ class _Lane:
     def result(self) -> TrainResult:
         """The run's result, its best checkpoint's parameters loaded into its model."""
         self.run.progress.close()
-        return _result(self.run.model, self.state, self.wall_before + time.monotonic() - self.session_start)
+        return final_result(self.run.model, self.state, self.wall_before + time.monotonic() - self.session_start)
 
     def _checkpoint(self) -> None:
         run, state = self.run, self.state
         state.wall_time_s = self.wall_before + time.monotonic() - self.session_start
-        summary = _take_checkpoint(run.model, self.optimizer, state, self.data, run.config, run.checkpoint_scores)
+        summary = take_checkpoint(run.model, self.optimizer, state, self.data, run.config, run.checkpoint_scores)
         if run.checkpoint_path is not None:
-            _save(run.checkpoint_path, run.fingerprint, run.model, self.optimizer, state, run.backend, None)
+            save_state(run.checkpoint_path, run.fingerprint, run.model, self.optimizer, state, run.backend, None)
         run.progress.line(summary)
 
     def _log_step(self) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from stacklm.cli import main
 from stacklm.tracking.records import RunMetadata, curve_table, write_table
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 
 
 def write_run(path: Path, architecture: str, seed: int, task: str = "question-formation") -> list[dict[str, float]]:

@@ -15,7 +15,7 @@ from stacklm.report.progress import CONVERGED, EVALUATED, MAX_EPOCHS, ended_run,
 from stacklm.tracking.records import RunMetadata, curve_table, write_table
 from stacklm.training import checkpoint
 from stacklm.training.config import TrainConfig
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 from tests.report.conftest import run_metrics
 
 

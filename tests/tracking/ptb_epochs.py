@@ -4,7 +4,7 @@ perplexity (stored as its logarithm, the cross-entropy) and the best flag."""
 
 import math
 
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 
 
 def ptb_epoch(epoch: int, learning_rate: float, train_nll: float, perplexity: float, is_best: bool) -> CheckpointRecord:

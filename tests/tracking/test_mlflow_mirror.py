@@ -29,7 +29,7 @@ from stacklm.tracking.finished_run import save_trained_model
 from stacklm.workflow.tracking import register
 from stacklm.tracking.mlflow_mirror import TrackingSettings
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 from stacklm.training.run_files import load_model, rebuild_model
 
 SEARCH = RunMetadata(

@@ -8,7 +8,7 @@ import pytest
 
 from stacklm.evaluation.metrics import MetricValue
 from stacklm.tracking.records import METRICS_SCHEMA, RunMetadata, code_version, commit, curve_table, data_version, metrics_table, write_table
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 
 METADATA = RunMetadata(
     task="question-formation", architecture="Tf+Nd", phase="final", trial=None, seed=3, learning_rate=1e-4, tokens_per_batch=900,

@@ -14,7 +14,7 @@ from stacklm.evaluation.metrics import MetricValue
 from stacklm.tracking.records import CURVE_SCHEMA, RunMetadata, curve_table, metrics_table, write_table
 from stacklm.tracking.mlflow_mirror import ModelFile
 from stacklm.tracking.runs import cfl_run_key, flat_params, metric_name, source_tags, task_run_key, task_runs
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 
 METADATA = RunMetadata(
     task="passivization", architecture="LSTM+Nd", phase="final", trial=None, seed=2, learning_rate=0.5, tokens_per_batch=None,

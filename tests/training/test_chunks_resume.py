@@ -15,7 +15,8 @@ from stacklm.models.ptb import LimitedNondeterministic, PtbLanguageModel, PtbMod
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.chunks import ChunkData
 from stacklm.training.config import ptb_train_config
-from stacklm.training.loop import StopRequest, TrainingInterrupted, TrainResult, train
+from stacklm.training.loop import StopRequest, TrainingInterrupted, train
+from stacklm.training.run_state import TrainResult
 from stacklm.training.progress import Progress
 from stacklm.training.resumable import resumable_training
 

@@ -16,7 +16,8 @@ from stacklm.training import checkpoint
 from stacklm.training.batching import make_batch
 from stacklm.training.config import TrainConfig
 from stacklm.training.grouped import GroupedRun, train_group
-from stacklm.training.loop import StopRequest, TrainingInterrupted, TrainResult, train
+from stacklm.training.loop import StopRequest, TrainingInterrupted, train
+from stacklm.training.run_state import TrainResult
 from stacklm.training.progress import Progress
 from stacklm.training.resumable import resumable_group
 from stacklm.training.run_dropout import RunRandomness

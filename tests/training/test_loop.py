@@ -7,7 +7,8 @@ import torch
 
 from stacklm.errors import StacklmError
 from stacklm.training.config import TrainConfig, cfl_train_config
-from stacklm.training.loop import StopRequest, TrainingDiverged, TrainingInterrupted, TrainResult, train
+from stacklm.training.loop import StopRequest, TrainingDiverged, TrainingInterrupted, train
+from stacklm.training.run_state import TrainResult
 from stacklm.training.batching import make_batch
 from stacklm.training.loss import string_log_probabilities
 from stacklm.training.progress import Progress

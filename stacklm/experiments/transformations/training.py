@@ -52,7 +52,8 @@ if TYPE_CHECKING:  # torch, the models and the Parquet records load when the com
 
     from stacklm.kernels.backend import Backend
     from stacklm.tasks.example import Example
-    from stacklm.training.loop import CheckpointScores, StopRequest, TrainResult
+    from stacklm.training.loop import StopRequest
+    from stacklm.training.run_state import CheckpointScores, TrainResult
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from stacklm.report.progress import CONVERGED, EVALUATED, MAX_EPOCHS, UNFINISHED
 from stacklm.tasks import get_task
 from stacklm.tracking.records import CHECKPOINT_SCHEMA, CURVE_SCORES, checkpoint_table
 from stacklm.training import checkpoint
-from stacklm.training.loop import CheckpointRecord
+from stacklm.training.run_state import CheckpointRecord
 
 TASK = "question-formation"
 HPARAMS = {1: {"learning_rate": 0.005, "tokens_per_batch": 256, "max_epochs": 1}, 2: {"learning_rate": 0.002, "tokens_per_batch": 300, "max_epochs": 1}}
