@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import torch
 
 from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version
-from stacklm.training.run_state import TrainResult
 from stacklm.training.run_files import SavedModel, save_model
+from stacklm.training.run_state import TrainResult
 
 
 def run_metadata(model: torch.nn.Module, result: TrainResult, run_settings: dict[str, Any], **identity: Any) -> RunMetadata:

@@ -17,8 +17,8 @@ from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.config import TrainConfig
 from stacklm.training.grouped import GroupedRun, train_group
 from stacklm.training.loop import AfterStep, StopRequest, train
-from stacklm.training.run_state import CheckpointScores, TrainResult
 from stacklm.training.progress import Progress
+from stacklm.training.run_state import CheckpointScores, TrainResult
 from stacklm.training.sources import TrainingData
 
 

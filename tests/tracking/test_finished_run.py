@@ -12,8 +12,8 @@ import torch
 from stacklm.models.registry import build_model
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import BUILT_MODEL
-from stacklm.training.run_state import TrainResult
 from stacklm.training.run_files import load_model
+from stacklm.training.run_state import TrainResult
 
 RESULT = TrainResult(curve=(), best_validation_cross_entropy=1.5, stopped_early=True, epochs=2, steps=10, wall_time_s=3.0, tokens_per_s=100.0)
 SETTINGS = {"seed": 1, "hyperparameters": {"learning_rate": 0.001}}

@@ -29,8 +29,8 @@ from stacklm.tracking.finished_run import save_trained_model
 from stacklm.workflow.tracking import register
 from stacklm.tracking.mlflow_mirror import TrackingSettings
 from stacklm.tracking.records import RunMetadata, curve_table, metrics_table, write_table
-from stacklm.training.run_state import CheckpointRecord
 from stacklm.training.run_files import load_model, rebuild_model
+from stacklm.training.run_state import CheckpointRecord
 
 SEARCH = RunMetadata(
     task="question-formation", architecture="Tf", phase="search", trial=4, seed=4, learning_rate=1e-4, tokens_per_batch=900,

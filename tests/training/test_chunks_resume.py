@@ -16,9 +16,9 @@ from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.chunks import ChunkData
 from stacklm.training.config import ptb_train_config
 from stacklm.training.loop import StopRequest, TrainingInterrupted, train
-from stacklm.training.run_state import TrainResult
 from stacklm.training.progress import Progress
 from stacklm.training.resumable import resumable_training
+from stacklm.training.run_state import TrainResult
 
 SPLIT = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 12)[:83], 3, batch_size=4, bptt=5)  # L = 21: 4 chunks of 4 x 5, then 3 x 1
 VALID = chunks(torch.tensor([0, 1, 2, 1, 0, 3, 2] * 4), 3, batch_size=2, bptt=5)

@@ -17,10 +17,10 @@ from stacklm.training.batching import make_batch
 from stacklm.training.config import TrainConfig
 from stacklm.training.grouped import GroupedRun, train_group
 from stacklm.training.loop import StopRequest, TrainingInterrupted, train
-from stacklm.training.run_state import TrainResult
 from stacklm.training.progress import Progress
 from stacklm.training.resumable import resumable_group
 from stacklm.training.run_dropout import RunRandomness
+from stacklm.training.run_state import TrainResult
 from stacklm.training.strings import StringData
 
 CPU = torch.device("cpu")

@@ -8,10 +8,10 @@ import torch
 from stacklm.errors import StacklmError
 from stacklm.training.config import TrainConfig, cfl_train_config
 from stacklm.training.loop import StopRequest, TrainingDiverged, TrainingInterrupted, train
-from stacklm.training.run_state import TrainResult
 from stacklm.training.batching import make_batch
 from stacklm.training.loss import string_log_probabilities
 from stacklm.training.progress import Progress
+from stacklm.training.run_state import TrainResult
 from stacklm.training.strings import StringData, validation_cross_entropy
 from tests.training.toy_language_model import ToyLanguageModel, counting_data, toy_config, toy_data
 
