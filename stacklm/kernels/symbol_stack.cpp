@@ -2,10 +2,10 @@
 // forward and exact backward, on CPU. ``symbol_stack.py`` states the recurrences in the paper's
 // notation; this file follows its names.
 //
-// Every op runs on groups of LANE_COUNT batch elements, one lane per element (lanes.h), every
-// table stored [position][lane], so each operation of the DP is one vector operation over the
-// group. A group of fewer elements repeats its last element in the spare lanes and drops what
-// they give. One group per task (at::parallel_for).
+// Every op runs on groups of LANE_COUNT batch elements (lanes.h), the batch's last few in a group of
+// 2 or 4 lanes (``group_width``), one lane per element, every table stored [position][lane], so each
+// operation of the DP is one vector operation over the group. A group of fewer elements repeats its
+// last element in the spare lanes and drops what they give. One group per task (at::parallel_for).
 //
 // Per element, the entries [i][a][c] of columns t = 1 … n (rows i < t) lie in one flat table by
 // row (i, a), each row's columns k = i+1 … capacity side by side (``Sizes::entry``), so the pop
@@ -36,31 +36,32 @@ namespace {
 
 using stacklm_lanes::LANE_COUNT;
 
-template <typename T>
+// L lanes of T: LANE_COUNT in a batch's full groups, 2 or 4 in a group of its last few elements (``group_width``).
+template <typename T, int L>
 struct VectorOf {
-  typedef T type __attribute__((vector_size(LANE_COUNT * sizeof(T)), aligned(sizeof(T))));
+  typedef T type __attribute__((vector_size(L * sizeof(T)), aligned(sizeof(T))));
 };
 
-template <typename T>
-using Vec = typename VectorOf<T>::type;
+template <typename T, int L>
+using Vec = typename VectorOf<T, L>::type;
 
-template <typename T>
-Vec<T> splat(T value) {
-  Vec<T> result;
-  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) result[lane] = value;
+template <typename T, int L>
+Vec<T, L> splat(T value) {
+  Vec<T, L> result;
+  for (int64_t lane = 0; lane < L; ++lane) result[lane] = value;
   return result;
 }
 
-template <typename T>
-Vec<T> maximum(Vec<T> left, Vec<T> right) {
+template <typename T, int L>
+Vec<T, L> maximum(Vec<T, L> left, Vec<T, L> right) {
   return left > right ? left : right;
 }
 
 // 1 / x where x > 0, else 0.
-template <typename T>
-Vec<T> inverse_or_zero(Vec<T> value) {
-  const Vec<T> zero = splat<T>(0);
-  return value > zero ? splat<T>(1) / value : zero;
+template <typename T, int L>
+Vec<T, L> inverse_or_zero(Vec<T, L> value) {
+  const Vec<T, L> zero = splat<T, L>(0);
+  return value > zero ? splat<T, L>(1) / value : zero;
 }
 
 struct Sizes {
@@ -72,41 +73,42 @@ struct Sizes {
     return configs * (configs * (i * capacity - i * (i - 1) / 2) + a * (capacity - i) + (k - i - 1));
   }
   int64_t table() const { return configs * configs * capacity * (capacity + 1) / 2; }
+  int64_t columns() const { return (capacity + 1) * configs; }  // α̂[0 … capacity][c], or T_t[c]
 };
 
 // Lane by lane: exp and log (the DP's few per step; the products are vector operations).
-template <typename T>
-Vec<T> lanes_exp(Vec<T> value) {
-  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) value[lane] = std::exp(value[lane]);
+template <typename T, int L>
+Vec<T, L> lanes_exp(Vec<T, L> value) {
+  for (int64_t lane = 0; lane < L; ++lane) value[lane] = std::exp(value[lane]);
   return value;
 }
 
-template <typename T>
-Vec<T> lanes_log(Vec<T> value) {
-  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) value[lane] = std::log(value[lane]);
+template <typename T, int L>
+Vec<T, L> lanes_log(Vec<T, L> value) {
+  for (int64_t lane = 0; lane < L; ++lane) value[lane] = std::log(value[lane]);
   return value;
 }
 
 // −∞ (no term) as 0, so that subtracting it never gives NaN.
-template <typename T>
-Vec<T> finite_or_zero(Vec<T> value) {
-  const Vec<T> limit = splat<T>(std::numeric_limits<T>::max());
-  return value >= -limit ? value : splat<T>(0);
+template <typename T, int L>
+Vec<T, L> finite_or_zero(Vec<T, L> value) {
+  const Vec<T, L> limit = splat<T, L>(std::numeric_limits<T>::max());
+  return value >= -limit ? value : splat<T, L>(0);
 }
 
 // Step t's log transition weights in lanes: push log Δ⁺[a][c], replace log Δ^R[b][c], pop log Δ⁻[b][r].
-template <typename T>
+template <typename T, int L>
 struct LogWeights {
-  std::vector<Vec<T>> push, replace, pop;
+  std::vector<Vec<T, L>> push, replace, pop;
 };
 
-template <typename T>
-LogWeights<T> load_weights(const Sizes& sizes, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                           int64_t group, int64_t batch) {
+template <typename T, int L>
+LogWeights<T, L> load_weights(const Sizes& sizes, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
+                           int64_t first, int64_t batch) {
   const int64_t N = sizes.configs, Q = sizes.states;
-  LogWeights<T> weights{std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q)};
-  for (int64_t lane = 0; lane < LANE_COUNT; ++lane) {
-    const int64_t element = std::min(group * LANE_COUNT + lane, batch - 1);
+  LogWeights<T, L> weights{std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * Q)};
+  for (int64_t lane = 0; lane < L; ++lane) {
+    const int64_t element = std::min(first + lane, batch - 1);
     const T* element_push = push.data_ptr<T>() + element * push.stride(0);
     const T* element_replace = replace.data_ptr<T>() + element * replace.stride(0);
     const T* element_pop = pop.data_ptr<T>() + element * pop.stride(0);
@@ -127,43 +129,43 @@ LogWeights<T> load_weights(const Sizes& sizes, const at::Tensor& push, const at:
 // (each at most 1, the largest 1), and W[k][d][r] = Σ_b Ŝ_{t−1}[k][d][b] wP[b][r] for k ≤ t−2. Since the
 // shares of column t−1 into b sum to 1 wherever α[t−1][b] > 0, the push and replace terms of target c
 // sum to at least 1 at the scale e^κ[c] (t ≥ 2; at t = 1 κ takes the push alone): they never all underflow.
-template <typename T>
+template <typename T, int L>
 struct StepProducts {
-  std::vector<Vec<T>> push_offset, pop_offset, push, replace, pop, flow;
+  std::vector<Vec<T, L>> push_offset, pop_offset, push, replace, pop, flow;
 };
 
-template <typename T, int QC, int SC>
-StepProducts<T> step_products(const Sizes& sizes, const LogWeights<T>& weights, const Vec<T>* previous_alpha,
-                              const Vec<T>* shares, int64_t t) {
+template <typename T, int L, int QC, int SC>
+StepProducts<T, L> step_products(const Sizes& sizes, const LogWeights<T, L>& weights, const Vec<T, L>* previous_alpha,
+                              const Vec<T, L>* shares, int64_t t) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
-  const Vec<T> none = splat<T>(-std::numeric_limits<T>::infinity());
-  StepProducts<T> products{std::vector<Vec<T>>(N, none), std::vector<Vec<T>>(Q, none), std::vector<Vec<T>>(N * N),
-                           std::vector<Vec<T>>(N * N), std::vector<Vec<T>>(N * Q),
-                           std::vector<Vec<T>>(std::max<int64_t>(t - 1, 0) * N * Q)};
-  std::vector<Vec<T>> log_alpha(N);
-  for (int64_t b = 0; b < N; ++b) log_alpha[b] = lanes_log<T>(previous_alpha[b]);
+  const Vec<T, L> none = splat<T, L>(-std::numeric_limits<T>::infinity());
+  StepProducts<T, L> products{std::vector<Vec<T, L>>(N, none), std::vector<Vec<T, L>>(Q, none), std::vector<Vec<T, L>>(N * N),
+                           std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * Q),
+                           std::vector<Vec<T, L>>(std::max<int64_t>(t - 1, 0) * N * Q)};
+  std::vector<Vec<T, L>> log_alpha(N);
+  for (int64_t b = 0; b < N; ++b) log_alpha[b] = lanes_log<T, L>(previous_alpha[b]);
   for (int64_t b = 0; b < N; ++b) {
     for (int64_t c = 0; c < N; ++c) {
       // At t = 1 column 0 has no rows to replace in: only the push reaches column 1.
-      const Vec<T> largest = t >= 2 ? maximum<T>(weights.push[b * N + c], weights.replace[b * N + c]) : weights.push[b * N + c];
-      products.push_offset[c] = maximum<T>(products.push_offset[c], log_alpha[b] + largest);
+      const Vec<T, L> largest = t >= 2 ? maximum<T, L>(weights.push[b * N + c], weights.replace[b * N + c]) : weights.push[b * N + c];
+      products.push_offset[c] = maximum<T, L>(products.push_offset[c], log_alpha[b] + largest);
     }
-    for (int64_t r = 0; r < Q; ++r) products.pop_offset[r] = maximum<T>(products.pop_offset[r], log_alpha[b] + weights.pop[b * Q + r]);
+    for (int64_t r = 0; r < Q; ++r) products.pop_offset[r] = maximum<T, L>(products.pop_offset[r], log_alpha[b] + weights.pop[b * Q + r]);
   }
-  for (int64_t c = 0; c < N; ++c) products.push_offset[c] = finite_or_zero<T>(products.push_offset[c]);
-  for (int64_t r = 0; r < Q; ++r) products.pop_offset[r] = finite_or_zero<T>(products.pop_offset[r]);
+  for (int64_t c = 0; c < N; ++c) products.push_offset[c] = finite_or_zero<T, L>(products.push_offset[c]);
+  for (int64_t r = 0; r < Q; ++r) products.pop_offset[r] = finite_or_zero<T, L>(products.pop_offset[r]);
   for (int64_t b = 0; b < N; ++b) {
     for (int64_t c = 0; c < N; ++c) {
-      products.push[b * N + c] = lanes_exp<T>(log_alpha[b] + weights.push[b * N + c] - products.push_offset[c]);
-      products.replace[b * N + c] = lanes_exp<T>(log_alpha[b] + weights.replace[b * N + c] - products.push_offset[c]);
+      products.push[b * N + c] = lanes_exp<T, L>(log_alpha[b] + weights.push[b * N + c] - products.push_offset[c]);
+      products.replace[b * N + c] = lanes_exp<T, L>(log_alpha[b] + weights.replace[b * N + c] - products.push_offset[c]);
     }
-    for (int64_t r = 0; r < Q; ++r) products.pop[b * Q + r] = lanes_exp<T>(log_alpha[b] + weights.pop[b * Q + r] - products.pop_offset[r]);
+    for (int64_t r = 0; r < Q; ++r) products.pop[b * Q + r] = lanes_exp<T, L>(log_alpha[b] + weights.pop[b * Q + r] - products.pop_offset[r]);
   }
   for (int64_t kd = 0; kd < (t - 1) * N; ++kd) {
-    const Vec<T>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
-    Vec<T> sums[QC ? QC : 16] = {};
+    const Vec<T, L>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
+    Vec<T, L> sums[QC ? QC : 16] = {};
     for (int64_t b = 0; b < N; ++b) {
-      const Vec<T> share = previous[b];
+      const Vec<T, L> share = previous[b];
       for (int64_t r = 0; r < Q; ++r) sums[r] += share * products.pop[b * Q + r];
     }
     for (int64_t r = 0; r < Q; ++r) products.flow[kd * Q + r] = sums[r];
@@ -175,40 +177,40 @@ StepProducts<T> step_products(const Sizes& sizes, const LogWeights<T>& weights, 
 // g[c] = e^(κ[c] − μ[c]), the pop terms by f[c] = e^(λ[r] − μ[c]) (0 where step t has no pop term
 // into c), μ[c] the larger of the two parts' log sums, so neither part underflows where the other
 // is large. The forward stores g and f (``scales``: [0][c] g, [1][c] f) for the backward.
-template <typename T>
-Vec<T> bounded_exp(Vec<T> value) {
-  const Vec<T> limit = splat<T>(std::log(std::numeric_limits<T>::max()) - 1);
-  return lanes_exp<T>(value < limit ? value : limit);
+template <typename T, int L>
+Vec<T, L> bounded_exp(Vec<T, L> value) {
+  const Vec<T, L> limit = splat<T, L>(std::log(std::numeric_limits<T>::max()) - 1);
+  return lanes_exp<T, L>(value < limit ? value : limit);
 }
 
-template <typename T, int QC, int SC>
-void forward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights, Vec<T>* shares, Vec<T>* alpha,
-                   Vec<T>* totals, Vec<T>* scales) {
+template <typename T, int L, int QC, int SC>
+void forward_group(const Sizes& sizes, int64_t t, const LogWeights<T, L>& weights, Vec<T, L>* shares, Vec<T, L>* alpha,
+                   Vec<T, L>* totals, Vec<T, L>* scales) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
-  const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
-  std::vector<Vec<T>> push_total(N, splat<T>(0)), pop_total(N, splat<T>(0));
-  std::vector<Vec<T>> popped(t * N * N, splat<T>(0));  // the pop terms of each row, until μ is known
+  const StepProducts<T, L> products = step_products<T, L, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
+  std::vector<Vec<T, L>> push_total(N, splat<T, L>(0)), pop_total(N, splat<T, L>(0));
+  std::vector<Vec<T, L>> popped(t * N * N, splat<T, L>(0));  // the pop terms of each row, until μ is known
   // Rows i ≤ t−2: replace Σ_b Ŝ_{t−1}[i][a][b] wR[b][c], pop Σ_k Σ_u Ŝ_k[i][a][(u,y)] W[k][(u,y)][r].
   for (int64_t i = 0; i + 2 <= t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
-      Vec<T> sums[QC && SC ? QC * SC : 64] = {};
-      const Vec<T>* previous = shares + sizes.entry(i, a, t - 1);
+      Vec<T, L> sums[QC && SC ? QC * SC : 64] = {};
+      const Vec<T, L>* previous = shares + sizes.entry(i, a, t - 1);
       for (int64_t b = 0; b < N; ++b) {
-        const Vec<T> share = previous[b];
+        const Vec<T, L> share = previous[b];
         for (int64_t c = 0; c < N; ++c) sums[c] += share * products.replace[b * N + c];
       }
-      Vec<T>* column = shares + sizes.entry(i, a, t);
+      Vec<T, L>* column = shares + sizes.entry(i, a, t);
       for (int64_t c = 0; c < N; ++c) {
         column[c] = sums[c];
         push_total[c] += sums[c];
-        sums[c] = splat<T>(0);
+        sums[c] = splat<T, L>(0);
       }
-      const Vec<T>* below = shares + sizes.entry(i, a, i + 1);
+      const Vec<T, L>* below = shares + sizes.entry(i, a, i + 1);
       for (int64_t k = i + 1; k + 2 <= t; ++k, below += N) {
-        const Vec<T>* flow = products.flow.data() + k * N * Q;
+        const Vec<T, L>* flow = products.flow.data() + k * N * Q;
         for (int64_t u = 0; u < Q; ++u) {
           for (int64_t y = 0; y < S; ++y) {
-            const Vec<T> share = below[u * S + y];
+            const Vec<T, L> share = below[u * S + y];
             for (int64_t r = 0; r < Q; ++r) sums[r * S + y] += share * flow[(u * S + y) * Q + r];
           }
         }
@@ -221,51 +223,51 @@ void forward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights, 
   }
   // Row t−1: the push, wD[a][c].
   for (int64_t a = 0; a < N; ++a) {
-    Vec<T>* column = shares + sizes.entry(t - 1, a, t);
+    Vec<T, L>* column = shares + sizes.entry(t - 1, a, t);
     for (int64_t c = 0; c < N; ++c) {
       column[c] = products.push[a * N + c];
       push_total[c] += products.push[a * N + c];
     }
   }
   // μ[c], g, f, T_t[c] at that scale, and log α[t][c] − (the scale of α[t−1]) = μ[c] + log T_t[c].
-  std::vector<Vec<T>> log_alpha(N), inverse(N);
-  Vec<T>* push_scale = scales + t * 2 * N;
-  Vec<T>* pop_scale = push_scale + N;
-  Vec<T> largest = splat<T>(-std::numeric_limits<T>::infinity());
-  const Vec<T> zero = splat<T>(0);
+  std::vector<Vec<T, L>> log_alpha(N), inverse(N);
+  Vec<T, L>* push_scale = scales + t * 2 * N;
+  Vec<T, L>* pop_scale = push_scale + N;
+  Vec<T, L> largest = splat<T, L>(-std::numeric_limits<T>::infinity());
+  const Vec<T, L> zero = splat<T, L>(0);
   for (int64_t c = 0; c < N; ++c) {
-    const Vec<T> push_log = products.push_offset[c] + lanes_log<T>(push_total[c]);
-    const Vec<T> pop_log = products.pop_offset[c / S] + lanes_log<T>(pop_total[c]);
-    const Vec<T> offset = finite_or_zero<T>(maximum<T>(push_log, pop_log));
-    push_scale[c] = bounded_exp<T>(products.push_offset[c] - offset);
-    pop_scale[c] = pop_total[c] > zero ? bounded_exp<T>(products.pop_offset[c / S] - offset) : zero;
-    const Vec<T> total = push_total[c] * push_scale[c] + pop_total[c] * pop_scale[c];
+    const Vec<T, L> push_log = products.push_offset[c] + lanes_log<T, L>(push_total[c]);
+    const Vec<T, L> pop_log = products.pop_offset[c / S] + lanes_log<T, L>(pop_total[c]);
+    const Vec<T, L> offset = finite_or_zero<T, L>(maximum<T, L>(push_log, pop_log));
+    push_scale[c] = bounded_exp<T, L>(products.push_offset[c] - offset);
+    pop_scale[c] = pop_total[c] > zero ? bounded_exp<T, L>(products.pop_offset[c / S] - offset) : zero;
+    const Vec<T, L> total = push_total[c] * push_scale[c] + pop_total[c] * pop_scale[c];
     totals[t * N + c] = total;
-    inverse[c] = inverse_or_zero<T>(total);
-    log_alpha[c] = offset + lanes_log<T>(total);
-    largest = maximum<T>(largest, log_alpha[c]);
+    inverse[c] = inverse_or_zero<T, L>(total);
+    log_alpha[c] = offset + lanes_log<T, L>(total);
+    largest = maximum<T, L>(largest, log_alpha[c]);
   }
-  largest = finite_or_zero<T>(largest);
+  largest = finite_or_zero<T, L>(largest);
   for (int64_t row = 0; row < t * N; ++row) {
-    Vec<T>* column = shares + sizes.entry(row / N, row % N, t);
+    Vec<T, L>* column = shares + sizes.entry(row / N, row % N, t);
     for (int64_t c = 0; c < N; ++c) column[c] = (column[c] * push_scale[c] + popped[row * N + c] * pop_scale[c]) * inverse[c];
   }
-  for (int64_t c = 0; c < N; ++c) alpha[t * N + c] = lanes_exp<T>(log_alpha[c] - largest);
+  for (int64_t c = 0; c < N; ++c) alpha[t * N + c] = lanes_exp<T, L>(log_alpha[c] - largest);
 }
 
-template <typename T, int QC, int SC>
-void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights, const Vec<T>* shares,
-                    const Vec<T>* alpha, const Vec<T>* totals, const Vec<T>* scales, Vec<T>* adjoint,
-                    Vec<T>* grad_alpha, std::vector<Vec<T>>& grad_push, std::vector<Vec<T>>& grad_replace,
-                    std::vector<Vec<T>>& grad_pop) {
+template <typename T, int L, int QC, int SC>
+void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T, L>& weights, const Vec<T, L>* shares,
+                    const Vec<T, L>* alpha, const Vec<T, L>* totals, const Vec<T, L>* scales, Vec<T, L>* adjoint,
+                    Vec<T, L>* grad_alpha, std::vector<Vec<T, L>>& grad_push, std::vector<Vec<T, L>>& grad_replace,
+                    std::vector<Vec<T, L>>& grad_pop) {
   const int64_t Q = QC ? QC : sizes.states, S = SC ? SC : sizes.symbols, N = Q * S;
-  const Vec<T>* step_grad_alpha = grad_alpha + t * N;
+  const Vec<T, L>* step_grad_alpha = grad_alpha + t * N;
   // α[t][c] = Σ_{i,a} α[i][a] γ[i→t][a,c]: each term's share of e_t[c].
   for (int64_t i = 0; i < t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
-      const Vec<T>* column = shares + sizes.entry(i, a, t);
-      Vec<T>* column_adjoint = adjoint + sizes.entry(i, a, t);
-      Vec<T> to_alpha = splat<T>(0);
+      const Vec<T, L>* column = shares + sizes.entry(i, a, t);
+      Vec<T, L>* column_adjoint = adjoint + sizes.entry(i, a, t);
+      Vec<T, L> to_alpha = splat<T, L>(0);
       for (int64_t c = 0; c < N; ++c) {
         column_adjoint[c] += step_grad_alpha[c];
         to_alpha += step_grad_alpha[c] * column[c];
@@ -278,45 +280,45 @@ void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights,
     for (int64_t c = 0; c < N; ++c) grad_push[a * N + c] = adjoint[position + c] * shares[position + c];
   }
   if (t < 2) return;
-  const StepProducts<T> products = step_products<T, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
-  std::vector<Vec<T>> replace_scale(N), pop_scale(N);  // g[c] / T_t[c], f[c] / T_t[c]
+  const StepProducts<T, L> products = step_products<T, L, QC, SC>(sizes, weights, alpha + (t - 1) * N, shares, t);
+  std::vector<Vec<T, L>> replace_scale(N), pop_scale(N);  // g[c] / T_t[c], f[c] / T_t[c]
   for (int64_t c = 0; c < N; ++c) {
-    const Vec<T> inverse = inverse_or_zero<T>(totals[t * N + c]);
+    const Vec<T, L> inverse = inverse_or_zero<T, L>(totals[t * N + c]);
     replace_scale[c] = scales[t * 2 * N + c] * inverse;
     pop_scale[c] = scales[t * 2 * N + N + c] * inverse;
   }
-  std::vector<Vec<T>> replace_sums(N * N, splat<T>(0)), pop_sums(N * Q, splat<T>(0));
-  std::vector<Vec<T>> flow_adjoint((t - 1) * N * Q, splat<T>(0));  // Z[k][d][r]
+  std::vector<Vec<T, L>> replace_sums(N * N, splat<T, L>(0)), pop_sums(N * Q, splat<T, L>(0));
+  std::vector<Vec<T, L>> flow_adjoint((t - 1) * N * Q, splat<T, L>(0));  // Z[k][d][r]
   for (int64_t i = 0; i + 2 <= t; ++i) {
     for (int64_t a = 0; a < N; ++a) {
       // ρ[c] = H_t[i][a][c] / T_t[c], times the part's scale g[c] (replace) or f[c] (pop)
-      Vec<T> replace_ratio[QC && SC ? QC * SC : 64], pop_ratio[QC && SC ? QC * SC : 64];
-      const Vec<T>* column_adjoint = adjoint + sizes.entry(i, a, t);
+      Vec<T, L> replace_ratio[QC && SC ? QC * SC : 64], pop_ratio[QC && SC ? QC * SC : 64];
+      const Vec<T, L>* column_adjoint = adjoint + sizes.entry(i, a, t);
       for (int64_t c = 0; c < N; ++c) {
         replace_ratio[c] = column_adjoint[c] * replace_scale[c];
         pop_ratio[c] = column_adjoint[c] * pop_scale[c];
       }
-      const Vec<T>* previous = shares + sizes.entry(i, a, t - 1);
-      Vec<T>* previous_adjoint = adjoint + sizes.entry(i, a, t - 1);
+      const Vec<T, L>* previous = shares + sizes.entry(i, a, t - 1);
+      Vec<T, L>* previous_adjoint = adjoint + sizes.entry(i, a, t - 1);
       for (int64_t b = 0; b < N; ++b) {
-        Vec<T> sum = splat<T>(0);
-        const Vec<T> share = previous[b];
+        Vec<T, L> sum = splat<T, L>(0);
+        const Vec<T, L> share = previous[b];
         for (int64_t c = 0; c < N; ++c) {
           sum += replace_ratio[c] * products.replace[b * N + c];
           replace_sums[b * N + c] += replace_ratio[c] * share;
         }
         previous_adjoint[b] += sum;
       }
-      const Vec<T>* below = shares + sizes.entry(i, a, i + 1);
-      Vec<T>* below_adjoint = adjoint + sizes.entry(i, a, i + 1);
+      const Vec<T, L>* below = shares + sizes.entry(i, a, i + 1);
+      Vec<T, L>* below_adjoint = adjoint + sizes.entry(i, a, i + 1);
       for (int64_t k = i + 1; k + 2 <= t; ++k, below += N, below_adjoint += N) {
-        const Vec<T>* flow = products.flow.data() + k * N * Q;
-        Vec<T>* flow_sums = flow_adjoint.data() + k * N * Q;
+        const Vec<T, L>* flow = products.flow.data() + k * N * Q;
+        Vec<T, L>* flow_sums = flow_adjoint.data() + k * N * Q;
         for (int64_t u = 0; u < Q; ++u) {
           for (int64_t y = 0; y < S; ++y) {
             const int64_t d = u * S + y;
-            const Vec<T> share = below[d];
-            Vec<T> sum = splat<T>(0);
+            const Vec<T, L> share = below[d];
+            Vec<T, L> sum = splat<T, L>(0);
             for (int64_t r = 0; r < Q; ++r) {
               sum += pop_ratio[r * S + y] * flow[d * Q + r];
               flow_sums[d * Q + r] += pop_ratio[r * S + y] * share;
@@ -329,11 +331,11 @@ void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights,
   }
   // γ'_t[k][d][r] = Σ_b γ[k→t−1][d,b] Δ⁻_t[b,r]: Z[k][d][r] is its ∂L/∂ log γ' over W[k][d][r].
   for (int64_t kd = 0; kd < (t - 1) * N; ++kd) {
-    const Vec<T>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
-    Vec<T>* previous_adjoint = adjoint + sizes.entry(kd / N, kd % N, t - 1);
+    const Vec<T, L>* previous = shares + sizes.entry(kd / N, kd % N, t - 1);
+    Vec<T, L>* previous_adjoint = adjoint + sizes.entry(kd / N, kd % N, t - 1);
     for (int64_t b = 0; b < N; ++b) {
-      const Vec<T> share = previous[b];
-      Vec<T> sum = splat<T>(0);
+      const Vec<T, L> share = previous[b];
+      Vec<T, L> sum = splat<T, L>(0);
       for (int64_t r = 0; r < Q; ++r) {
         sum += flow_adjoint[kd * Q + r] * products.pop[b * Q + r];
         pop_sums[b * Q + r] += flow_adjoint[kd * Q + r] * share;
@@ -345,38 +347,115 @@ void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T>& weights,
   for (int64_t j = 0; j < N * Q; ++j) grad_pop[j] = pop_sums[j] * products.pop[j];
 }
 
-template <typename T>
-T* lanes_at(const at::Tensor& table, int64_t group) {
-  return table.data_ptr<T>() + group * table.stride(0);
+// A batch in groups of LANE_COUNT elements, but for its last batch mod LANE_COUNT elements, which
+// take the narrowest of 2, 4 and LANE_COUNT lanes that holds them (a batch of 10: 8 + 2 lanes, not 16).
+// Each table is one flat tensor, group g's part at g · LANE_COUNT times its size per lane, [position][lane].
+int64_t group_count(int64_t batch) { return (batch + LANE_COUNT - 1) / LANE_COUNT; }
+
+int64_t group_width(int64_t batch, int64_t group) {
+  const int64_t elements = batch - group * LANE_COUNT;
+  return elements >= LANE_COUNT ? LANE_COUNT : elements <= 2 ? 2 : elements <= 4 ? 4 : LANE_COUNT;
+}
+
+int64_t lane_total(int64_t batch) {
+  const int64_t groups = group_count(batch);
+  return groups == 0 ? 0 : (groups - 1) * LANE_COUNT + group_width(batch, groups - 1);
+}
+
+template <typename Function>
+void with_width(int64_t width, Function function) {
+  if (width == 2) return function(std::integral_constant<int, 2>());
+  if (width == 4) return function(std::integral_constant<int, 4>());
+  return function(std::integral_constant<int, LANE_COUNT>());
+}
+
+template <typename T, int L>
+Vec<T, L>* lanes_at(const at::Tensor& table, int64_t per_lane, int64_t group) {
+  return reinterpret_cast<Vec<T, L>*>(table.data_ptr<T>() + group * LANE_COUNT * per_lane);
+}
+
+template <typename T, int L, int QC, int SC>
+void step_group(const Sizes& sizes, int64_t t, int64_t group, const at::Tensor& push, const at::Tensor& replace,
+                const at::Tensor& pop, const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals,
+                const at::Tensor& scales, bool states_in_reading, at::Tensor& reading) {
+  const int64_t batch = push.size(0), first = group * LANE_COUNT, N = sizes.configs, S = sizes.symbols;
+  const int64_t reading_size = reading.size(1);
+  const LogWeights<T, L> weights = load_weights<T, L>(sizes, push, replace, pop, first, batch);
+  Vec<T, L>* group_alpha = lanes_at<T, L>(alpha, sizes.columns(), group);
+  forward_group<T, L, QC, SC>(sizes, t, weights, lanes_at<T, L>(shares, sizes.table(), group), group_alpha,
+                              lanes_at<T, L>(totals, sizes.columns(), group), lanes_at<T, L>(scales, 2 * sizes.columns(), group));
+  const Vec<T, L>* current = group_alpha + t * N;
+  Vec<T, L> sum = splat<T, L>(0);
+  for (int64_t c = 0; c < N; ++c) sum += current[c];
+  const Vec<T, L> inverse = splat<T, L>(1) / sum;
+  for (int64_t lane = 0; lane < L && first + lane < batch; ++lane) {
+    T* row = reading.data_ptr<T>() + (first + lane) * reading_size;
+    for (int64_t j = 0; j < reading_size; ++j) row[j] = 0;
+    for (int64_t c = 0; c < N; ++c) row[states_in_reading ? c : c % S] += current[c][lane] * inverse[lane];
+  }
 }
 
 template <typename T, int QC, int SC>
 at::Tensor step_typed(const Sizes& sizes, int64_t t, const at::Tensor& push, const at::Tensor& replace,
                       const at::Tensor& pop, const at::Tensor& shares, const at::Tensor& alpha,
                       const at::Tensor& totals, const at::Tensor& scales, bool states_in_reading) {
-  const int64_t batch = push.size(0), groups = shares.size(0), N = sizes.configs, S = sizes.symbols;
-  const int64_t reading_size = states_in_reading ? N : S;
-  at::Tensor reading = at::empty({batch, reading_size}, push.options());
-  T* reading_data = reading.data_ptr<T>();
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+  const int64_t batch = push.size(0);
+  at::Tensor reading = at::empty({batch, states_in_reading ? sizes.configs : sizes.symbols}, push.options());
+  at::parallel_for(0, group_count(batch), 1, [&](int64_t begin, int64_t end) {
     for (int64_t group = begin; group < end; ++group) {
-      const LogWeights<T> weights = load_weights<T>(sizes, push, replace, pop, group, batch);
-      auto* group_alpha = reinterpret_cast<Vec<T>*>(lanes_at<T>(alpha, group));
-      forward_group<T, QC, SC>(sizes, t, weights, reinterpret_cast<Vec<T>*>(lanes_at<T>(shares, group)), group_alpha,
-                               reinterpret_cast<Vec<T>*>(lanes_at<T>(totals, group)),
-                               reinterpret_cast<Vec<T>*>(lanes_at<T>(scales, group)));
-      const Vec<T>* current = group_alpha + t * N;
-      Vec<T> sum = splat<T>(0);
-      for (int64_t c = 0; c < N; ++c) sum += current[c];
-      const Vec<T> inverse = splat<T>(1) / sum;
-      for (int64_t lane = 0; lane < LANE_COUNT && group * LANE_COUNT + lane < batch; ++lane) {
-        T* row = reading_data + (group * LANE_COUNT + lane) * reading_size;
-        for (int64_t j = 0; j < reading_size; ++j) row[j] = 0;
-        for (int64_t c = 0; c < N; ++c) row[states_in_reading ? c : c % S] += current[c][lane] * inverse[lane];
-      }
+      with_width(group_width(batch, group), [&](auto lanes) {
+        step_group<T, decltype(lanes)::value, QC, SC>(sizes, t, group, push, replace, pop, shares, alpha, totals, scales,
+                                                       states_in_reading, reading);
+      });
     }
   });
   return reading;
+}
+
+template <typename T, int L, int QC, int SC>
+void step_backward_group(const Sizes& sizes, int64_t t, int64_t group, const at::Tensor& grad_reading,
+                         const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
+                         const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals,
+                         const at::Tensor& scales, const at::Tensor& adjoint, const at::Tensor& grad_alpha,
+                         bool states_in_reading, std::vector<at::Tensor>& gradients) {
+  const int64_t batch = push.size(0), first = group * LANE_COUNT, N = sizes.configs, S = sizes.symbols, Q = sizes.states;
+  const int64_t reading_size = grad_reading.size(1);
+  const T* grad_reading_data = grad_reading.data_ptr<T>();
+  const Vec<T, L>* group_alpha = lanes_at<T, L>(alpha, sizes.columns(), group);
+  Vec<T, L>* group_grad_alpha = lanes_at<T, L>(grad_alpha, sizes.columns(), group);
+  // The reading r_t = α[t] (or its sum over states) over Σ α[t]: ∂L/∂ log α[t][c].
+  const Vec<T, L>* current = group_alpha + t * N;
+  Vec<T, L> sum = splat<T, L>(0);
+  for (int64_t c = 0; c < N; ++c) sum += current[c];
+  const Vec<T, L> inverse = splat<T, L>(1) / sum;
+  std::vector<Vec<T, L>> gradient(reading_size, splat<T, L>(0)), reading(reading_size, splat<T, L>(0));
+  for (int64_t lane = 0; lane < L && first + lane < batch; ++lane) {
+    for (int64_t j = 0; j < reading_size; ++j) gradient[j][lane] = grad_reading_data[(first + lane) * reading_size + j];
+  }
+  for (int64_t c = 0; c < N; ++c) reading[states_in_reading ? c : c % S] += current[c] * inverse;
+  Vec<T, L> mean = splat<T, L>(0);
+  for (int64_t j = 0; j < reading_size; ++j) mean += gradient[j] * reading[j];
+  for (int64_t c = 0; c < N; ++c) {
+    const int64_t j = states_in_reading ? c : c % S;
+    group_grad_alpha[t * N + c] += current[c] * inverse * (gradient[j] - mean);
+  }
+  const LogWeights<T, L> weights = load_weights<T, L>(sizes, push, replace, pop, first, batch);
+  std::vector<Vec<T, L>> group_push(N * N), group_replace(N * N, splat<T, L>(0)), group_pop(N * Q, splat<T, L>(0));
+  backward_group<T, L, QC, SC>(sizes, t, weights, lanes_at<T, L>(shares, sizes.table(), group), group_alpha,
+                               lanes_at<T, L>(totals, sizes.columns(), group), lanes_at<T, L>(scales, 2 * sizes.columns(), group),
+                               lanes_at<T, L>(adjoint, sizes.table(), group), group_grad_alpha, group_push, group_replace,
+                               group_pop);
+  for (int64_t lane = 0; lane < L && first + lane < batch; ++lane) {
+    const int64_t element = first + lane;
+    T* push_out = gradients[0].data_ptr<T>() + element * N * N;
+    T* replace_out = gradients[1].data_ptr<T>() + element * N * N;
+    T* pop_out = gradients[2].data_ptr<T>() + element * N * Q;
+    for (int64_t j = 0; j < N * N; ++j) {
+      push_out[j] = group_push[j][lane];
+      replace_out[j] = group_replace[j][lane];
+    }
+    for (int64_t j = 0; j < N * Q; ++j) pop_out[j] = group_pop[j][lane];
+  }
 }
 
 template <typename T, int QC, int SC>
@@ -385,70 +464,37 @@ std::vector<at::Tensor> step_backward_typed(const Sizes& sizes, int64_t t, const
                                             const at::Tensor& shares, const at::Tensor& alpha,
                                             const at::Tensor& totals, const at::Tensor& scales, const at::Tensor& adjoint,
                                             const at::Tensor& grad_alpha, bool states_in_reading) {
-  const int64_t batch = push.size(0), groups = shares.size(0), N = sizes.configs, S = sizes.symbols, Q = sizes.states;
-  const int64_t reading_size = states_in_reading ? N : S;
-  at::Tensor grad_push = at::empty({batch, N, N}, push.options()), grad_replace = at::empty({batch, N, N}, push.options());
-  at::Tensor grad_pop = at::empty({batch, N, Q}, push.options());
-  const T* grad_reading_data = grad_reading.data_ptr<T>();
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+  const int64_t batch = push.size(0), N = sizes.configs;
+  std::vector<at::Tensor> gradients{at::empty({batch, N, N}, push.options()), at::empty({batch, N, N}, push.options()),
+                                    at::empty({batch, N, sizes.states}, push.options())};  // push, replace, pop
+  at::parallel_for(0, group_count(batch), 1, [&](int64_t begin, int64_t end) {
     for (int64_t group = begin; group < end; ++group) {
-      const auto* group_alpha = reinterpret_cast<const Vec<T>*>(lanes_at<T>(alpha, group));
-      auto* group_grad_alpha = reinterpret_cast<Vec<T>*>(lanes_at<T>(grad_alpha, group));
-      // The reading r_t = α[t] (or its sum over states) over Σ α[t]: ∂L/∂ log α[t][c].
-      const Vec<T>* current = group_alpha + t * N;
-      Vec<T> sum = splat<T>(0);
-      for (int64_t c = 0; c < N; ++c) sum += current[c];
-      const Vec<T> inverse = splat<T>(1) / sum;
-      std::vector<Vec<T>> gradient(reading_size, splat<T>(0)), reading(reading_size, splat<T>(0));
-      for (int64_t lane = 0; lane < LANE_COUNT; ++lane) {
-        const int64_t element = std::min(group * LANE_COUNT + lane, batch - 1);
-        const bool real = group * LANE_COUNT + lane < batch;
-        for (int64_t j = 0; j < reading_size; ++j) gradient[j][lane] = real ? grad_reading_data[element * reading_size + j] : 0;
-      }
-      for (int64_t c = 0; c < N; ++c) reading[states_in_reading ? c : c % S] += current[c] * inverse;
-      Vec<T> mean = splat<T>(0);
-      for (int64_t j = 0; j < reading_size; ++j) mean += gradient[j] * reading[j];
-      for (int64_t c = 0; c < N; ++c) {
-        const int64_t j = states_in_reading ? c : c % S;
-        group_grad_alpha[t * N + c] += current[c] * inverse * (gradient[j] - mean);
-      }
-      const LogWeights<T> weights = load_weights<T>(sizes, push, replace, pop, group, batch);
-      std::vector<Vec<T>> group_push(N * N), group_replace(N * N, splat<T>(0)), group_pop(N * Q, splat<T>(0));
-      backward_group<T, QC, SC>(sizes, t, weights, reinterpret_cast<const Vec<T>*>(lanes_at<T>(shares, group)),
-                                group_alpha, reinterpret_cast<const Vec<T>*>(lanes_at<T>(totals, group)),
-                                reinterpret_cast<const Vec<T>*>(lanes_at<T>(scales, group)),
-                                reinterpret_cast<Vec<T>*>(lanes_at<T>(adjoint, group)), group_grad_alpha, group_push,
-                                group_replace, group_pop);
-      for (int64_t lane = 0; lane < LANE_COUNT && group * LANE_COUNT + lane < batch; ++lane) {
-        const int64_t element = group * LANE_COUNT + lane;
-        T* push_out = grad_push.data_ptr<T>() + element * N * N;
-        T* replace_out = grad_replace.data_ptr<T>() + element * N * N;
-        T* pop_out = grad_pop.data_ptr<T>() + element * N * Q;
-        for (int64_t j = 0; j < N * N; ++j) {
-          push_out[j] = group_push[j][lane];
-          replace_out[j] = group_replace[j][lane];
-        }
-        for (int64_t j = 0; j < N * Q; ++j) pop_out[j] = group_pop[j][lane];
-      }
+      with_width(group_width(batch, group), [&](auto lanes) {
+        step_backward_group<T, decltype(lanes)::value, QC, SC>(sizes, t, group, grad_reading, push, replace, pop, shares,
+                                                                alpha, totals, scales, adjoint, grad_alpha,
+                                                                states_in_reading, gradients);
+      });
     }
   });
-  return {grad_push, grad_replace, grad_pop};
+  return gradients;
 }
 
+// The sizes of tables made by ``start`` for pop's batch: the capacity from α's size.
 Sizes sizes_of(const at::Tensor& pop, const at::Tensor& alpha) {
-  const int64_t states = pop.size(2), configs = pop.size(1);
-  return Sizes{states, configs / states, configs, alpha.size(1) - 1};
+  const int64_t states = pop.size(2), configs = pop.size(1), lanes = lane_total(pop.size(0));
+  return Sizes{states, configs / states, configs, lanes == 0 ? 0 : alpha.numel() / (lanes * configs) - 1};
 }
 
 void check_step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                const at::Tensor& shares, const Sizes& sizes) {
+                const at::Tensor& shares, const at::Tensor& alpha, const Sizes& sizes) {
   TORCH_CHECK(push.stride(2) == 1 && replace.stride(2) == 1 && pop.stride(2) == 1, "the log weights' rows must be contiguous");
   TORCH_CHECK(push.dim() == 3 && push.size(1) == sizes.configs && push.size(2) == sizes.configs, "push must be (B, N, N)");
   TORCH_CHECK(replace.sizes() == push.sizes(), "replace must be (B, N, N)");
   TORCH_CHECK(pop.dim() == 3 && pop.size(0) == push.size(0), "pop must be (B, N, Q)");
   TORCH_CHECK(sizes.configs <= 64 && sizes.states <= 16, "at most 16 states and 64 configurations");
   TORCH_CHECK(1 <= t && t <= sizes.capacity, "step ", t, " outside the tables' 1 … ", sizes.capacity);
-  TORCH_CHECK(shares.dim() == 3 && shares.size(1) == sizes.table() && shares.size(2) == LANE_COUNT, "tables of another size");
+  const int64_t lanes = lane_total(push.size(0));
+  TORCH_CHECK(alpha.numel() == lanes * sizes.columns() && shares.numel() == lanes * sizes.table(), "tables of another size");
 }
 
 // Dispatch to the sizes of the CFL experiments (|Q|, |Γ|) = (2, 3) and (3, 3) at compile time.
@@ -460,13 +506,15 @@ auto with_sizes(const Sizes& sizes, Function function) {
 }
 
 std::vector<at::Tensor> start(const at::Tensor& like, int64_t batch, int64_t capacity, int64_t states, int64_t symbols) {
-  const int64_t groups = (batch + LANE_COUNT - 1) / LANE_COUNT, N = states * symbols;
+  const int64_t N = states * symbols, lanes = lane_total(batch);
   const Sizes sizes{states, symbols, N, capacity};
-  at::Tensor shares = at::empty({groups, sizes.table(), LANE_COUNT}, like.options());
-  at::Tensor alpha = at::zeros({groups, capacity + 1, N, LANE_COUNT}, like.options());
-  alpha.select(1, 0).select(1, 0).fill_(1);  // α[0] = 𝟙[q0, ⊥]
-  at::Tensor totals = at::zeros({groups, capacity + 1, N, LANE_COUNT}, like.options());
-  at::Tensor scales = at::zeros({groups, capacity + 1, 2 * N, LANE_COUNT}, like.options());
+  at::Tensor shares = at::empty({lanes * sizes.table()}, like.options());
+  at::Tensor alpha = at::zeros({lanes * sizes.columns()}, like.options());
+  for (int64_t group = 0; group < group_count(batch); ++group) {  // α[0] = 𝟙[q0, ⊥]: position 0 of each group's part
+    alpha.narrow(0, group * LANE_COUNT * sizes.columns(), group_width(batch, group)).fill_(1);
+  }
+  at::Tensor totals = at::zeros({lanes * sizes.columns()}, like.options());
+  at::Tensor scales = at::zeros({lanes * 2 * sizes.columns()}, like.options());
   return {shares, alpha, totals, scales};
 }
 
@@ -474,7 +522,7 @@ at::Tensor step(int64_t t, const at::Tensor& push, const at::Tensor& replace, co
                 const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales,
                 bool states_in_reading) {
   const Sizes sizes = sizes_of(pop, alpha);
-  check_step(t, push, replace, pop, shares, sizes);
+  check_step(t, push, replace, pop, shares, alpha, sizes);
   return AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "symbol_stack_step", [&] {
     return with_sizes(sizes, [&](auto states, auto symbols) {
       return step_typed<scalar_t, decltype(states)::value, decltype(symbols)::value>(sizes, t, push, replace, pop, shares,
@@ -489,7 +537,7 @@ std::vector<at::Tensor> step_backward(int64_t t, const at::Tensor& grad_reading,
                                       const at::Tensor& adjoint,
                                       const at::Tensor& grad_alpha, bool states_in_reading) {
   const Sizes sizes = sizes_of(pop, alpha);
-  check_step(t, push, replace, pop, shares, sizes);
+  check_step(t, push, replace, pop, shares, alpha, sizes);
   TORCH_CHECK(grad_reading.is_contiguous(), "the reading's gradient must be contiguous");
   return AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "symbol_stack_step_backward", [&] {
     return with_sizes(sizes, [&](auto states, auto symbols) {

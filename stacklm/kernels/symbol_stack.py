@@ -45,7 +45,8 @@ steps t + 1 … n have run backward, which the order tensor passed from step to 
 
 Cost per sequence of n steps: ≈ n³·N²·|Q|/6 multiply-adds forward, twice that backward; memory
 O(n²·N²) for Ŝ and H. Each op runs groups of eight batch elements, one per vector lane
-(``lanes.h``), one group per task (``torch.set_num_threads``).
+(``lanes.h``), the batch's last B mod 8 in the narrowest group of 2, 4 or 8 lanes that holds them
+(B = 10: 8 + 2 lanes), one group per task (``torch.set_num_threads``).
 
 The library is built at first use like the other compiled kernels
 (``stacklm.kernels.build``: its compiler flags, cache root and build lock), in a
@@ -72,7 +73,6 @@ from stacklm.stacks.nondeterministic import NondeterministicActions, Nondetermin
 NAME = "stacklm_symbol_stack"
 SOURCE = Path(__file__).with_name("symbol_stack.cpp")
 HEADERS = [Path(__file__).with_name("lanes.h")]
-LANE_COUNT = 8  # LANE_COUNT of lanes.h: the tables' last dimension
 
 _loaded = False
 
@@ -118,9 +118,10 @@ def load() -> None:
 
 class SymbolStackTables:
     """The tables of one run of at most ``capacity`` steps of ``batch_size`` sequences, filled one
-    column per :func:`symbol_step`: Ŝ (G, Σ_t t·N², L), α̂ and T (G, capacity + 1, N, L), element b in
-    lane b mod L of group b // L. The adjoint tables H and e are made by the first backward step of
-    the run and dropped after step 1's."""
+    column per :func:`symbol_step`: Ŝ (Σ_t t·N² per lane), α̂ and T ((capacity + 1)·N per lane), each
+    one flat tensor of the groups side by side, group g (elements 8g …, L_g lanes: 8, or 2 or 4 for the
+    last) from 8g times the size per lane, laid out [position][lane]. The adjoint tables H and e are
+    made by the first backward step of the run and dropped after step 1's."""
 
     def __init__(self, batch_size: int, capacity: int, num_states: int, num_symbols: int, states_in_reading: bool, like: Tensor) -> None:
         load()

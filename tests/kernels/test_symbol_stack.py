@@ -58,6 +58,20 @@ def test_readings_and_gradients_equal_the_pytorch_dp(normalize: bool, states_in_
     torch.testing.assert_close(gradient, expected_gradient, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 9, 10, 11, 13, 17])
+def test_every_width_of_the_last_group_equals_the_pytorch_dp(batch: int) -> None:
+    """A batch's last batch mod 8 elements in a group of 2, 4 or 8 lanes (10: 8 + 2, 11: 8 + 4, 13: 8 + 8,
+    17: 8 + 8 + 2): readings and gradients in float64, 7 steps, NS+S+U."""
+    logits = random_actions(batch, 7, 2, 3, seed=batch, scale=3.0).requires_grad_()
+    weights = torch.randn(batch, 7, 6, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    expected = NondeterministicStack(2, 3, True).readings(NondeterministicActions.from_logits(logits, 2, 3, False))
+    (expected_gradient,) = torch.autograd.grad((expected * weights).sum(), logits)
+    readings = compiled_readings(NondeterministicActions.from_logits(logits, 2, 3, False), True)
+    (gradient,) = torch.autograd.grad((readings * weights).sum(), logits)
+    torch.testing.assert_close(readings, expected, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gradient, expected_gradient, rtol=1e-9, atol=1e-11)
+
+
 def test_gradcheck() -> None:
     logits = random_actions(3, 4, 2, 2, seed=3).requires_grad_()
 
