@@ -18,9 +18,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from stacklm.kernels.dvpda import SequenceRun, kernel_applies, runs_on_kernel
-from stacklm.kernels.symbol_stack import CompiledNondeterministicStack
+from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackRun
 from stacklm.models.recurrent import RecurrentLanguageModel, StepWeights
-from stacklm.models.stack_interface import StackInterface, VectorNondeterministicInterface
+from stacklm.models.stack_interface import NondeterministicInterface, StackInterface, VectorNondeterministicInterface
 from stacklm.stacks.base import StackState
 from stacklm.stacks.vector_nondeterministic import VectorNondeterministicActions
 
@@ -57,14 +57,15 @@ class StateRun:
         return self.state.reading()
 
 
-def stack_run(interface: StackInterface, batch_size: int, like: Tensor, updates: int) -> StateRun | SequenceRun:
+def stack_run(interface: StackInterface, batch_size: int, like: Tensor, updates: int) -> StateRun | SequenceRun | SymbolStackRun:
     """The stack of one forward of ``updates`` stack updates: the dVPDA on its kernel where it applies,
-    the symbol stack on its own where the interface holds it (``stacklm.kernels.symbol_stack``)."""
+    the symbol stack on its own where the interface holds it (``stacklm.kernels.symbol_stack``), each
+    reading the action layer's output as it is."""
     stack = interface.stack
     if updates > 0 and isinstance(interface, VectorNondeterministicInterface) and kernel_applies(interface.stack):
         return SequenceRun(interface.stack, batch_size, like, updates)
-    if updates > 0 and isinstance(stack, CompiledNondeterministicStack):
-        return StateRun(interface, stack.sequence_state(batch_size, like, updates))
+    if updates > 0 and isinstance(interface, NondeterministicInterface) and isinstance(stack, CompiledNondeterministicStack):
+        return SymbolStackRun(stack, batch_size, like, updates, interface.spec.normalized)
     return StateRun(interface, interface.initial_state(batch_size, like, updates or None))
 
 

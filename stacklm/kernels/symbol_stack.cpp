@@ -102,22 +102,29 @@ struct LogWeights {
   std::vector<Vec<T, L>> push, replace, pop;
 };
 
+// Row b of element e's logits holds [log Δ⁺[b,·] ; log Δ^R[b,·] ; log Δ⁻[b,·]] (2N + Q columns, the
+// layout of NondeterministicActions.from_logits), less its log-sum-exp where ``normalize`` (eq. 1's softmax
+// per (q, x)). Lanes past the batch repeat its last element.
 template <typename T, int L>
-LogWeights<T, L> load_weights(const Sizes& sizes, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                           int64_t first, int64_t batch) {
-  const int64_t N = sizes.configs, Q = sizes.states;
+LogWeights<T, L> load_weights(const Sizes& sizes, const at::Tensor& logits, bool normalize, int64_t first) {
+  const int64_t N = sizes.configs, Q = sizes.states, width = 2 * N + Q, batch = logits.size(0);
   LogWeights<T, L> weights{std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * Q)};
   for (int64_t lane = 0; lane < L; ++lane) {
-    const int64_t element = std::min(first + lane, batch - 1);
-    const T* element_push = push.data_ptr<T>() + element * push.stride(0);
-    const T* element_replace = replace.data_ptr<T>() + element * replace.stride(0);
-    const T* element_pop = pop.data_ptr<T>() + element * pop.stride(0);
+    const T* element = logits.data_ptr<T>() + std::min(first + lane, batch - 1) * logits.stride(0);
     for (int64_t b = 0; b < N; ++b) {
-      for (int64_t c = 0; c < N; ++c) {
-        weights.push[b * N + c][lane] = element_push[b * push.stride(1) + c];
-        weights.replace[b * N + c][lane] = element_replace[b * replace.stride(1) + c];
+      const T* row = element + b * width;
+      T offset = 0;
+      if (normalize) {
+        const T largest = *std::max_element(row, row + width);
+        T sum = 0;
+        for (int64_t j = 0; j < width; ++j) sum += std::exp(row[j] - largest);
+        offset = largest + std::log(sum);
       }
-      for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r][lane] = element_pop[b * pop.stride(1) + r];
+      for (int64_t c = 0; c < N; ++c) {
+        weights.push[b * N + c][lane] = row[c] - offset;
+        weights.replace[b * N + c][lane] = row[N + c] - offset;
+      }
+      for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r][lane] = row[2 * N + r] - offset;
     }
   }
   return weights;
@@ -375,12 +382,12 @@ Vec<T, L>* lanes_at(const at::Tensor& table, int64_t per_lane, int64_t group) {
 }
 
 template <typename T, int L, int QC, int SC>
-void step_group(const Sizes& sizes, int64_t t, int64_t group, const at::Tensor& push, const at::Tensor& replace,
-                const at::Tensor& pop, const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals,
-                const at::Tensor& scales, bool states_in_reading, at::Tensor& reading) {
-  const int64_t batch = push.size(0), first = group * LANE_COUNT, N = sizes.configs, S = sizes.symbols;
+void step_group(const Sizes& sizes, int64_t t, int64_t group, const at::Tensor& logits, bool normalize,
+                const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales,
+                bool states_in_reading, at::Tensor& reading) {
+  const int64_t batch = logits.size(0), first = group * LANE_COUNT, N = sizes.configs, S = sizes.symbols;
   const int64_t reading_size = reading.size(1);
-  const LogWeights<T, L> weights = load_weights<T, L>(sizes, push, replace, pop, first, batch);
+  const LogWeights<T, L> weights = load_weights<T, L>(sizes, logits, normalize, first);
   Vec<T, L>* group_alpha = lanes_at<T, L>(alpha, sizes.columns(), group);
   forward_group<T, L, QC, SC>(sizes, t, weights, lanes_at<T, L>(shares, sizes.table(), group), group_alpha,
                               lanes_at<T, L>(totals, sizes.columns(), group), lanes_at<T, L>(scales, 2 * sizes.columns(), group));
@@ -396,15 +403,14 @@ void step_group(const Sizes& sizes, int64_t t, int64_t group, const at::Tensor& 
 }
 
 template <typename T, int QC, int SC>
-at::Tensor step_typed(const Sizes& sizes, int64_t t, const at::Tensor& push, const at::Tensor& replace,
-                      const at::Tensor& pop, const at::Tensor& shares, const at::Tensor& alpha,
-                      const at::Tensor& totals, const at::Tensor& scales, bool states_in_reading) {
-  const int64_t batch = push.size(0);
-  at::Tensor reading = at::empty({batch, states_in_reading ? sizes.configs : sizes.symbols}, push.options());
+at::Tensor step_typed(const Sizes& sizes, int64_t t, const at::Tensor& logits, bool normalize, const at::Tensor& shares,
+                      const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales, bool states_in_reading) {
+  const int64_t batch = logits.size(0);
+  at::Tensor reading = at::empty({batch, states_in_reading ? sizes.configs : sizes.symbols}, logits.options());
   at::parallel_for(0, group_count(batch), 1, [&](int64_t begin, int64_t end) {
     for (int64_t group = begin; group < end; ++group) {
       with_width(group_width(batch, group), [&](auto lanes) {
-        step_group<T, decltype(lanes)::value, QC, SC>(sizes, t, group, push, replace, pop, shares, alpha, totals, scales,
+        step_group<T, decltype(lanes)::value, QC, SC>(sizes, t, group, logits, normalize, shares, alpha, totals, scales,
                                                        states_in_reading, reading);
       });
     }
@@ -414,11 +420,10 @@ at::Tensor step_typed(const Sizes& sizes, int64_t t, const at::Tensor& push, con
 
 template <typename T, int L, int QC, int SC>
 void step_backward_group(const Sizes& sizes, int64_t t, int64_t group, const at::Tensor& grad_reading,
-                         const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                         const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals,
-                         const at::Tensor& scales, const at::Tensor& adjoint, const at::Tensor& grad_alpha,
-                         bool states_in_reading, std::vector<at::Tensor>& gradients) {
-  const int64_t batch = push.size(0), first = group * LANE_COUNT, N = sizes.configs, S = sizes.symbols, Q = sizes.states;
+                         const at::Tensor& logits, bool normalize, const at::Tensor& shares, const at::Tensor& alpha,
+                         const at::Tensor& totals, const at::Tensor& scales, const at::Tensor& adjoint,
+                         const at::Tensor& grad_alpha, bool states_in_reading, at::Tensor& grad_logits) {
+  const int64_t batch = logits.size(0), first = group * LANE_COUNT, N = sizes.configs, S = sizes.symbols, Q = sizes.states;
   const int64_t reading_size = grad_reading.size(1);
   const T* grad_reading_data = grad_reading.data_ptr<T>();
   const Vec<T, L>* group_alpha = lanes_at<T, L>(alpha, sizes.columns(), group);
@@ -439,61 +444,70 @@ void step_backward_group(const Sizes& sizes, int64_t t, int64_t group, const at:
     const int64_t j = states_in_reading ? c : c % S;
     group_grad_alpha[t * N + c] += current[c] * inverse * (gradient[j] - mean);
   }
-  const LogWeights<T, L> weights = load_weights<T, L>(sizes, push, replace, pop, first, batch);
-  std::vector<Vec<T, L>> group_push(N * N), group_replace(N * N, splat<T, L>(0)), group_pop(N * Q, splat<T, L>(0));
+  const LogWeights<T, L> weights = load_weights<T, L>(sizes, logits, normalize, first);
+  std::vector<Vec<T, L>> grad_push(N * N), grad_replace(N * N, splat<T, L>(0)), grad_pop(N * Q, splat<T, L>(0));
   backward_group<T, L, QC, SC>(sizes, t, weights, lanes_at<T, L>(shares, sizes.table(), group), group_alpha,
                                lanes_at<T, L>(totals, sizes.columns(), group), lanes_at<T, L>(scales, 2 * sizes.columns(), group),
-                               lanes_at<T, L>(adjoint, sizes.table(), group), group_grad_alpha, group_push, group_replace,
-                               group_pop);
-  for (int64_t lane = 0; lane < L && first + lane < batch; ++lane) {
-    const int64_t element = first + lane;
-    T* push_out = gradients[0].data_ptr<T>() + element * N * N;
-    T* replace_out = gradients[1].data_ptr<T>() + element * N * N;
-    T* pop_out = gradients[2].data_ptr<T>() + element * N * Q;
-    for (int64_t j = 0; j < N * N; ++j) {
-      push_out[j] = group_push[j][lane];
-      replace_out[j] = group_replace[j][lane];
+                               lanes_at<T, L>(adjoint, sizes.table(), group), group_grad_alpha, grad_push, grad_replace,
+                               grad_pop);
+  // Row b of the logits is [log Δ⁺[b,·] ; log Δ^R[b,·] ; log Δ⁻[b,·]], after eq. 1's log-softmax where
+  // ``normalize``: its gradient is g − softmax · Σ g, the softmax being the normalised weights' exp.
+  const int64_t width = 2 * N + Q;
+  for (int64_t b = 0; b < N; ++b) {
+    std::vector<Vec<T, L>> row_gradient(width);
+    for (int64_t c = 0; c < N; ++c) {
+      row_gradient[c] = grad_push[b * N + c];
+      row_gradient[N + c] = grad_replace[b * N + c];
     }
-    for (int64_t j = 0; j < N * Q; ++j) pop_out[j] = group_pop[j][lane];
+    for (int64_t r = 0; r < Q; ++r) row_gradient[2 * N + r] = grad_pop[b * Q + r];
+    if (normalize) {
+      Vec<T, L> total = splat<T, L>(0);
+      for (int64_t j = 0; j < width; ++j) total += row_gradient[j];
+      for (int64_t c = 0; c < N; ++c) {
+        row_gradient[c] -= lanes_exp<T, L>(weights.push[b * N + c]) * total;
+        row_gradient[N + c] -= lanes_exp<T, L>(weights.replace[b * N + c]) * total;
+      }
+      for (int64_t r = 0; r < Q; ++r) row_gradient[2 * N + r] -= lanes_exp<T, L>(weights.pop[b * Q + r]) * total;
+    }
+    for (int64_t lane = 0; lane < L && first + lane < batch; ++lane) {
+      T* out = grad_logits.data_ptr<T>() + (first + lane) * N * width + b * width;
+      for (int64_t j = 0; j < width; ++j) out[j] = row_gradient[j][lane];
+    }
   }
 }
 
 template <typename T, int QC, int SC>
-std::vector<at::Tensor> step_backward_typed(const Sizes& sizes, int64_t t, const at::Tensor& grad_reading,
-                                            const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                                            const at::Tensor& shares, const at::Tensor& alpha,
-                                            const at::Tensor& totals, const at::Tensor& scales, const at::Tensor& adjoint,
-                                            const at::Tensor& grad_alpha, bool states_in_reading) {
-  const int64_t batch = push.size(0), N = sizes.configs;
-  std::vector<at::Tensor> gradients{at::empty({batch, N, N}, push.options()), at::empty({batch, N, N}, push.options()),
-                                    at::empty({batch, N, sizes.states}, push.options())};  // push, replace, pop
+at::Tensor step_backward_typed(const Sizes& sizes, int64_t t, const at::Tensor& grad_reading, const at::Tensor& logits,
+                               bool normalize, const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals,
+                               const at::Tensor& scales, const at::Tensor& adjoint, const at::Tensor& grad_alpha,
+                               bool states_in_reading) {
+  const int64_t batch = logits.size(0);
+  at::Tensor grad_logits = at::empty({batch, logits.size(1)}, logits.options());
   at::parallel_for(0, group_count(batch), 1, [&](int64_t begin, int64_t end) {
     for (int64_t group = begin; group < end; ++group) {
       with_width(group_width(batch, group), [&](auto lanes) {
-        step_backward_group<T, decltype(lanes)::value, QC, SC>(sizes, t, group, grad_reading, push, replace, pop, shares,
+        step_backward_group<T, decltype(lanes)::value, QC, SC>(sizes, t, group, grad_reading, logits, normalize, shares,
                                                                 alpha, totals, scales, adjoint, grad_alpha,
-                                                                states_in_reading, gradients);
+                                                                states_in_reading, grad_logits);
       });
     }
   });
-  return gradients;
+  return grad_logits;
 }
 
-// The sizes of tables made by ``start`` for pop's batch: the capacity from α's size.
-Sizes sizes_of(const at::Tensor& pop, const at::Tensor& alpha) {
-  const int64_t states = pop.size(2), configs = pop.size(1), lanes = lane_total(pop.size(0));
-  return Sizes{states, configs / states, configs, lanes == 0 ? 0 : alpha.numel() / (lanes * configs) - 1};
+// The sizes of tables made by ``start`` for the logits' batch: the capacity from α's size.
+Sizes sizes_of(int64_t states, int64_t symbols, const at::Tensor& logits, const at::Tensor& alpha) {
+  const int64_t configs = states * symbols, lanes = lane_total(logits.size(0));
+  return Sizes{states, symbols, configs, lanes == 0 ? 0 : alpha.numel() / (lanes * configs) - 1};
 }
 
-void check_step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                const at::Tensor& shares, const at::Tensor& alpha, const Sizes& sizes) {
-  TORCH_CHECK(push.stride(2) == 1 && replace.stride(2) == 1 && pop.stride(2) == 1, "the log weights' rows must be contiguous");
-  TORCH_CHECK(push.dim() == 3 && push.size(1) == sizes.configs && push.size(2) == sizes.configs, "push must be (B, N, N)");
-  TORCH_CHECK(replace.sizes() == push.sizes(), "replace must be (B, N, N)");
-  TORCH_CHECK(pop.dim() == 3 && pop.size(0) == push.size(0), "pop must be (B, N, Q)");
-  TORCH_CHECK(sizes.configs <= 64 && sizes.states <= 16, "at most 16 states and 64 configurations");
+void check_step(int64_t t, const at::Tensor& logits, const at::Tensor& shares, const at::Tensor& alpha, const Sizes& sizes) {
+  const int64_t N = sizes.configs;
+  TORCH_CHECK(logits.dim() == 2 && logits.size(1) == N * (2 * N + sizes.states) && logits.stride(1) == 1,
+              "the logits must be (B, Q·S·(2QS + Q)), each row contiguous");
+  TORCH_CHECK(N <= 64 && sizes.states <= 16, "at most 16 states and 64 configurations");
   TORCH_CHECK(1 <= t && t <= sizes.capacity, "step ", t, " outside the tables' 1 … ", sizes.capacity);
-  const int64_t lanes = lane_total(push.size(0));
+  const int64_t lanes = lane_total(logits.size(0));
   TORCH_CHECK(alpha.numel() == lanes * sizes.columns() && shares.numel() == lanes * sizes.table(), "tables of another size");
 }
 
@@ -518,31 +532,29 @@ std::vector<at::Tensor> start(const at::Tensor& like, int64_t batch, int64_t cap
   return {shares, alpha, totals, scales};
 }
 
-at::Tensor step(int64_t t, const at::Tensor& push, const at::Tensor& replace, const at::Tensor& pop,
-                const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales,
-                bool states_in_reading) {
-  const Sizes sizes = sizes_of(pop, alpha);
-  check_step(t, push, replace, pop, shares, alpha, sizes);
-  return AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "symbol_stack_step", [&] {
+at::Tensor step(int64_t t, int64_t states, int64_t symbols, const at::Tensor& logits, bool normalize, const at::Tensor& shares,
+                const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales, bool states_in_reading) {
+  const Sizes sizes = sizes_of(states, symbols, logits, alpha);
+  check_step(t, logits, shares, alpha, sizes);
+  return AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "symbol_stack_step", [&] {
     return with_sizes(sizes, [&](auto states, auto symbols) {
-      return step_typed<scalar_t, decltype(states)::value, decltype(symbols)::value>(sizes, t, push, replace, pop, shares,
+      return step_typed<scalar_t, decltype(states)::value, decltype(symbols)::value>(sizes, t, logits, normalize, shares,
                                                                                       alpha, totals, scales, states_in_reading);
     });
   });
 }
 
-std::vector<at::Tensor> step_backward(int64_t t, const at::Tensor& grad_reading, const at::Tensor& push,
-                                      const at::Tensor& replace, const at::Tensor& pop, const at::Tensor& shares,
-                                      const at::Tensor& alpha, const at::Tensor& totals, const at::Tensor& scales,
-                                      const at::Tensor& adjoint,
-                                      const at::Tensor& grad_alpha, bool states_in_reading) {
-  const Sizes sizes = sizes_of(pop, alpha);
-  check_step(t, push, replace, pop, shares, alpha, sizes);
+at::Tensor step_backward(int64_t t, int64_t states, int64_t symbols, const at::Tensor& grad_reading, const at::Tensor& logits,
+                         bool normalize, const at::Tensor& shares, const at::Tensor& alpha, const at::Tensor& totals,
+                         const at::Tensor& scales, const at::Tensor& adjoint, const at::Tensor& grad_alpha,
+                         bool states_in_reading) {
+  const Sizes sizes = sizes_of(states, symbols, logits, alpha);
+  check_step(t, logits, shares, alpha, sizes);
   TORCH_CHECK(grad_reading.is_contiguous(), "the reading's gradient must be contiguous");
-  return AT_DISPATCH_FLOATING_TYPES(push.scalar_type(), "symbol_stack_step_backward", [&] {
+  return AT_DISPATCH_FLOATING_TYPES(logits.scalar_type(), "symbol_stack_step_backward", [&] {
     return with_sizes(sizes, [&](auto states, auto symbols) {
       return step_backward_typed<scalar_t, decltype(states)::value, decltype(symbols)::value>(
-          sizes, t, grad_reading, push, replace, pop, shares, alpha, totals, scales, adjoint, grad_alpha, states_in_reading);
+          sizes, t, grad_reading, logits, normalize, shares, alpha, totals, scales, adjoint, grad_alpha, states_in_reading);
     });
   });
 }
@@ -552,11 +564,11 @@ std::vector<at::Tensor> step_backward(int64_t t, const at::Tensor& grad_reading,
 TORCH_LIBRARY(stacklm_symbol_stack, library) {
   library.def("start(Tensor like, int batch, int capacity, int states, int symbols) -> Tensor[]");
   library.def(
-      "step(int t, Tensor push, Tensor replace, Tensor pop, Tensor(a!) shares, Tensor(b!) alpha, Tensor(c!) totals, "
-      "Tensor(d!) scales, bool states_in_reading) -> Tensor");
+      "step(int t, int states, int symbols, Tensor logits, bool normalize, Tensor(a!) shares, Tensor(b!) alpha, "
+      "Tensor(c!) totals, Tensor(d!) scales, bool states_in_reading) -> Tensor");
   library.def(
-      "step_backward(int t, Tensor grad_reading, Tensor push, Tensor replace, Tensor pop, Tensor shares, Tensor alpha, "
-      "Tensor totals, Tensor scales, Tensor(a!) adjoint, Tensor(b!) grad_alpha, bool states_in_reading) -> Tensor[]");
+      "step_backward(int t, int states, int symbols, Tensor grad_reading, Tensor logits, bool normalize, Tensor shares, "
+      "Tensor alpha, Tensor totals, Tensor scales, Tensor(a!) adjoint, Tensor(b!) grad_alpha, bool states_in_reading) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(stacklm_symbol_stack, CompositeExplicitAutograd, library) {

@@ -4,8 +4,11 @@ forward and exact backward (``symbol_stack.cpp``), for stack RNNs.
 DuSell & Chiang (2022), "Learning Hierarchical Structures with Differentiable Nondeterministic
 Stacks", eqs. 2–5, full stack (no window), as ``stacklm.stacks.nondeterministic`` computes it: the
 same γ, α and readings. Step t (1-based) adds column t of γ from the log weights log Δ⁺_t, log Δ^R_t
-(B, N, N) and log Δ⁻_t (B, N, Q) of the step, N = |Q|·|Γ|, configuration (q, x) at q·|Γ| + x (the
-layout of ``NondeterministicActions``, flattened), whatever made them (eq. 1's softmax or raw).
+(B, N, N) and log Δ⁻_t (B, N, Q) of the step, N = |Q|·|Γ|, configuration (q, x) at q·|Γ| + x, which it
+reads from the action layer's logits of the step as they are, (B, N·(2N + Q)), row (q, x) holding
+[log Δ⁺ ; log Δ^R ; log Δ⁻] (``NondeterministicActions.from_logits``): less the row's log-sum-exp
+(eq. 1's softmax per (q, x): NS, NS+S) or raw (+U). So a step is one autograd node, the softmax's
+backward (g − softmax · Σ g per row) in the kernel's.
 
 Shares instead of weights. With F_t[i][a][c] = α[i][a] γ[i→t][a,c] (so α[t][c] = Σ_{i,a} F_t[i][a][c]),
 the kernel keeps the shares Ŝ_t[i][a][c] = F_t[i][a][c] / α[t][c] ∈ [0, 1] and α̂[t] = α[t] / max_c α[t][c].
@@ -57,18 +60,16 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from stacklm.build_lock import build_lock
 from stacklm.errors import StacklmError
-from stacklm.stacks.base import StackState
 from stacklm.kernels import build
-from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
+from stacklm.stacks.nondeterministic import NondeterministicStack
 
 NAME = "stacklm_symbol_stack"
 SOURCE = Path(__file__).with_name("symbol_stack.cpp")
@@ -121,14 +122,20 @@ class SymbolStackTables:
     column per :func:`symbol_step`: Ŝ (Σ_t t·N² per lane), α̂ and T ((capacity + 1)·N per lane), each
     one flat tensor of the groups side by side, group g (elements 8g …, L_g lanes: 8, or 2 or 4 for the
     last) from 8g times the size per lane, laid out [position][lane]. The adjoint tables H and e are
-    made by the first backward step of the run and dropped after step 1's."""
+    made by the first backward step of the run and dropped after step 1's. ``normalize``: the steps'
+    logits pass through eq. 1's softmax per (q, x) (NS, NS+S), else they are the log weights (+U)."""
 
-    def __init__(self, batch_size: int, capacity: int, num_states: int, num_symbols: int, states_in_reading: bool, like: Tensor) -> None:
+    def __init__(
+        self, batch_size: int, capacity: int, num_states: int, num_symbols: int, states_in_reading: bool, normalize: bool, like: Tensor
+    ) -> None:
         load()
         self.shares, self.alpha, self.totals, self.scales = torch.ops.stacklm_symbol_stack.start(like, batch_size, capacity, num_states, num_symbols)
         self.batch_size = batch_size
         self.capacity = capacity
+        self.num_states = num_states
+        self.num_symbols = num_symbols
         self.states_in_reading = states_in_reading
+        self.normalize = normalize
         self.steps = 0
         self.adjoint: Tensor | None = None
         self.grad_alpha: Tensor | None = None
@@ -136,17 +143,18 @@ class SymbolStackTables:
 
 class _SymbolStep(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, push: Tensor, replace: Tensor, pop: Tensor, order: Tensor, tables: SymbolStackTables) -> tuple[Tensor, Tensor]:
+    def forward(ctx: Any, logits: Tensor, order: Tensor, tables: SymbolStackTables) -> tuple[Tensor, Tensor]:
         step = tables.steps + 1
         reading = torch.ops.stacklm_symbol_stack.step(
-            step, push, replace, pop, tables.shares, tables.alpha, tables.totals, tables.scales, tables.states_in_reading
-        )
+            step, tables.num_states, tables.num_symbols, logits, tables.normalize, tables.shares, tables.alpha, tables.totals,
+            tables.scales, tables.states_in_reading,
+        )  # fmt: skip
         tables.steps = step
-        ctx.save_for_backward(push, replace, pop)
+        ctx.save_for_backward(logits)
         ctx.tables = tables
         ctx.step = step
         ctx.order_shape = order.shape
-        return reading, reading.new_zeros(reading.size(0), 0)
+        return reading, reading.new_empty(reading.size(0), 0)
 
     @staticmethod
     def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
@@ -154,64 +162,55 @@ class _SymbolStep(torch.autograd.Function):
         if tables.adjoint is None or tables.grad_alpha is None:
             tables.adjoint = torch.zeros_like(tables.shares)
             tables.grad_alpha = torch.zeros_like(tables.alpha)
-        grad_push, grad_replace, grad_pop = torch.ops.stacklm_symbol_stack.step_backward(
-            ctx.step, grad_reading.contiguous(), *ctx.saved_tensors, tables.shares, tables.alpha, tables.totals,
-            tables.scales, tables.adjoint, tables.grad_alpha, tables.states_in_reading,
+        (logits,) = ctx.saved_tensors
+        grad_logits = torch.ops.stacklm_symbol_stack.step_backward(
+            ctx.step, tables.num_states, tables.num_symbols, grad_reading.contiguous(), logits, tables.normalize,
+            tables.shares, tables.alpha, tables.totals, tables.scales, tables.adjoint, tables.grad_alpha, tables.states_in_reading,
         )  # fmt: skip
         if ctx.step == 1:
             tables.adjoint = tables.grad_alpha = None
-        return grad_push, grad_replace, grad_pop, grad_reading.new_zeros(ctx.order_shape), None
+        return grad_logits, grad_reading.new_empty(ctx.order_shape), None
 
 
-def symbol_step(tables: SymbolStackTables, push: Tensor, replace: Tensor, pop: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
+def symbol_step(tables: SymbolStackTables, logits: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
     """r_t (B, N or |Γ|) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
 
-    ``push``, ``replace`` (B, N, N) and ``pop`` (B, N, Q): log Δ⁺_t, log Δ^R_t, log Δ⁻_t in the
-    tables' dtype, at any strides of B and rows (the views ``NondeterministicActions`` holds: no copy); ``order``: any (B, 0) tensor at step 1, else what step t − 1 returned.
+    ``logits`` (B, Q·S·(2QS + Q)): the step's action logits as ``NondeterministicActions.from_logits``
+    takes them (each row (q, x): log Δ⁺, log Δ^R, log Δ⁻ side by side), in the tables' dtype, at any
+    stride of B; ``order``: any (B, 0) tensor at step 1, else what step t − 1 returned.
     """
     if tables.steps >= tables.capacity:
         raise ValueError(f"the tables hold {tables.capacity} steps")
-    push, replace, pop = (table if table.stride(-1) == 1 else table.contiguous() for table in (push, replace, pop))
-    return _SymbolStep.apply(push, replace, pop, order, tables)
+    return _SymbolStep.apply(logits if logits.stride(-1) == 1 else logits.contiguous(), order, tables)
 
 
-@dataclass(frozen=True)
-class SymbolStackSequence(StackState[NondeterministicActions]):
-    """A ``sequence_state`` of the NS family on the kernel: advanced once per step, never copied."""
+class SymbolStackRun:
+    """The symbol stack of one whole-sequence forward of a stack RNN (``stacklm.kernels.recurrent``),
+    gradients included: tables for at most ``capacity`` steps, one kernel call per step, each step
+    taken once, driven by the action layer's logits as they are (eq. 1's softmax in the kernel)."""
 
-    tables: SymbolStackTables
-    current: Tensor  # r_t (B, reading size)
-    order: Tensor  # (B, 0), what step t returned
+    def __init__(self, stack: NondeterministicStack, batch_size: int, like: Tensor, capacity: int, normalize: bool) -> None:
+        sizes = stack.sizes
+        self.tables = SymbolStackTables(batch_size, capacity, sizes.num_states, sizes.num_symbols, stack.states_in_reading, normalize, like)
+        self.current = like.new_zeros(batch_size, stack.reading_size)
+        self.current[:, 0] = 1  # r_0: one-hot at ⊥, or (q0, ⊥)
+        self.order = like.new_empty(batch_size, 0)
 
-    def next(self, actions: NondeterministicActions) -> SymbolStackSequence:
-        batch_size, num_states, num_symbols = actions.pop.shape[:3]
-        configurations = num_states * num_symbols
-        reading, order = symbol_step(
-            self.tables,
-            actions.push.reshape(batch_size, configurations, configurations),
-            actions.replace.reshape(batch_size, configurations, configurations),
-            actions.pop.reshape(batch_size, configurations, num_states),
-            self.order,
-        )
-        return SymbolStackSequence(self.tables, reading, order)
+    def next(self, parts: tuple[Tensor, ...]) -> None:
+        """The next step, of the actions ``NondeterministicActions.from_logits(logits, …)`` for
+        ``parts`` = (logits (B, Q·S·(2QS + Q)),)."""
+        (logits,) = parts
+        self.current, self.order = symbol_step(self.tables, logits, self.order)
 
     def reading(self) -> Tensor:
+        """r_t (B, N or |Γ|)."""
         return self.current
-
-    def transform_tensors(self, function: Callable[[Tensor], Tensor]) -> SymbolStackSequence:
-        raise TypeError("a sequence state of the compiled symbol stack is advanced once per step and never copied or sliced: use initial_state")
 
 
 class CompiledNondeterministicStack(NondeterministicStack):
-    """``NondeterministicStack`` (full stack, LOG) whose ``sequence_state`` runs on the kernel
-    (CPU, float32 or float64): the state of a stack RNN's whole-sequence forward on the kernels
-    (``stacklm.kernels.recurrent``); ``initial_state`` and ``readings`` stay the PyTorch DP."""
+    """``NondeterministicStack`` (full stack, LOG) whose stack RNN's whole-sequence forward runs on the
+    kernel (CPU, float32 or float64) as a :class:`SymbolStackRun` (``stacklm.kernels.recurrent``);
+    ``initial_state`` and ``readings`` stay the PyTorch DP."""
 
     def __init__(self, num_states: int, num_symbols: int, states_in_reading: bool) -> None:
         super().__init__(num_states, num_symbols, states_in_reading)
-
-    def sequence_state(self, batch_size: int, like: Tensor, max_steps: int) -> SymbolStackSequence:
-        tables = SymbolStackTables(batch_size, max_steps, self.sizes.num_states, self.sizes.num_symbols, self.states_in_reading, like)
-        empty = like.new_zeros(batch_size, self.reading_size)
-        empty[:, 0] = 1  # r_0: one-hot at ⊥, or (q0, ⊥)
-        return SymbolStackSequence(tables, empty, like.new_zeros(batch_size, 0))

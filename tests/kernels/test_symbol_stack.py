@@ -13,25 +13,18 @@ from tests.stacks.test_nondeterministic import VARIANTS, brute_force_readings, r
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.kernels.backend import accelerate
-from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackSequence, SymbolStackTables, symbol_step
+from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackRun, SymbolStackTables, symbol_step
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
 
 
-def compiled_readings(actions: NondeterministicActions, states_in_reading: bool) -> Tensor:
-    """r_1 … r_n (B, n, reading size), one kernel step per step."""
-    batch, steps, states, symbols = actions.pop.shape[:4]
-    configurations = states * symbols
-    tables = SymbolStackTables(batch, steps, states, symbols, states_in_reading, actions.pop)
-    order = actions.pop.new_zeros(batch, 0)
+def compiled_readings(logits: Tensor, states: int, symbols: int, normalize: bool, states_in_reading: bool) -> Tensor:
+    """r_1 … r_n (B, n, reading size) of the action logits (B, n, Q·S·(2QS + Q)), one kernel step per step."""
+    batch, steps = logits.shape[:2]
+    tables = SymbolStackTables(batch, steps, states, symbols, states_in_reading, normalize, logits)
+    order = logits.new_zeros(batch, 0)
     readings = []
     for step in range(steps):
-        reading, order = symbol_step(
-            tables,
-            actions.push[:, step].reshape(batch, configurations, configurations),
-            actions.replace[:, step].reshape(batch, configurations, configurations),
-            actions.pop[:, step].reshape(batch, configurations, states),
-            order,
-        )
+        reading, order = symbol_step(tables, logits[:, step], order)
         readings.append(reading)
     return torch.stack(readings, dim=1)
 
@@ -41,7 +34,7 @@ def compiled_readings(actions: NondeterministicActions, states_in_reading: bool)
 def test_readings_equal_brute_force(normalize: bool, states_in_reading: bool, states: int, symbols: int, steps: int) -> None:
     logits = random_actions(2, steps, states, symbols, seed=states * 10 + symbols)
     actions = NondeterministicActions.from_logits(logits, states, symbols, normalize)
-    torch.testing.assert_close(compiled_readings(actions, states_in_reading), brute_force_readings(actions, states_in_reading), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(compiled_readings(logits, states, symbols, normalize, states_in_reading), brute_force_readings(actions, states_in_reading), rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("normalize, states_in_reading", VARIANTS)
@@ -52,31 +45,33 @@ def test_readings_and_gradients_equal_the_pytorch_dp(normalize: bool, states_in_
     weights = torch.randn(11, 9, states * symbols if states_in_reading else symbols, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     expected = NondeterministicStack(states, symbols, states_in_reading).readings(NondeterministicActions.from_logits(logits, states, symbols, normalize))
     (expected_gradient,) = torch.autograd.grad((expected * weights).sum(), logits)
-    readings = compiled_readings(NondeterministicActions.from_logits(logits, states, symbols, normalize), states_in_reading)
+    readings = compiled_readings(logits, states, symbols, normalize, states_in_reading)
     (gradient,) = torch.autograd.grad((readings * weights).sum(), logits)
     torch.testing.assert_close(readings, expected, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(gradient, expected_gradient, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("batch", [1, 2, 3, 5, 9, 10, 11, 13, 17])
-def test_every_width_of_the_last_group_equals_the_pytorch_dp(batch: int) -> None:
+def test_every_width_of_the_last_group_equals_the_pytorch_dp(batch: int, normalize: bool) -> None:
     """A batch's last batch mod 8 elements in a group of 2, 4 or 8 lanes (10: 8 + 2, 11: 8 + 4, 13: 8 + 8,
-    17: 8 + 8 + 2): readings and gradients in float64, 7 steps, NS+S+U."""
+    17: 8 + 8 + 2): readings and gradients in float64, 7 steps, NS+S and NS+S+U."""
     logits = random_actions(batch, 7, 2, 3, seed=batch, scale=3.0).requires_grad_()
     weights = torch.randn(batch, 7, 6, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    expected = NondeterministicStack(2, 3, True).readings(NondeterministicActions.from_logits(logits, 2, 3, False))
+    expected = NondeterministicStack(2, 3, True).readings(NondeterministicActions.from_logits(logits, 2, 3, normalize))
     (expected_gradient,) = torch.autograd.grad((expected * weights).sum(), logits)
-    readings = compiled_readings(NondeterministicActions.from_logits(logits, 2, 3, False), True)
+    readings = compiled_readings(logits, 2, 3, normalize, True)
     (gradient,) = torch.autograd.grad((readings * weights).sum(), logits)
     torch.testing.assert_close(readings, expected, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(gradient, expected_gradient, rtol=1e-9, atol=1e-11)
 
 
-def test_gradcheck() -> None:
+@pytest.mark.parametrize("normalize", [True, False])
+def test_gradcheck(normalize: bool) -> None:
     logits = random_actions(3, 4, 2, 2, seed=3).requires_grad_()
 
     def readings(logits: Tensor) -> Tensor:
-        return compiled_readings(NondeterministicActions.from_logits(logits, 2, 2, normalize=False), True)
+        return compiled_readings(logits, 2, 2, normalize, True)
 
     assert torch.autograd.gradcheck(readings, (logits,))
 
@@ -86,7 +81,7 @@ def test_one_step_reads_the_push() -> None:
     logits = random_actions(2, 1, 2, 3, seed=4)
     actions = NondeterministicActions.from_logits(logits, 2, 3, normalize=False)
     expected = actions.push[:, 0, 0, 0].reshape(2, 6).softmax(dim=-1).unsqueeze(1)
-    torch.testing.assert_close(compiled_readings(actions, True), expected)
+    torch.testing.assert_close(compiled_readings(logits, 2, 3, False, True), expected)
 
 
 @pytest.mark.parametrize("normalize", [True, False])
@@ -99,7 +94,7 @@ def test_float32_follows_float64(normalize: bool, scale: float) -> None:
     results = []
     for dtype in (torch.float64, torch.float32):
         leaf = logits.to(dtype).requires_grad_()
-        readings = compiled_readings(NondeterministicActions.from_logits(leaf, 2, 3, normalize=normalize), True)
+        readings = compiled_readings(leaf, 2, 3, normalize, True)
         (gradient,) = torch.autograd.grad((readings * weights.to(dtype)).sum(), leaf)
         results.append((readings.double(), gradient.double()))
     (readings64, gradient64), (readings32, gradient32) = results
@@ -108,12 +103,11 @@ def test_float32_follows_float64(normalize: bool, scale: float) -> None:
 
 
 def test_tables_refuse_a_step_past_their_capacity() -> None:
-    actions = NondeterministicActions.from_logits(random_actions(1, 2, 1, 2, seed=1), 1, 2, normalize=True)
-    tables = SymbolStackTables(1, 1, 1, 2, False, actions.pop)
-    order = actions.pop.new_zeros(1, 0)
-    _, order = symbol_step(tables, actions.push[:, 0].reshape(1, 2, 2), actions.replace[:, 0].reshape(1, 2, 2), actions.pop[:, 0].reshape(1, 2, 1), order)
+    logits = random_actions(1, 2, 1, 2, seed=1)
+    tables = SymbolStackTables(1, 1, 1, 2, False, True, logits)
+    _, order = symbol_step(tables, logits[:, 0], logits.new_zeros(1, 0))
     with pytest.raises(ValueError, match="hold 1 steps"):
-        symbol_step(tables, actions.push[:, 1].reshape(1, 2, 2), actions.replace[:, 1].reshape(1, 2, 2), actions.pop[:, 1].reshape(1, 2, 1), order)
+        symbol_step(tables, logits[:, 1], order)
 
 
 @pytest.mark.parametrize("name", ["cfl/NS", "cfl/NS+S+U"])
@@ -121,7 +115,7 @@ def test_a_stack_rnn_on_the_kernel_equals_it_on_the_pytorch_dp(name: str, monkey
     """The CFL model's loss and gradients on the torch backend, then with ``accelerate`` putting the
     compiled stack in place (its sequence state), float64."""
     steps: list[int] = []
-    monkeypatch.setattr(SymbolStackSequence, "next", lambda self, actions, next=SymbolStackSequence.next: steps.append(1) or next(self, actions))
+    monkeypatch.setattr(SymbolStackRun, "next", lambda self, parts, next=SymbolStackRun.next: steps.append(1) or next(self, parts))
     options = ModelOptions(cfl_num_states=2, cfl_num_symbols=3)
     model = build_model(name, 4, options=options, generator=torch.Generator().manual_seed(0)).double()
     tokens = torch.randint(0, 3, (10, 12), generator=torch.Generator().manual_seed(1))
