@@ -296,43 +296,69 @@ void backward_group(const Sizes& sizes, int64_t t, const LogWeights<T, L>& weigh
   }
   std::vector<Vec<T, L>> replace_sums(N * N, splat<T, L>(0)), pop_sums(N * Q, splat<T, L>(0));
   std::vector<Vec<T, L>> flow_adjoint((t - 1) * N * Q, splat<T, L>(0));  // Z[k][d][r]
+  constexpr int64_t most = QC && SC ? QC * SC : 64;
   for (int64_t i = 0; i + 2 <= t; ++i) {
-    for (int64_t a = 0; a < N; ++a) {
-      // ρ[c] = H_t[i][a][c] / T_t[c], times the part's scale g[c] (replace) or f[c] (pop)
-      Vec<T, L> replace_ratio[QC && SC ? QC * SC : 64], pop_ratio[QC && SC ? QC * SC : 64];
-      const Vec<T, L>* column_adjoint = adjoint + sizes.entry(i, a, t);
-      for (int64_t c = 0; c < N; ++c) {
-        replace_ratio[c] = column_adjoint[c] * replace_scale[c];
-        pop_ratio[c] = column_adjoint[c] * pop_scale[c];
-      }
-      const Vec<T, L>* previous = shares + sizes.entry(i, a, t - 1);
-      Vec<T, L>* previous_adjoint = adjoint + sizes.entry(i, a, t - 1);
-      for (int64_t b = 0; b < N; ++b) {
-        Vec<T, L> sum = splat<T, L>(0);
-        const Vec<T, L> share = previous[b];
+    // Rows (i, a) and (i, a + 1) together: each W[k] and Z[k] access of the pop serves both.
+    for (int64_t a = 0; a < N; a += 2) {
+      const int64_t rows = std::min<int64_t>(2, N - a);
+      Vec<T, L> pop_ratio[2][most];
+      for (int64_t row = 0; row < rows; ++row) {
+        // ρ[c] = H_t[i][a][c] / T_t[c], times the part's scale g[c] (replace) or f[c] (pop)
+        Vec<T, L> replace_ratio[most];
+        const Vec<T, L>* column_adjoint = adjoint + sizes.entry(i, a + row, t);
         for (int64_t c = 0; c < N; ++c) {
-          sum += replace_ratio[c] * products.replace[b * N + c];
-          replace_sums[b * N + c] += replace_ratio[c] * share;
+          replace_ratio[c] = column_adjoint[c] * replace_scale[c];
+          pop_ratio[row][c] = column_adjoint[c] * pop_scale[c];
         }
-        previous_adjoint[b] += sum;
+        const Vec<T, L>* previous = shares + sizes.entry(i, a + row, t - 1);
+        Vec<T, L>* previous_adjoint = adjoint + sizes.entry(i, a + row, t - 1);
+        for (int64_t b = 0; b < N; ++b) {
+          Vec<T, L> sum = splat<T, L>(0);
+          const Vec<T, L> share = previous[b];
+          for (int64_t c = 0; c < N; ++c) {
+            sum += replace_ratio[c] * products.replace[b * N + c];
+            replace_sums[b * N + c] += replace_ratio[c] * share;
+          }
+          previous_adjoint[b] += sum;
+        }
       }
-      const Vec<T, L>* below = shares + sizes.entry(i, a, i + 1);
-      Vec<T, L>* below_adjoint = adjoint + sizes.entry(i, a, i + 1);
-      for (int64_t k = i + 1; k + 2 <= t; ++k, below += N, below_adjoint += N) {
-        const Vec<T, L>* flow = products.flow.data() + k * N * Q;
-        Vec<T, L>* flow_sums = flow_adjoint.data() + k * N * Q;
-        for (int64_t u = 0; u < Q; ++u) {
-          for (int64_t y = 0; y < S; ++y) {
-            const int64_t d = u * S + y;
-            const Vec<T, L> share = below[d];
-            Vec<T, L> sum = splat<T, L>(0);
-            for (int64_t r = 0; r < Q; ++r) {
-              sum += pop_ratio[r * S + y] * flow[d * Q + r];
-              flow_sums[d * Q + r] += pop_ratio[r * S + y] * share;
+      auto pop_rows = [&](auto count) {
+        constexpr int R = decltype(count)::value;
+        const Vec<T, L>* below[R];
+        Vec<T, L>* below_adjoint[R];
+        for (int row = 0; row < R; ++row) {
+          below[row] = shares + sizes.entry(i, a + row, i + 1);
+          below_adjoint[row] = adjoint + sizes.entry(i, a + row, i + 1);
+        }
+        for (int64_t k = i + 1; k + 2 <= t; ++k) {
+          const Vec<T, L>* flow = products.flow.data() + k * N * Q;
+          Vec<T, L>* flow_sums = flow_adjoint.data() + k * N * Q;
+          for (int64_t u = 0; u < Q; ++u) {
+            for (int64_t y = 0; y < S; ++y) {
+              const int64_t d = u * S + y;
+              Vec<T, L> flow_sum[QC ? QC : 16] = {};
+              for (int row = 0; row < R; ++row) {
+                const Vec<T, L> share = below[row][d];
+                Vec<T, L> sum = splat<T, L>(0);
+                for (int64_t r = 0; r < Q; ++r) {
+                  sum += pop_ratio[row][r * S + y] * flow[d * Q + r];
+                  flow_sum[r] += pop_ratio[row][r * S + y] * share;
+                }
+                below_adjoint[row][d] += sum;
+              }
+              for (int64_t r = 0; r < Q; ++r) flow_sums[d * Q + r] += flow_sum[r];
             }
-            below_adjoint[d] += sum;
+          }
+          for (int row = 0; row < R; ++row) {
+            below[row] += N;
+            below_adjoint[row] += N;
           }
         }
+      };
+      if (rows == 2) {
+        pop_rows(std::integral_constant<int, 2>());
+      } else {
+        pop_rows(std::integral_constant<int, 1>());
       }
     }
   }
