@@ -21,9 +21,10 @@ tied embeddings), timed in the same rounds. ``--bf16`` times each architecture a
 ``torch.autocast`` to bfloat16 (oneDNN) and reports the speedup and the loss's relative error
 against float32 on the same batch; the nondeterministic stacks' dynamic program needs
 float32 (``docs/design/stack-dp.md#float32-and-the-shifted-products``), so their architectures are left out of it.
-``--symbol-stack-kernel`` times each NS model again on the compiled symbol stack, in the same
-rounds (old and new alternate), as ``kernel_tokens_per_cpu_s``, ``kernel_cost_ratio`` and
-``kernel_speedup``.
+``--torch-baseline`` times each architecture again on the PyTorch implementations (backend
+``torch``: no compiled kernel, e.g. the NS models' dynamic program in PyTorch instead of the
+compiled symbol stack), in the same rounds, as ``torch_tokens_per_cpu_s``, ``torch_cost_ratio``
+(against its base on the compiled kernels) and ``kernel_speedup``.
 
     .venv/bin/python bench/models.py [--task question-formation] [--lengths 16 32 64] [--threads 1]
     .venv/bin/python bench/models.py --json --lengths 32      # one JSON object per architecture
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import math
 import statistics
@@ -63,8 +63,6 @@ from stacklm.models.lexicon import task_features, task_vocabulary
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import ARCHITECTURES, build_model
 from stacklm.models.transformer import Transformer
-from stacklm.kernels.symbol_stack import CompiledNondeterministicStack
-from stacklm.stacks.nondeterministic import NondeterministicStack
 from stacklm.tasks import get_task
 from stacklm.training.batching import Batch, epoch_groups, make_batch
 from stacklm.training.config import TrainConfig
@@ -132,24 +130,13 @@ def training_step(model: nn.Module, batches: list[tuple[Tensor, Tensor]], vocabu
     return step
 
 
-def build(name: str, vocabulary_size: int, arguments: argparse.Namespace) -> LanguageModel:
+def build(name: str, vocabulary_size: int, arguments: argparse.Namespace, backend: str = "auto") -> LanguageModel:
     features = task_features(arguments.task) if ARCHITECTURES[name].syntax else None
     options = ModelOptions()
     if arguments.cfl_language and name.startswith(CFL_PREFIX):
         options = model_options(arguments.cfl_language, name, CFL_VECTOR_SIZE if name in VECTOR_MODELS else None)
     model = build_model(name, vocabulary_size, token_features=features, options=options, generator=torch.Generator().manual_seed(0))
-    return accelerate(model, resolve("auto", torch.device("cpu"))).train()  # as `stacklm train` runs it on the CPU
-
-
-def with_symbol_stack_kernel(model: LanguageModel) -> LanguageModel | None:
-    """A copy of ``model`` whose NS stack (full stack) runs its whole-sequence forward on the compiled
-    symbol stack (``stacklm.kernels.symbol_stack``); None for a model without one."""
-    stack = getattr(getattr(model, "interface", None), "stack", None)
-    if type(stack) is not NondeterministicStack or stack.sizes.window is not None:
-        return None
-    copied = copy.deepcopy(model)
-    copied.interface.stack = CompiledNondeterministicStack(stack.sizes.num_states, stack.sizes.num_symbols, stack.states_in_reading)
-    return copied
+    return accelerate(model, resolve(backend, torch.device("cpu"))).train()  # "auto": as `stacklm train` runs it on the CPU
 
 
 def base_of(name: str) -> str:
@@ -200,9 +187,9 @@ def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, 
         cases.append(Case(EAGER, training_step(eager, batches, vocabulary_size, False), []))
     bf16 = [name for name in names if arguments.bf16 and not uses_nondeterministic_stack(name)]
     cases += [Case(f"{name} bf16", training_step(models[name], batches, vocabulary_size, True), []) for name in bf16]
-    kernel_models = {name: with_symbol_stack_kernel(models[name]) for name in names} if arguments.symbol_stack_kernel else {}
-    kernel = [name for name, model in kernel_models.items() if model is not None]
-    cases += [Case(f"{name} kernel", training_step(kernel_models[name], batches, vocabulary_size, False), []) for name in kernel]
+    baseline = names if arguments.torch_baseline else []
+    cases += [Case(f"{name} torch", training_step(build(name, vocabulary_size, arguments, "torch"), batches, vocabulary_size, False), [])
+              for name in baseline]
     run_rounds(cases, arguments.repeats)
     seconds = {case.name: statistics.median(case.times) for case in cases}
     results = []
@@ -229,10 +216,10 @@ def measure(names: list[str], vocabulary_size: int, batches: list[tuple[Tensor, 
             bf16_loss = next(case for case in cases if case.name == f"{name} bf16").step()
             result["bf16_speedup"] = seconds[name] / seconds[f"{name} bf16"]
             result["bf16_loss_relative_error"] = abs(bf16_loss - float32_loss) / abs(float32_loss)
-        if name in kernel:
-            result["kernel_tokens_per_cpu_s"] = tokens / seconds[f"{name} kernel"]
-            result["kernel_cost_ratio"] = seconds[f"{name} kernel"] / seconds[base]
-            result["kernel_speedup"] = seconds[name] / seconds[f"{name} kernel"]
+        if name in baseline:
+            result["torch_tokens_per_cpu_s"] = tokens / seconds[f"{name} torch"]
+            result["torch_cost_ratio"] = seconds[f"{name} torch"] / seconds[base]
+            result["kernel_speedup"] = seconds[f"{name} torch"] / seconds[name]
         results.append(result)
     return results
 
@@ -263,7 +250,7 @@ def main() -> None:
     parser.add_argument("--architectures", nargs="+", default=DEFAULT_ARCHITECTURES)
     parser.add_argument("--json", action="store_true", help="one JSON object per architecture and length")
     parser.add_argument("--cfl-language", choices=list(LANGUAGES), help="the CFL batch: 10 strings per length, this language's vocabulary and PDA size")
-    parser.add_argument("--symbol-stack-kernel", action="store_true", help="also time the NS models on the compiled symbol stack, in the same rounds")
+    parser.add_argument("--torch-baseline", action="store_true", help="also time each architecture on the PyTorch implementations (no compiled kernel), in the same rounds")
     parser.add_argument("--bf16", action="store_true", help="also time bfloat16 autocast (architectures without the dVPDA)")
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
@@ -288,7 +275,7 @@ def main() -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
     for n, measured in results.items():
         for result in measured:
-            extras = [f"{key} {value:.3g}" for key, value in result.items() if key.startswith(("speedup", "bf16", "kernel"))]
+            extras = [f"{key} {value:.3g}" for key, value in result.items() if key.startswith(("speedup", "bf16", "kernel", "torch"))]
             if extras:
                 print(f"n={n} {result['architecture']}: " + ", ".join(extras))
 
