@@ -1,18 +1,31 @@
-"""The results published under docs/ (e.g. docs/table1/, the run of docs/table1.md) are what the
-project's own report command renders from their committed metrics.parquet and settings.json (what
-docs/publish.sh wrote), and the run's page, and the README where it shows that run, hold exactly
-that table between the folder's markers."""
+"""The results published under docs/ are what the project's own commands render from the committed
+records: a Table 1 run (e.g. docs/table1/, the run of docs/table1.md) is the report of its
+metrics.parquet and settings.json (what docs/publish.sh wrote); a CFL run (docs/cfl-two-languages/)
+is the summary of its curves.parquet and metrics.parquet (what its run.sh copied). The run's page,
+and the README where it shows that run, hold exactly that table between the folder's markers."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from stacklm.cli import main
+from stacklm.experiments.cfl.figures import summary_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLISHED = sorted(path.parent for path in (ROOT / "docs").glob("*/metrics.parquet"))
+PUBLISHED = sorted(path.parent for path in (ROOT / "docs").glob("*/settings.json"))
+CFL_PUBLISHED = sorted(path.parent for path in (ROOT / "docs").glob("*/summary.md"))
+
+
+def assert_pages_hold(folder: Path, rendered: str) -> None:
+    """The folder's page, and the README where it holds the folder's markers, show ``rendered`` between them."""
+    start, end = f"<!-- {folder.name} table -->\n", f"<!-- end of {folder.name} table -->"
+    readme = ROOT / "README.md"
+    for page in (folder.with_suffix(".md"), *([readme] if start in readme.read_text() else [])):
+        text = page.read_text()
+        assert text[text.index(start) + len(start) : text.index(end)] == rendered, page
 
 
 @pytest.mark.parametrize("folder", PUBLISHED, ids=[folder.name for folder in PUBLISHED])
@@ -24,11 +37,14 @@ def test_the_published_table_is_the_report_of_its_metrics(folder: Path, tmp_path
     assert main(arguments) == 0
     rendered = (out / "table.md").read_text()
     assert rendered == (folder / "table.md").read_text()
-    start, end = f"<!-- {folder.name} table -->\n", f"<!-- end of {folder.name} table -->"
-    readme = ROOT / "README.md"
-    for page in (folder.with_suffix(".md"), *([readme] if start in readme.read_text() else [])):
-        text = page.read_text()
-        assert text[text.index(start) + len(start) : text.index(end)] == rendered, page
+    assert_pages_hold(folder, rendered)
+
+
+@pytest.mark.parametrize("folder", CFL_PUBLISHED, ids=[folder.name for folder in CFL_PUBLISHED])
+def test_a_published_cfl_summary_is_the_summary_of_its_records(folder: Path) -> None:
+    rendered = summary_markdown(pd.read_parquet(folder / "curves.parquet"), pd.read_parquet(folder / "metrics.parquet"))
+    assert rendered == (folder / "summary.md").read_text()
+    assert_pages_hold(folder, rendered)
 
 
 def test_the_readme_shows_a_published_table() -> None:
