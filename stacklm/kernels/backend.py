@@ -4,8 +4,9 @@
   dropout masks from ``F.dropout``.
 - ``cpu-compiled``: the compiled CPU kernels of this package (built at first use): dropout from a
   counter-based generator (other masks than ``F.dropout``'s for the same seed), attention and whole
-  attention layers, the stack RNNs' steps, the dVPDA, and the nondeterministic stack over symbols
-  of the CFL models (full stack, log semiring).
+  attention layers, the stack RNNs' steps, the dVPDA, the nondeterministic stack over symbols
+  of the CFL models (full stack, log semiring), and the stratification and superposition stacks of
+  the stack RNNs.
 - ``cuda-triton``: the dVPDA as Triton programs on CUDA, whole sequences and the stack RNNs' steps
   (``stacklm.kernels.triton_dvpda``; Triton is optional, imported at the first kernel call); every
   other part stays PyTorch's. On the CPU it runs only under Triton's interpreter (the tests).
@@ -35,11 +36,13 @@ from stacklm.kernels.attention import CompiledCausalSelfAttention, CompiledTrans
 from stacklm.kernels.dropout import CompiledDropout, CompiledReLUDropout
 from stacklm.kernels.dvpda import CompiledVectorNondeterministicInterface, CompiledVectorNondeterministicStack, kernel_applies
 from stacklm.kernels.recurrent import CompiledRecurrentLanguageModel
+from stacklm.kernels.stratification import CompiledStratificationInterface
+from stacklm.kernels.superposition import CompiledSuperpositionInterface
 from stacklm.kernels.symbol_stack import CompiledNondeterministicStack
 from stacklm.kernels.triton_dvpda import TritonVectorNondeterministicInterface, TritonVectorNondeterministicStack
 from stacklm.models.dropout import Dropout, ReLUDropout
 from stacklm.models.recurrent import RecurrentLanguageModel
-from stacklm.models.stack_interface import VectorNondeterministicInterface
+from stacklm.models.stack_interface import StratificationInterface, SuperpositionInterface, VectorNondeterministicInterface
 from stacklm.models.transformer import CausalSelfAttention, Transformer
 from stacklm.semiring import LOG
 from stacklm.stacks.base import Stack
@@ -62,6 +65,8 @@ COMPILED: dict[type, type] = {
     VectorNondeterministicStack: CompiledVectorNondeterministicStack,
     VectorNondeterministicInterface: CompiledVectorNondeterministicInterface,
     NondeterministicStack: CompiledNondeterministicStack,
+    StratificationInterface: CompiledStratificationInterface,
+    SuperpositionInterface: CompiledSuperpositionInterface,
 }
 # Each PyTorch class and the class that runs it on the Triton kernel.
 TRITON: dict[type, type] = {
@@ -112,7 +117,7 @@ def resolve(requested: str, device: torch.device) -> Backend:
         raise StacklmError(f"the cpu-compiled backend is not available: {error}")
     warnings.warn(
         f"running the torch backend, not cpu-compiled: {error}. The PyTorch code runs in place of every compiled kernel"
-        " (the dVPDA's and the symbol stack's dynamic programs, attention, the stack RNNs' steps, dropout): the same functions, slower,"
+        " (the dVPDA's and the symbol stack's dynamic programs, the stratification and superposition stacks, attention, the stack RNNs' steps, dropout): the same functions, slower,"
         " and its dropout draws other masks for the same seed, so its runs differ from cpu-compiled ones (each run records its backend)",
         RuntimeWarning,
         stacklevel=2,

@@ -1,8 +1,9 @@
 """Building and loading the compiled CPU kernels: one library of the sources beside this file.
 
 ``dvpda.cpp`` (the dVPDA, :mod:`stacklm.kernels.dvpda`), ``dropout.cpp`` (:mod:`stacklm.kernels.dropout`),
-``attention.cpp`` (:mod:`stacklm.kernels.attention`) and ``recurrent.cpp`` (:mod:`stacklm.kernels.recurrent`),
-with ``lanes.h``, are built with ``torch.utils.cpp_extension.load`` at first use (``-O3 -fopenmp``,
+``attention.cpp`` (:mod:`stacklm.kernels.attention`), ``recurrent.cpp`` (:mod:`stacklm.kernels.recurrent`),
+``stratification.cpp`` and ``superposition.cpp`` (:mod:`stacklm.kernels.stratification`,
+:mod:`stacklm.kernels.superposition`), with ``lanes.h``, are built with ``torch.utils.cpp_extension.load`` at first use (``-O3 -fopenmp``,
 C++20 (``std::bit_cast``, ``std::remove_cvref_t``) whatever torch's own flags say, this CPU's vector
 instructions and a digest of the headers, :func:`compile_flags`; the system C++
 compiler; about a minute on two cores, several on loaded ones; one process at a time, under the
@@ -29,7 +30,7 @@ from stacklm.errors import StacklmError
 
 NAME = "stacklm_kernels"
 SOURCE = Path(__file__).with_name("dvpda.cpp")
-SOURCES = [SOURCE, *(Path(__file__).with_name(name) for name in ("dropout.cpp", "attention.cpp", "recurrent.cpp"))]  # one library
+SOURCES = [SOURCE, *(Path(__file__).with_name(name) for name in ("dropout.cpp", "attention.cpp", "recurrent.cpp", "stratification.cpp", "superposition.cpp"))]  # one library
 HEADERS = [Path(__file__).with_name("lanes.h")]  # included by the sources (``#include "…"``)
 
 BUILD_WAIT_S = 20 * 60  # how long a process waits for another's build: a first build took 3.5 min on a loaded machine

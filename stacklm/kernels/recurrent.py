@@ -3,7 +3,8 @@
 A step's products and cells are one compiled autograd node (:class:`SequenceSteps`, its backward
 written out), the weights' gradients one product per weight over all steps, and the dVPDA runs one
 kernel call per step (``stacklm.kernels.dvpda``: :class:`~stacklm.kernels.dvpda.SequenceRun`), reading
-the action layers' output in the parts the step hands over (:func:`step_parts`). The same
+the action layers' output in the parts the step hands over (:func:`step_parts`), as do the symbol,
+stratification and superposition stacks (:func:`stack_run`). The same
 operations as the model's own forward, in the same order, with the same dropout masks where its
 dropout modules are the kernel's (``stacklm.kernels.backend``): the same results within float
 rounding (tested). :class:`CompiledRecurrentLanguageModel` takes the place of the model's class.
@@ -18,6 +19,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from stacklm.kernels.dvpda import SequenceRun, kernel_applies, runs_on_kernel
+from stacklm.kernels.stratification import CompiledStratificationInterface, StratificationRun
+from stacklm.kernels.superposition import CompiledSuperpositionInterface, SuperpositionRun
 from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackRun
 from stacklm.models.recurrent import RecurrentLanguageModel, StepWeights
 from stacklm.models.stack_interface import NondeterministicInterface, StackInterface, VectorNondeterministicInterface
@@ -57,15 +60,23 @@ class StateRun:
         return self.state.reading()
 
 
-def stack_run(interface: StackInterface, batch_size: int, like: Tensor, updates: int) -> StateRun | SequenceRun | SymbolStackRun:
+def stack_run(
+    interface: StackInterface, batch_size: int, like: Tensor, updates: int
+) -> StateRun | SequenceRun | SymbolStackRun | StratificationRun | SuperpositionRun:
     """The stack of one forward of ``updates`` stack updates: the dVPDA on its kernel where it applies,
-    the symbol stack on its own where the interface holds it (``stacklm.kernels.symbol_stack``), each
-    reading the action layer's output as it is."""
+    the symbol stack on its own where the interface holds it (``stacklm.kernels.symbol_stack``), the
+    stratification and superposition stacks on theirs where the interface is compiled
+    (``stacklm.kernels.stratification``, ``stacklm.kernels.superposition``), each reading the action
+    layers' output as it is."""
     stack = interface.stack
     if updates > 0 and isinstance(interface, VectorNondeterministicInterface) and kernel_applies(interface.stack):
         return SequenceRun(interface.stack, batch_size, like, updates)
     if updates > 0 and isinstance(interface, NondeterministicInterface) and isinstance(stack, CompiledNondeterministicStack):
         return SymbolStackRun(stack, batch_size, like, updates, interface.spec.normalized)
+    if updates > 0 and isinstance(interface, CompiledStratificationInterface):
+        return StratificationRun(interface, batch_size, like, updates)
+    if updates > 0 and isinstance(interface, CompiledSuperpositionInterface):
+        return SuperpositionRun(interface, batch_size, like, updates)
     return StateRun(interface, interface.initial_state(batch_size, like, updates or None))
 
 
