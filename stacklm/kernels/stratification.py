@@ -32,18 +32,18 @@ The kernel is part of the library of ``stacklm.kernels.build``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from stacklm.kernels import build
+from stacklm.kernels.one_step import StepRun, StepTables
 from stacklm.models.stack_interface import StratificationInterface
 
 
-class StratificationTables:
+class StratificationTables(StepTables):
     """The tables of one run of at most ``capacity`` steps of ``batch_size`` stacks of vectors of size
-    ``vector_size``, filled one step per :func:`stratification_step`: the values V[1 … t] (B, capacity, m),
+    ``vector_size``, filled one step per :func:`~stacklm.kernels.one_step.next_step` (logits (B, 2 + m): the
+    stratification and push layers' outputs side by side, u_t and d_t before σ, v_t before tanh): the values V[1 … t] (B, capacity, m),
     element i of the stack at index i − 1 from the bottom, and s_t of every step t (B, capacity (capacity + 1) / 2),
     s_t[1 … t] from t (t − 1) / 2. The adjoint tables ∂L/∂V (B, capacity, m) and ∂L/∂s_t (B, capacity) are
     made by the first backward step of the run and dropped after step 1's."""
@@ -57,65 +57,30 @@ class StratificationTables:
         self.grad_values: Tensor | None = None
         self.grad_strengths: Tensor | None = None
 
+    def forward(self, step: int, logits: Tensor) -> Tensor:
+        return torch.ops.stacklm_stratification.step(step, logits, self.values, self.strengths)
 
-class _StratificationStep(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, order: Tensor, tables: StratificationTables) -> tuple[Tensor, Tensor]:
-        step = tables.steps + 1
-        reading = torch.ops.stacklm_stratification.step(step, logits, tables.values, tables.strengths)
-        tables.steps = step
-        ctx.save_for_backward(logits)
-        ctx.tables = tables
-        ctx.step = step
-        ctx.order_shape = order.shape
-        return reading, reading.new_empty(reading.size(0), 0)
-
-    @staticmethod
-    def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
-        tables: StratificationTables = ctx.tables
-        if tables.grad_values is None or tables.grad_strengths is None:
-            tables.grad_values = torch.zeros_like(tables.values)
-            tables.grad_strengths = tables.values.new_zeros(tables.values.size(0), tables.capacity)
-        (logits,) = ctx.saved_tensors
+    def backward(self, step: int, grad_reading: Tensor, logits: Tensor) -> Tensor:
+        if self.grad_values is None or self.grad_strengths is None:
+            self.grad_values = torch.zeros_like(self.values)
+            self.grad_strengths = self.values.new_zeros(self.values.size(0), self.capacity)
         grad_logits = torch.ops.stacklm_stratification.step_backward(
-            ctx.step, grad_reading.contiguous(), logits, tables.values, tables.strengths, tables.grad_values, tables.grad_strengths
+            step, grad_reading, logits, self.values, self.strengths, self.grad_values, self.grad_strengths
         )
-        if ctx.step == 1:
-            tables.grad_values = tables.grad_strengths = None
-        return grad_logits, grad_reading.new_empty(ctx.order_shape), None
+        if step == 1:
+            self.grad_values = self.grad_strengths = None
+        return grad_logits
 
 
-def stratification_step(tables: StratificationTables, logits: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
-    """r_t (B, m) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
-
-    ``logits`` (B, 2 + m): the step's stratification and push layers' outputs side by side (u_t and
-    d_t before σ, v_t before tanh), in the tables' dtype; ``order``: any (B, 0) tensor at step 1, else
-    what step t − 1 returned.
-    """
-    if tables.steps >= tables.capacity:
-        raise ValueError(f"the tables hold {tables.capacity} steps")
-    return _StratificationStep.apply(logits.contiguous(), order, tables)
-
-
-class StratificationRun:
+class StratificationRun(StepRun):
     """The stratification stack of one whole-sequence forward of a stack RNN (``stacklm.kernels.recurrent``),
     gradients included: tables for at most ``capacity`` steps, one kernel call per step, driven by
-    the interface's layers' outputs as they are."""
+    the interface's layers' outputs as they are (the logits of ``StratificationInterface.actions_from_logits``, (B, 2 + m)); r_t (B, m)."""
 
     def __init__(self, interface: StratificationInterface, batch_size: int, like: Tensor, capacity: int) -> None:
         self.tables = StratificationTables(batch_size, capacity, interface.stack.vector_size, like)
         self.current = like.new_zeros(batch_size, interface.stack.vector_size)  # r_0: the empty stack reads 0
         self.order = like.new_empty(batch_size, 0)
-
-    def next(self, parts: tuple[Tensor, ...]) -> None:
-        """The next step, of the actions ``StratificationInterface.actions_from_logits(logits)`` for
-        ``parts`` = (logits (B, 2 + m),)."""
-        (logits,) = parts
-        self.current, self.order = stratification_step(self.tables, logits, self.order)
-
-    def reading(self) -> Tensor:
-        """r_t (B, m)."""
-        return self.current
 
 
 class CompiledStratificationInterface(StratificationInterface):

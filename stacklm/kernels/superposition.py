@@ -29,19 +29,19 @@ The kernel is part of the library of ``stacklm.kernels.build``.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from stacklm.kernels import build
+from stacklm.kernels.one_step import StepRun, StepTables
 from stacklm.models.stack_interface import SuperpositionInterface
 
 
-class SuperpositionTables:
+class SuperpositionTables(StepTables):
     """The stacks V_1 … V_capacity of one run of ``batch_size`` sequences, side by side in one table
     (B, Σ_t h_t, m), V_t from row ``offsets[t]`` with ``heights[t]`` rows (index 0: the empty V_0), filled one
-    step per :func:`superposition_step`. The adjoint table ∂L/∂V (the same shape) is made by the first
+    step per :func:`~stacklm.kernels.one_step.next_step` (logits (B, 3 + m): the action and push layers' outputs
+    side by side, a_t before the softmax, v_t before σ unless ``raw_pushed``). The adjoint table ∂L/∂V (the same shape) is made by the first
     backward step of the run and dropped after step 1's. ``raw_pushed``: v_t is the push layer's output
     itself, not σ of it."""
 
@@ -59,50 +59,26 @@ class SuperpositionTables:
         """Where V_{t−1} and V_t lie for step t: (offset, height) of each."""
         return self.offsets[step - 1], self.heights[step - 1], self.offsets[step], self.heights[step]
 
+    def forward(self, step: int, logits: Tensor) -> Tensor:
+        return torch.ops.stacklm_superposition.step(*self.rows(step), logits, self.raw_pushed, self.elements)
 
-class _SuperpositionStep(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, order: Tensor, tables: SuperpositionTables) -> tuple[Tensor, Tensor]:
-        step = tables.steps + 1
-        reading = torch.ops.stacklm_superposition.step(*tables.rows(step), logits, tables.raw_pushed, tables.elements)
-        tables.steps = step
-        ctx.save_for_backward(logits)
-        ctx.tables = tables
-        ctx.step = step
-        ctx.order_shape = order.shape
-        return reading, reading.new_empty(reading.size(0), 0)
-
-    @staticmethod
-    def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
-        tables: SuperpositionTables = ctx.tables
-        if tables.grad_elements is None:
-            tables.grad_elements = torch.zeros_like(tables.elements)
-        (logits,) = ctx.saved_tensors
+    def backward(self, step: int, grad_reading: Tensor, logits: Tensor) -> Tensor:
+        if self.grad_elements is None:
+            self.grad_elements = torch.zeros_like(self.elements)
         grad_logits = torch.ops.stacklm_superposition.step_backward(
-            *tables.rows(ctx.step), grad_reading.contiguous(), logits, tables.raw_pushed, tables.elements, tables.grad_elements
+            *self.rows(step), grad_reading, logits, self.raw_pushed, self.elements, self.grad_elements
         )
-        if ctx.step == 1:
-            tables.grad_elements = None
-        return grad_logits, grad_reading.new_empty(ctx.order_shape), None
+        if step == 1:
+            self.grad_elements = None
+        return grad_logits
 
 
-def superposition_step(tables: SuperpositionTables, logits: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
-    """r_t (B, m) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
-
-    ``logits`` (B, 3 + m): the step's action and push layers' outputs side by side (a_t before the
-    softmax, v_t before σ unless ``raw_pushed``), in the tables' dtype; ``order``: any (B, 0) tensor
-    at step 1, else what step t − 1 returned.
-    """
-    if tables.steps >= tables.capacity:
-        raise ValueError(f"the tables hold {tables.capacity} steps")
-    return _SuperpositionStep.apply(logits.contiguous(), order, tables)
-
-
-class SuperpositionRun:
+class SuperpositionRun(StepRun):
     """The superposition stack of one whole-sequence forward of a stack RNN (``stacklm.kernels.recurrent``),
     gradients included: tables for ``capacity`` steps at the heights of the interface's stack with
     ``max_steps`` = ``capacity`` (its depth limit, and its length hint where it is on), one kernel call per
-    step, driven by the interface's layers' outputs as they are."""
+    step, driven by the interface's layers' outputs as they are (the logits of
+    ``SuperpositionInterface.actions_from_logits``, (B, 3 + m)); r_t (B, m)."""
 
     def __init__(self, interface: SuperpositionInterface, batch_size: int, like: Tensor, capacity: int) -> None:
         stack = interface.stack
@@ -111,16 +87,6 @@ class SuperpositionRun:
         self.tables = SuperpositionTables(batch_size, heights, stack.vector_size, interface.pushed_vector == "raw", like)
         self.current = state.reading()  # r_0: the empty stack reads 0
         self.order = like.new_empty(batch_size, 0)
-
-    def next(self, parts: tuple[Tensor, ...]) -> None:
-        """The next step, of the actions ``SuperpositionInterface.actions_from_logits(logits)`` for
-        ``parts`` = (logits (B, 3 + m),)."""
-        (logits,) = parts
-        self.current, self.order = superposition_step(self.tables, logits, self.order)
-
-    def reading(self) -> Tensor:
-        """r_t (B, m)."""
-        return self.current
 
 
 class CompiledSuperpositionInterface(SuperpositionInterface):

@@ -61,7 +61,6 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -69,6 +68,7 @@ from torch import Tensor
 from stacklm.build_lock import build_lock
 from stacklm.errors import StacklmError
 from stacklm.kernels import build
+from stacklm.kernels.one_step import StepRun, StepTables
 from stacklm.stacks.nondeterministic import NondeterministicStack
 
 NAME = "stacklm_symbol_stack"
@@ -117,9 +117,11 @@ def load() -> None:
     _loaded = True
 
 
-class SymbolStackTables:
+class SymbolStackTables(StepTables):
     """The tables of one run of at most ``capacity`` steps of ``batch_size`` sequences, filled one
-    column per :func:`symbol_step`: Ŝ (Σ_t t·N² per lane), α̂ and T ((capacity + 1)·N per lane), each
+    column per :func:`~stacklm.kernels.one_step.next_step` (logits (B, Q·S·(2QS + Q)): the step's action
+    logits as ``NondeterministicActions.from_logits`` takes them, each row (q, x): log Δ⁺, log Δ^R,
+    log Δ⁻ side by side, rows at any stride): Ŝ (Σ_t t·N² per lane), α̂ and T ((capacity + 1)·N per lane), each
     one flat tensor of the groups side by side, group g (elements 8g …, L_g lanes: 8, or 2 or 4 for the
     last) from 8g times the size per lane, laid out [position][lane]. The adjoint tables H and e are
     made by the first backward step of the run and dropped after step 1's. ``normalize``: the steps'
@@ -140,54 +142,32 @@ class SymbolStackTables:
         self.adjoint: Tensor | None = None
         self.grad_alpha: Tensor | None = None
 
+    strided_rows = True
 
-class _SymbolStep(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, logits: Tensor, order: Tensor, tables: SymbolStackTables) -> tuple[Tensor, Tensor]:
-        step = tables.steps + 1
-        reading = torch.ops.stacklm_symbol_stack.step(
-            step, tables.num_states, tables.num_symbols, logits, tables.normalize, tables.shares, tables.alpha, tables.totals,
-            tables.scales, tables.states_in_reading,
+    def forward(self, step: int, logits: Tensor) -> Tensor:
+        return torch.ops.stacklm_symbol_stack.step(
+            step, self.num_states, self.num_symbols, logits, self.normalize, self.shares, self.alpha, self.totals, self.scales,
+            self.states_in_reading,
         )  # fmt: skip
-        tables.steps = step
-        ctx.save_for_backward(logits)
-        ctx.tables = tables
-        ctx.step = step
-        ctx.order_shape = order.shape
-        return reading, reading.new_empty(reading.size(0), 0)
 
-    @staticmethod
-    def backward(ctx: Any, grad_reading: Tensor, grad_order: Tensor) -> tuple[Tensor | None, ...]:
-        tables: SymbolStackTables = ctx.tables
-        if tables.adjoint is None or tables.grad_alpha is None:
-            tables.adjoint = torch.zeros_like(tables.shares)
-            tables.grad_alpha = torch.zeros_like(tables.alpha)
-        (logits,) = ctx.saved_tensors
+    def backward(self, step: int, grad_reading: Tensor, logits: Tensor) -> Tensor:
+        if self.adjoint is None or self.grad_alpha is None:
+            self.adjoint = torch.zeros_like(self.shares)
+            self.grad_alpha = torch.zeros_like(self.alpha)
         grad_logits = torch.ops.stacklm_symbol_stack.step_backward(
-            ctx.step, tables.num_states, tables.num_symbols, grad_reading.contiguous(), logits, tables.normalize,
-            tables.shares, tables.alpha, tables.totals, tables.scales, tables.adjoint, tables.grad_alpha, tables.states_in_reading,
+            step, self.num_states, self.num_symbols, grad_reading, logits, self.normalize,
+            self.shares, self.alpha, self.totals, self.scales, self.adjoint, self.grad_alpha, self.states_in_reading,
         )  # fmt: skip
-        if ctx.step == 1:
-            tables.adjoint = tables.grad_alpha = None
-        return grad_logits, grad_reading.new_empty(ctx.order_shape), None
+        if step == 1:
+            self.adjoint = self.grad_alpha = None
+        return grad_logits
 
 
-def symbol_step(tables: SymbolStackTables, logits: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
-    """r_t (B, N or |Γ|) of the next step t = ``tables.steps`` + 1, and the order tensor of step t.
-
-    ``logits`` (B, Q·S·(2QS + Q)): the step's action logits as ``NondeterministicActions.from_logits``
-    takes them (each row (q, x): log Δ⁺, log Δ^R, log Δ⁻ side by side), in the tables' dtype, at any
-    stride of B; ``order``: any (B, 0) tensor at step 1, else what step t − 1 returned.
-    """
-    if tables.steps >= tables.capacity:
-        raise ValueError(f"the tables hold {tables.capacity} steps")
-    return _SymbolStep.apply(logits if logits.stride(-1) == 1 else logits.contiguous(), order, tables)
-
-
-class SymbolStackRun:
+class SymbolStackRun(StepRun):
     """The symbol stack of one whole-sequence forward of a stack RNN (``stacklm.kernels.recurrent``),
     gradients included: tables for at most ``capacity`` steps, one kernel call per step, each step
-    taken once, driven by the action layer's logits as they are (eq. 1's softmax in the kernel)."""
+    taken once, driven by the action layer's logits as they are (eq. 1's softmax in the kernel); r_t
+    (B, N or |Γ|)."""
 
     def __init__(self, stack: NondeterministicStack, batch_size: int, like: Tensor, capacity: int, normalize: bool) -> None:
         sizes = stack.sizes
@@ -195,16 +175,6 @@ class SymbolStackRun:
         self.current = like.new_zeros(batch_size, stack.reading_size)
         self.current[:, 0] = 1  # r_0: one-hot at ⊥, or (q0, ⊥)
         self.order = like.new_empty(batch_size, 0)
-
-    def next(self, parts: tuple[Tensor, ...]) -> None:
-        """The next step, of the actions ``NondeterministicActions.from_logits(logits, …)`` for
-        ``parts`` = (logits (B, Q·S·(2QS + Q)),)."""
-        (logits,) = parts
-        self.current, self.order = symbol_step(self.tables, logits, self.order)
-
-    def reading(self) -> Tensor:
-        """r_t (B, N or |Γ|)."""
-        return self.current
 
 
 class CompiledNondeterministicStack(NondeterministicStack):

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from stacklm.kernels.backend import accelerate
-from stacklm.kernels.stratification import CompiledStratificationInterface, StratificationRun, StratificationTables, stratification_step
+from stacklm.kernels.one_step import next_step
+from stacklm.kernels.stratification import CompiledStratificationInterface, StratificationRun, StratificationTables
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.stacks.stratification import StratificationActions, StratificationStack
@@ -27,7 +28,7 @@ def compiled_readings(logits: Tensor) -> Tensor:
     order = logits.new_zeros(batch, 0)
     readings = []
     for step in range(steps):
-        reading, order = stratification_step(tables, logits[:, step], order)
+        reading, order = next_step(tables, logits[:, step], order)
         readings.append(reading)
     return torch.stack(readings, dim=1)
 
@@ -100,9 +101,9 @@ def test_the_empty_stack_reads_zero() -> None:
 def test_tables_refuse_a_step_past_their_capacity() -> None:
     logits = random_logits(1, 2, 2, seed=8)
     tables = StratificationTables(1, 1, 2, logits)
-    _, order = stratification_step(tables, logits[:, 0], logits.new_zeros(1, 0))
+    _, order = next_step(tables, logits[:, 0], logits.new_zeros(1, 0))
     with pytest.raises(ValueError, match="hold 1 steps"):
-        stratification_step(tables, logits[:, 1], order)
+        next_step(tables, logits[:, 1], order)
 
 
 @pytest.mark.parametrize("vector_size", [2, 40])
@@ -136,7 +137,7 @@ def test_step_ops_declare_the_tables_they_write() -> None:
     tables = StratificationTables(3, 4, 5, logits)
     order = logits.new_zeros(3, 0)
     for step in range(3):
-        _, order = stratification_step(tables, logits[:, step].detach(), order)
+        _, order = next_step(tables, logits[:, step].detach(), order)
     grad_values, grad_strengths = torch.randn_like(tables.values), torch.randn(3, 4, dtype=torch.float64)
     namespace = torch.ops.stacklm_stratification
     calls = {

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from stacklm.kernels.backend import accelerate
-from stacklm.kernels.superposition import CompiledSuperpositionInterface, SuperpositionRun, SuperpositionTables, superposition_step
+from stacklm.kernels.one_step import next_step
+from stacklm.kernels.superposition import CompiledSuperpositionInterface, SuperpositionRun, SuperpositionTables
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.models.stack_interface import SuperpositionInterface
@@ -38,7 +39,7 @@ def compiled_readings(logits: Tensor, max_depth: int | None = None, length_hint:
     order = logits.new_zeros(batch, 0)
     readings = []
     for step in range(steps):
-        reading, order = superposition_step(tables, logits[:, step], order)
+        reading, order = next_step(tables, logits[:, step], order)
         readings.append(reading)
     return torch.stack(readings, dim=1)
 
@@ -107,9 +108,9 @@ def test_the_empty_stack_reads_zero() -> None:
 def test_tables_refuse_a_step_past_their_capacity() -> None:
     logits = random_logits(1, 2, 2, seed=7)
     tables = SuperpositionTables(1, [1], 2, False, logits)
-    _, order = superposition_step(tables, logits[:, 0], logits.new_zeros(1, 0))
+    _, order = next_step(tables, logits[:, 0], logits.new_zeros(1, 0))
     with pytest.raises(ValueError, match="hold 1 steps"):
-        superposition_step(tables, logits[:, 1], order)
+        next_step(tables, logits[:, 1], order)
 
 
 @pytest.mark.parametrize("vector_size", [2, 40])
@@ -157,7 +158,7 @@ def test_step_ops_declare_the_tables_they_write() -> None:
     tables = SuperpositionTables(3, [1, 2, 2, 1], 5, False, logits)
     order = logits.new_zeros(3, 0)
     for step in range(3):
-        _, order = superposition_step(tables, logits[:, step], order)
+        _, order = next_step(tables, logits[:, step], order)
     namespace = torch.ops.stacklm_superposition
     calls = {
         namespace.step: (*tables.rows(4), logits[:, 3].contiguous(), False, tables.elements),

@@ -13,7 +13,8 @@ from tests.stacks.test_nondeterministic import VARIANTS, brute_force_readings, r
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.kernels.backend import accelerate
-from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackRun, SymbolStackTables, symbol_step
+from stacklm.kernels.one_step import next_step
+from stacklm.kernels.symbol_stack import CompiledNondeterministicStack, SymbolStackRun, SymbolStackTables
 from stacklm.stacks.nondeterministic import NondeterministicActions, NondeterministicStack
 
 
@@ -24,7 +25,7 @@ def compiled_readings(logits: Tensor, states: int, symbols: int, normalize: bool
     order = logits.new_zeros(batch, 0)
     readings = []
     for step in range(steps):
-        reading, order = symbol_step(tables, logits[:, step], order)
+        reading, order = next_step(tables, logits[:, step], order)
         readings.append(reading)
     return torch.stack(readings, dim=1)
 
@@ -105,9 +106,9 @@ def test_float32_follows_float64(normalize: bool, scale: float) -> None:
 def test_tables_refuse_a_step_past_their_capacity() -> None:
     logits = random_actions(1, 2, 1, 2, seed=1)
     tables = SymbolStackTables(1, 1, 1, 2, False, True, logits)
-    _, order = symbol_step(tables, logits[:, 0], logits.new_zeros(1, 0))
+    _, order = next_step(tables, logits[:, 0], logits.new_zeros(1, 0))
     with pytest.raises(ValueError, match="hold 1 steps"):
-        symbol_step(tables, logits[:, 1], order)
+        next_step(tables, logits[:, 1], order)
 
 
 @pytest.mark.parametrize("name", ["cfl/NS", "cfl/NS+S+U"])
