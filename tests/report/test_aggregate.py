@@ -58,13 +58,13 @@ def test_summary_is_mean_and_population_std_over_seeds(write_run: Callable[..., 
     assert {key for _, key in cells} == {column.key for column in COLUMNS}
 
 
-def test_the_full_log_ratio_is_the_codes_mean_of_example_log_ratios_or_the_texts_log_of_means(write_run: Callable[..., Path]) -> None:
+def test_the_full_log_ratio_is_app_es_log_of_means_or_an_older_scripts_mean_of_example_log_ratios(write_run: Callable[..., Path]) -> None:
     def values(seed: int) -> Callable[[str, str, str | None], float]:
         return lambda metric, split, rule: {"log_ratio": 1.0 * seed, "mean_log_ratio": 10.0 * seed}.get(metric, 0.5)
 
     metrics = aggregate([write_run("question-formation", "Tf", seed, values(seed)) for seed in (1, 3)])
-    assert summarize(metrics, "question-formation", ["Tf"])[("Tf", "full_log_ratio")].mean == pytest.approx(20.0)
-    assert summarize(metrics, "question-formation", ["Tf"], log_ratio="of_means")[("Tf", "full_log_ratio")].mean == pytest.approx(2.0)
+    assert summarize(metrics, "question-formation", ["Tf"])[("Tf", "full_log_ratio")].mean == pytest.approx(2.0)
+    assert summarize(metrics, "question-formation", ["Tf"], log_ratio="per_example")[("Tf", "full_log_ratio")].mean == pytest.approx(20.0)
     assert summarize(metrics, "question-formation", ["Tf"], log_ratio="of_means")[("Tf", "partial_log_ratio")].mean == pytest.approx(0.5)
 
 

@@ -97,7 +97,7 @@ class ReportSettings:
     """The ``report`` section: Figure 3's threshold and the FA Log Ratio column (App. E)."""
 
     min_test_accuracy: float = 0.9
-    log_ratio: Literal["per_example", "of_means"] = "per_example"
+    log_ratio: Literal["per_example", "of_means"] = "of_means"
 
 
 @dataclass(frozen=True)
