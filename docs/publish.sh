@@ -10,12 +10,15 @@
 #   constructions.md, .parquet
 #                    `stacklm constructions`: the final runs' generalization FA and PA per construction
 # Each ARCHITECTURE:SEEDS names an architecture's slug and its seeds 1 to SEEDS: every one of them,
-# none chosen by hand. tests/report/test_published.py renders the table again from metrics.parquet
+# none chosen by hand. Each --config ENTRY is a Snakemake config entry the settings are resolved with
+# besides the preset, e.g. 'report={log_ratio: of_means}' for a run whose checkout predates that default. tests/report/test_published.py renders the table again from metrics.parquet
 # and settings.json, and checks the pages hold it.
 #
-#     docs/publish.sh RUN_DIR PRESET OUT ARCHITECTURE:SEEDS...
-#     docs/publish.sh runs/table1-paper-data table1 docs/table1-paper-data tf:5 tf+nd:5
+#     docs/publish.sh [--config ENTRY]... RUN_DIR PRESET OUT ARCHITECTURE:SEEDS...
+#     docs/publish.sh --config 'report={log_ratio: of_means}' runs/table1-paper-data table1 docs/table1-paper-data tf:5 tf+nd:5
 set -euo pipefail
+entries=()
+while [ "${1:-}" = --config ]; do entries+=("$2"); shift 2; done
 [ $# -ge 4 ] || { sed -n 's/^#     //p' "$0" >&2; exit 2; }
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 run=$(realpath "$1") preset=$2 out=$(realpath -m "$3")
@@ -36,7 +39,7 @@ trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$out"
 configfile=()
 [ -f "$run/mirror.yaml" ] && configfile=(--configfile mirror.yaml)
-(cd "$run" && PYTHONPATH=$run snakemake --cores 1 "${configfile[@]}" --config preset="$preset" -- \
+(cd "$run" && PYTHONPATH=$run snakemake --cores 1 "${configfile[@]}" --config preset="$preset" "${entries[@]}" -- \
   results/settings/report.json > "$scratch/settings.log" 2>&1) || { cat "$scratch/settings.log" >&2; exit 1; }
 cp "$run/results/settings/report.json" "$out/settings.json"
 stacklm aggregate --out "$out/metrics.parquet" "${metrics[@]}"
