@@ -18,6 +18,7 @@ from stacklm.kernels.stratification import CompiledStratificationInterface, Stra
 from stacklm.models.options import ModelOptions
 from stacklm.models.registry import build_model
 from stacklm.stacks.stratification import StratificationActions, StratificationStack
+from tests.kernels.stack_runs import assert_kernel_equals_pytorch
 from tests.kernels.recorded_ops import RecordedOps
 
 
@@ -110,24 +111,7 @@ def test_tables_refuse_a_step_past_their_capacity() -> None:
 def test_a_stack_rnn_on_the_kernel_equals_it_on_the_pytorch_stack(vector_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """cfl/Gref's loss and gradients on the torch backend, then with ``accelerate`` putting the compiled
     interface in place (its stack run), float64."""
-    steps: list[int] = []
-    monkeypatch.setattr(StratificationRun, "next", lambda self, parts, next=StratificationRun.next: steps.append(1) or next(self, parts))
-    options = ModelOptions(cfl_stack_vector_size=vector_size)
-    model = build_model("cfl/Gref", 4, options=options, generator=torch.Generator().manual_seed(0)).double()
-    tokens = torch.randint(0, 3, (9, 13), generator=torch.Generator().manual_seed(1))
-    results = []
-    for backend in ("torch", "cpu-compiled"):
-        accelerate(model, backend)
-        assert isinstance(model.interface, CompiledStratificationInterface) == (backend == "cpu-compiled")
-        model.zero_grad()
-        loss = model(tokens).logsumexp(dim=-1).sum()
-        loss.backward()
-        results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
-    (loss, gradients), (compiled_loss, compiled_gradients) = results
-    assert len(steps) == 12  # the kernel ran the n − 1 updates, on the cpu-compiled backend only
-    torch.testing.assert_close(compiled_loss, loss)
-    for gradient, compiled_gradient in zip(gradients, compiled_gradients, strict=True):
-        torch.testing.assert_close(compiled_gradient, gradient)
+    assert_kernel_equals_pytorch("cfl/Gref", StratificationRun, CompiledStratificationInterface, vector_size, monkeypatch)
 
 
 def test_step_ops_declare_the_tables_they_write() -> None:

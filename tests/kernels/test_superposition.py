@@ -16,10 +16,9 @@ from torch import Tensor
 from stacklm.kernels.backend import accelerate
 from stacklm.kernels.one_step import next_step
 from stacklm.kernels.superposition import CompiledSuperpositionInterface, SuperpositionRun, SuperpositionTables
-from stacklm.models.options import ModelOptions
-from stacklm.models.registry import build_model
 from stacklm.models.stack_interface import SuperpositionInterface
 from stacklm.stacks.superposition import SuperpositionActions, SuperpositionStack
+from tests.kernels.stack_runs import assert_kernel_equals_pytorch
 from tests.kernels.recorded_ops import RecordedOps
 from tests.kernels.test_stratification import readings_and_gradient
 from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
@@ -117,24 +116,7 @@ def test_tables_refuse_a_step_past_their_capacity() -> None:
 def test_a_cfl_stack_rnn_on_the_kernel_equals_it_on_the_pytorch_stack(vector_size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """cfl/JM's loss and gradients on the torch backend, then with ``accelerate`` putting the compiled
     interface in place (its stack run), float64."""
-    steps: list[int] = []
-    monkeypatch.setattr(SuperpositionRun, "next", lambda self, parts, next=SuperpositionRun.next: steps.append(1) or next(self, parts))
-    options = ModelOptions(cfl_stack_vector_size=vector_size)
-    model = build_model("cfl/JM", 4, options=options, generator=torch.Generator().manual_seed(0)).double()
-    tokens = torch.randint(0, 3, (9, 13), generator=torch.Generator().manual_seed(1))
-    results = []
-    for backend in ("torch", "cpu-compiled"):
-        accelerate(model, backend)
-        assert isinstance(model.interface, CompiledSuperpositionInterface) == (backend == "cpu-compiled")
-        model.zero_grad()
-        loss = model(tokens).logsumexp(dim=-1).sum()
-        loss.backward()
-        results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
-    (loss, gradients), (compiled_loss, compiled_gradients) = results
-    assert len(steps) == 12  # the kernel ran the n − 1 updates, on the cpu-compiled backend only
-    torch.testing.assert_close(compiled_loss, loss)
-    for gradient, compiled_gradient in zip(gradients, compiled_gradients, strict=True):
-        torch.testing.assert_close(compiled_gradient, gradient)
+    assert_kernel_equals_pytorch("cfl/JM", SuperpositionRun, CompiledSuperpositionInterface, vector_size, monkeypatch)
 
 
 def test_stack_attention_keeps_the_pytorch_readings() -> None:
