@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, T
 
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError, UsageError
-from stacklm.settings_file import read_settings
-from stacklm.training.config import TrainingSettings
+from stacklm.settings_file import SettingsT, read_settings
 
 if TYPE_CHECKING:
     from stacklm.training.loop import StopRequest
@@ -82,16 +81,19 @@ def deferred(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 def add_cadence_argument(parser: argparse.ArgumentParser) -> None:
     """``--cadence``: the workflow's file of the settings that only say how often a job reports
-    (``stacklm.workflow.settings.CADENCE``), which its reader's settings file leaves out."""
+    (``stacklm.workflow.settings.CADENCE``), which its reader's settings file and its options leave out."""
     parser.add_argument("--cadence", type=Path, help="the workflow's results/settings/cadence.json (how often progress lines come); "
-                                                     "default: the --settings file's training.progress_interval_s, or the default's")
+                                                     "default: the --settings file's, where the command takes one, or the default's")
 
 
-def with_cadence(training: TrainingSettings, cadence: Path | None) -> TrainingSettings:
-    """``training`` with the cadence settings of the file ``cadence`` (``--cadence``), when given."""
+def with_cadence(settings: SettingsT, section: str, cadence: Path | None) -> SettingsT:
+    """``settings``, the settings section ``section``, with the values that the file ``cadence``
+    (``--cadence``) holds for that section, when given; an error names the file and the key."""
     if cadence is None:
-        return training
-    return dataclasses.replace(training, progress_interval_s=read_settings(cadence).section("training", TrainingSettings).progress_interval_s)
+        return settings
+    read = read_settings(cadence)
+    values = read.section(section, type(settings))
+    return dataclasses.replace(settings, **{key: getattr(values, key) for key in read.get(section, {})})
 
 
 def add_resource_arguments(parser: argparse.ArgumentParser) -> None:

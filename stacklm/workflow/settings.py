@@ -47,8 +47,8 @@ SETTINGS_FILE = "results/settings/{reader}.json"  # the sections of the settings
 # Settings that say how often a job reports, never what it computes: they belong to no reader's
 # file (nor to any run's fingerprint), so that changing them reruns nothing. The file of the reader
 # "cadence" holds them alone; the jobs that report read it as an ancient input (workflow/rules/
-# train.smk, cfl.smk: Snakemake reruns no job for a newer ancient file), through --cadence.
-CADENCE: dict[str, tuple[str, ...]] = {"training": ("progress_interval_s",)}
+# train.smk, cfl.smk, ptb.smk: Snakemake reruns no job for a newer ancient file), through --cadence.
+CADENCE: dict[str, tuple[str, ...]] = {"training": ("progress_interval_s",), "ptb": ("progress_interval_s",)}
 CADENCE_READER = "cadence"
 
 # The settings sections each kind of job reads (results/settings/{reader}.json holds those only):

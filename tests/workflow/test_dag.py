@@ -163,6 +163,7 @@ def test_the_small_presets_grouped_ptb_jobs_name_each_restarts_files(workflow_co
     models = " ".join(str(run["ptb_model"]) for run in restarts)
     assert training.startswith(f"Shell command: stacklm ptb train --model {models} --restart {' '.join(str(run['restart']) for run in restarts)} ")
     assert " --out " + " ".join(ptb.RUN_DIR.format(**run) for run in restarts) + " --log " + " ".join(ptb.TRAIN_LOG.format(**run) for run in restarts) in training
+    assert f" --cadence {resolution.settings_file('cadence')} " in training  # ptb.progress_interval_s: not an option
     assert training.endswith("> logs/ptb/train/group1.log 2>&1")
     (evaluation,) = [line for line in commands if line.startswith("Shell command: stacklm ptb evaluate")]
     assert evaluation.startswith("Shell command: stacklm ptb evaluate --run " + " ".join(ptb.RUN_DIR.format(**run) for run in restarts) + " ")

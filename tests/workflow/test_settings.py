@@ -173,15 +173,23 @@ def test_every_readers_settings_file_is_byte_identical_to_the_resolved_plain_val
 
 def test_a_cadence_setting_changes_no_readers_file_but_the_cadence_file(config: dict[str, Any]) -> None:
     """training.progress_interval_s changed only how often progress lines come, yet listed 21 jobs
-    to rerun (8 train, 4 evaluate, the report): it sat in the train jobs' settings file."""
+    to rerun (8 train, 4 evaluate, the report): it sat in the train jobs' settings file. So did
+    ptb.progress_interval_s in every PTB training job's options, and in the MLflow mirror's file."""
     settings = resolution.resolve({**copy.deepcopy(config), "preset": "ci"})
-    changed = dataclasses.replace(settings, training=dataclasses.replace(settings.training, progress_interval_s=settings.training.progress_interval_s + 7))
+    training, ptb = settings.training.progress_interval_s + 7, settings.ptb.progress_interval_s + 5
+    changed = dataclasses.replace(
+        settings,
+        training=dataclasses.replace(settings.training, progress_interval_s=training),
+        ptb=dataclasses.replace(settings.ptb, progress_interval_s=ptb),
+    )
     differ = [reader for reader in resolution.SETTINGS_READ if resolution.settings_for(settings, reader) != resolution.settings_for(changed, reader)]
     assert differ == [resolution.CADENCE_READER]
-    assert resolution.settings_for(changed, "cadence") == {SECTIONS: ["training"], "training": {"progress_interval_s": settings.training.progress_interval_s + 7}}
+    assert resolution.settings_for(changed, "cadence") == {
+        SECTIONS: ["training", "ptb"], "training": {"progress_interval_s": training}, "ptb": {"progress_interval_s": ptb},
+    }
     rules = {path.name: path.read_text() for path in (ROOT / "workflow" / "rules").glob("*.smk")}
     readers = {name: text.count('settings_file("cadence")') for name, text in rules.items() if 'settings_file("cadence")' in text}
-    assert readers == {"train.smk": 2, "cfl.smk": 2}
+    assert readers == {"train.smk": 2, "cfl.smk": 2, "ptb.smk": 2}
     assert all(text.count('cadence=ancient(settings_file("cadence"))') == readers[name] for name, text in rules.items() if name in readers)
 
 
@@ -191,19 +199,20 @@ def settings_file_text(contents: dict[str, Any]) -> str:
 
 
 def test_a_job_builds_from_its_file_the_sections_the_snakefile_read(tmp_path: Path, config: dict[str, Any]) -> None:
-    """With the cadence file (--cadence) for its training section, as the training jobs read it."""
+    """With the cadence file (--cadence) for the sections it holds a part of (training, ptb), as the
+    training jobs read it."""
     settings = resolution.resolve({**copy.deepcopy(config), "preset": "small"})
     types = get_type_hints(ResolvedSettings)
     for reader in resolution.SETTINGS_READ:
         assert main(["settings", "--json", json.dumps(resolution.settings_for(settings, reader)), "--out", str(tmp_path / f"{reader}.json")]) == 0
     for reader, sections in resolution.SETTINGS_READ.items():
-        if reader == resolution.CADENCE_READER:  # a part of the training section, read through with_cadence below
+        if reader == resolution.CADENCE_READER:  # parts of sections, read through with_cadence below
             continue
         read = read_settings(tmp_path / f"{reader}.json")
         for section in sections:
             built = read.section(section, types[section])
-            if section == "training":
-                built = with_cadence(built, tmp_path / "cadence.json")
+            if section in resolution.CADENCE:
+                built = with_cadence(built, section, tmp_path / "cadence.json")
             assert built == getattr(settings, section), (reader, section)
 
 

@@ -4,7 +4,9 @@
 # perplexity and the SG score); per model, `ptb_select` (the restart of lowest validation
 # perplexity); then `ptb_report`: results/ptb/metrics.parquet, the PTB and circuit tables and the
 # figure of SG score against test perplexity, from that Parquet alone. The `ptb` settings reach the
-# jobs as options, so a job reruns when one of its own options changes. Rule ptb_X runs
+# jobs as options, so a job reruns when one of its own options changes; but ptb.progress_interval_s
+# (how often progress lines come) reaches the training jobs in the cadence file, an ancient input
+# passed as --cadence, and a change of it reruns none. Rule ptb_X runs
 # `stacklm ptb X`; select and report import no torch. No job touches MLflow: `tracking_sync`
 # mirrors the experiment `ptb` once every restart is scored. The PTB files and the suites are inputs:
 # ptb.mirror's (checked to exist when the settings are built) or, when it is null, those that
@@ -57,7 +59,8 @@ rule ptb_suites:
 
 rule ptb_train:
     input:
-        SETTINGS.ptb.ptb_files(),
+        data=SETTINGS.ptb.ptb_files(),
+        cadence=ancient(settings_file("cadence")),  # how often progress lines come: a change of it reruns nothing
     output:
         model=ptb_dag.RUN_MODEL,
         curve=ptb_dag.RUN_CURVE,
@@ -76,7 +79,7 @@ rule ptb_train:
     conda:
         CONDA_ENV
     shell:
-        "stacklm ptb train --model {wildcards.ptb_model} --restart {wildcards.restart} {params.options}"
+        "stacklm ptb train --model {wildcards.ptb_model} --restart {wildcards.restart} {params.options} --cadence {input.cadence}"
         " --checkpoint {params.checkpoint} --out {params.run_dir} --device {params.device} --threads {threads} > {log} 2>&1"
 
 
@@ -115,7 +118,8 @@ for group in ptb_dag.run_groups(SETTINGS.ptb, SETTINGS.resources.runs_per_job):
         name:
             group.rule("train")
         input:
-            SETTINGS.ptb.ptb_files(),
+            data=SETTINGS.ptb.ptb_files(),
+            cadence=ancient(settings_file("cadence")),  # how often progress lines come: a change of it reruns nothing
         output:
             model=group.paths(ptb_dag.RUN_MODEL),
             curve=group.paths(ptb_dag.RUN_CURVE),
@@ -134,7 +138,7 @@ for group in ptb_dag.run_groups(SETTINGS.ptb, SETTINGS.resources.runs_per_job):
         conda:
             CONDA_ENV
         shell:
-            "stacklm ptb train {params.runs} {params.options} --checkpoint {params.checkpoints} --out {params.run_dirs}"
+            "stacklm ptb train {params.runs} {params.options} --cadence {input.cadence} --checkpoint {params.checkpoints} --out {params.run_dirs}"
             " --log {log.runs} --device {params.device} --threads {threads} > {log.job} 2>&1"
 
     rule:

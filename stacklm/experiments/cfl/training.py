@@ -102,7 +102,7 @@ def train_command(args: argparse.Namespace) -> int:
     planned = planned_runs(args)
     settings = read_settings(args.settings)
     cfl = settings.section("cfl", CflSettings)
-    training = with_cadence(settings.section("training", TrainingSettings), args.cadence)
+    training = with_cadence(settings.section("training", TrainingSettings), "training", args.cadence)
     device = choose_device(args.device)
     set_threads(args.threads)
     placement = Placement(device, backends.resolve(args.backend, device), args.resume_other_backend)

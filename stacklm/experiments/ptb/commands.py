@@ -5,7 +5,7 @@
     stacklm ptb suites [--suites NAME ...] --out resources/sg-test-suites
 
     stacklm ptb train --model M... --restart K... --data MIRROR/ptb [--salt S] [--lines N] [--max-epochs E]
-        [--progress-interval-s T] --checkpoint CKPT... --out RUN_DIR... [--log LOG...]
+        [--cadence CADENCE.json] --checkpoint CKPT... --out RUN_DIR... [--log LOG...]
     stacklm ptb evaluate --run RUN_DIR... --data MIRROR/ptb --syntaxgym MIRROR/sg-test-suites
         [--lines N] [--suites NAME ...] --out RUN_DIR/metrics.parquet... [--log LOG...]
     stacklm ptb select --curves RUN_DIR/train.parquet ... --out SELECTED.json
@@ -14,8 +14,9 @@
         --tables ptb.tex circuits.tex --markdown ptb.md circuits.md --figures F.png F.pdf --scale TEXT
 
 The workflow passes the ``ptb`` settings as these options (``stacklm.experiments.ptb.dag``), so
-that a job reruns when an option it takes changes, and only then; by hand, every default is the
-paper's. ``download`` fetches Mikolov's ``simple-examples.tgz`` and writes its three PTB files,
+that a job reruns when an option it takes changes, and only then; ``ptb.progress_interval_s``
+alone, which changes no result, comes in the cadence file (``--cadence``). By hand, every default
+is the paper's. ``download`` fetches Mikolov's ``simple-examples.tgz`` and writes its three PTB files,
 ``suites`` the authors' circuit map and suites (all 33 by default), each file checked against
 its pinned sha256 before it is written. Building the parser imports no
 torch: each command's function is imported when it runs (:func:`stacklm.experiments.common.deferred`):
@@ -37,7 +38,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stacklm.experiments.common import add_resource_arguments, deferred, integer_at_least
+from stacklm.experiments.common import add_cadence_argument, add_resource_arguments, deferred, integer_at_least
 
 UNIT = "stacklm.experiments.ptb"
 
@@ -62,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--salt", type=int, default=0, help="another salt draws another set of restarts")
     train.add_argument("--lines", type=integer_at_least(1), default=None, help="train and validate on each split's first lines only (default: all)")
     train.add_argument("--max-epochs", type=integer_at_least(1), default=100)
-    train.add_argument("--progress-interval-s", type=float, default=60.0, help="seconds between progress lines")
+    add_cadence_argument(train)
     train.add_argument("--checkpoint", required=True, nargs="+", type=Path, help="resumable training state, one per restart")
     train.add_argument("--out", required=True, nargs="+", type=Path, help="run folder (model.pt, train.parquet), one per restart")
     train.add_argument("--log", nargs="+", type=Path, default=None, help="a file per restart for its progress lines; default: stderr")

@@ -16,7 +16,9 @@ perplexity (``results/ptb/report/``). ``tracking_sync`` mirrors the runs as the 
 ``ptb``. With ``resources.runs_per_job`` K > 1, the restarts (model × restart) train K to a job
 and are evaluated K to a job instead (``run_groups``: rules ``ptb_train_group<n>`` and
 ``ptb_evaluate_group<n>`` whose outputs are every restart's files). The settings reach the jobs as options (``train_options``, ``evaluate_options``), so a
-job reruns when one of its options changes (Snakemake's params trigger), and no other.
+job reruns when one of its options changes (Snakemake's params trigger), and no other; but
+``ptb.progress_interval_s``, which says only how often progress lines come, reaches the training
+jobs through the cadence file (``stacklm.workflow.settings.CADENCE``), and a change of it reruns none.
 
 No torch here: the Snakefile asks this module for every lookup.
 """
@@ -147,11 +149,10 @@ def figures() -> list[str]:
 
 
 def train_options(ptb: PtbSettings) -> str:
-    """The options of ``stacklm ptb train`` from the ``ptb`` section."""
+    """The options of ``stacklm ptb train`` from the ``ptb`` section: all but its cadence
+    setting, ``progress_interval_s`` (``--cadence``)."""
     lines = [] if ptb.lines is None else ["--lines", str(ptb.lines)]
-    return shlex.join(
-        ["--data", data_dir(ptb), "--salt", str(ptb.salt), *lines, "--max-epochs", str(ptb.max_epochs), "--progress-interval-s", repr(ptb.progress_interval_s)]
-    )
+    return shlex.join(["--data", data_dir(ptb), "--salt", str(ptb.salt), *lines, "--max-epochs", str(ptb.max_epochs)])
 
 
 def evaluate_options(ptb: PtbSettings) -> str:

@@ -27,10 +27,11 @@ import torch
 
 from stacklm.data.ptb import build_vocabulary, first_lines, ptb_file_name, read_split
 from stacklm.errors import StacklmError, UsageError
-from stacklm.experiments.common import per_run, train_each
+from stacklm.experiments.common import per_run, train_each, with_cadence
 from stacklm.experiments.ptb.dag import EXPERIMENT
 from stacklm.experiments.ptb.data import BATCH_SIZE, BPTT, data_version, split_chunks, split_tokens
 from stacklm.experiments.ptb.search import restart_draw, restart_seeds
+from stacklm.experiments.ptb.settings import PtbSettings
 from stacklm.models.ptb import PtbLanguageModel, ptb_config, ptb_config_fields
 from stacklm.tracking.records import BUILT_MODEL, RunMetadata, code_version, ptb_curve_table, write_table
 from stacklm.training.chunks import ChunkData
@@ -76,12 +77,14 @@ def device_and_threads(args: argparse.Namespace) -> torch.device:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """``stacklm ptb train``: each restart of ``--restart`` in turn."""
+    """``stacklm ptb train``: each restart of ``--restart`` in turn, a progress line every
+    ``ptb.progress_interval_s`` of the ``--cadence`` file (without it, the default's)."""
     planned = planned_restarts(args)
+    progress_interval_s = with_cadence(PtbSettings(), "ptb", args.cadence).progress_interval_s
     device = device_and_threads(args)
     train_each(planned, lambda run, stop_request, stream: train_restart(
         run.model, run.restart, args.data, run.out, run.checkpoint,
-        salt=args.salt, lines=args.lines, max_epochs=args.max_epochs, progress_interval_s=args.progress_interval_s, device=device,
+        salt=args.salt, lines=args.lines, max_epochs=args.max_epochs, progress_interval_s=progress_interval_s, device=device,
         stop_request=stop_request, stream=stream,
     ))
     return 0

@@ -109,7 +109,7 @@ def train_command(args: argparse.Namespace) -> int:
     shared = SharedInputs(
         task=task,
         vocabulary=vocabulary,
-        training=with_cadence(settings.section("training", TrainingSettings) if settings is not None else TrainingSettings(), args.cadence),
+        training=with_cadence(settings.section("training", TrainingSettings) if settings is not None else TrainingSettings(), "training", args.cadence),
         evaluation=evaluation,
         options=(settings.section("model", ModelSettings) if settings is not None else ModelSettings()).options(),
         data_version=data_version(split_paths(args.data_dir)),

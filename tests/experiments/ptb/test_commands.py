@@ -5,6 +5,7 @@ against the model fed the whole slice as one stream, the SG rows against ``score
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -19,8 +20,11 @@ from stacklm.data.ptb import build_vocabulary, encode, first_lines, read_split
 from stacklm.data.vocabulary import Vocabulary
 from stacklm.evaluation.syntaxgym.model import PtbScorer
 from stacklm.evaluation.syntaxgym.sources import score_all
+import stacklm.experiments.ptb.training as ptb_training
+import stacklm.workflow.settings as resolution
 from stacklm.experiments.common import derived_seed
 from stacklm.experiments.ptb.search import draw_hyperparameters, restart_draw, restart_seeds
+from stacklm.experiments.ptb.settings import PtbSettings
 from stacklm.models.ptb import PtbLanguageModel, ptb_config
 from stacklm.training import checkpoint as checkpoint_file
 from stacklm.training.run_files import load_model, rebuild_ptb_model
@@ -172,6 +176,25 @@ def test_a_bad_model_or_missing_data_is_one_line_naming_it(upstream_dir: Path, t
     assert main(["ptb", "evaluate", "--run", str(tmp_path / "r"), "--data", str(tmp_path), "--syntaxgym", str(tmp_path), "--out", str(tmp_path / "m.parquet")]) == 1
     assert "model.pt: model file not found" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_progress_interval_comes_from_the_cadence_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """ptb.progress_interval_s reaches `stacklm ptb train` in the workflow's cadence file
+    (--cadence), for every restart of the job; without it, the default's. A bad value there is
+    refused by its key."""
+    intervals: list[float] = []
+    monkeypatch.setattr(ptb_training, "train_restart", lambda *args, progress_interval_s, **kwargs: intervals.append(progress_interval_s))
+    settings = dataclasses.replace(resolution.ResolvedSettings(), ptb=PtbSettings(progress_interval_s=7.5))
+    cadence = tmp_path / "cadence.json"
+    assert main(["settings", "--json", json.dumps(resolution.settings_for(settings, "cadence")), "--out", str(cadence)]) == 0
+    restarts = ["--model", "lstm", "--restart", "1", "2", "--data", str(tmp_path), "--checkpoint", "a.pt", "b.pt", "--out", "a", "b", "--threads", "1"]
+    assert main(["ptb", "train", *restarts, "--cadence", str(cadence)]) == 0
+    assert main(["ptb", "train", *restarts]) == 0
+    assert intervals == [7.5, 7.5, PtbSettings().progress_interval_s, PtbSettings().progress_interval_s]
+    cadence.write_text(json.dumps({"sections": ["training", "ptb"], "ptb": {"progress_interval_s": 0}}))
+    assert main(["ptb", "train", *restarts, "--cadence", str(cadence)]) == 1
+    assert "config key 'ptb.progress_interval_s': must be positive" in capsys.readouterr().err
+    assert len(intervals) == 4
 
 
 @pytest.mark.e2e

@@ -74,15 +74,23 @@ def test_the_jobs_options_come_from_the_section_quoted(tmp_path: Path) -> None:
     mirror = mirror_folder(tmp_path / "my mirror")
     settings = build(PtbSettings, SMALL_SECTION | {"mirror": str(mirror)}, "ptb")
     assert shlex.split(dag.train_options(settings)) == [
-        "--data", f"{mirror}/ptb", "--salt", "0", "--lines", "50", "--max-epochs", "2", "--progress-interval-s", "60.0",
+        "--data", f"{mirror}/ptb", "--salt", "0", "--lines", "50", "--max-epochs", "2",
     ]
     assert shlex.split(dag.evaluate_options(settings)) == [
         "--data", f"{mirror}/ptb", "--syntaxgym", f"{mirror}/sg-test-suites", "--lines", "50", "--suites", "number_src", "cleft",
     ]
     # no mirror (the default): the files the download rules write under resources/
-    assert shlex.split(dag.train_options(PtbSettings())) == ["--data", "resources/ptb", "--salt", "0", "--max-epochs", "100", "--progress-interval-s", "60.0"]
+    assert shlex.split(dag.train_options(PtbSettings())) == ["--data", "resources/ptb", "--salt", "0", "--max-epochs", "100"]
     assert shlex.split(dag.evaluate_options(PtbSettings())) == ["--data", "resources/ptb", "--syntaxgym", "resources/sg-test-suites"]
     assert shlex.split(dag.report_options(SMALL)) == ["--figure-models", "lstm", "rns-2-3"]
+
+
+def test_another_progress_interval_leaves_the_training_jobs_options_as_they_were() -> None:
+    """ptb.progress_interval_s says how often progress lines come: it reaches `stacklm ptb train`
+    in the cadence file (--cadence), so that another value changes no ptb_train command, and
+    Snakemake reruns no training job (it reran every one while the value was an option)."""
+    for section in ({}, SMALL_SECTION):
+        assert dag.train_options(build(PtbSettings, section | {"progress_interval_s": 7.5}, "ptb")) == dag.train_options(build(PtbSettings, section, "ptb"))
 
 
 def test_the_files_of_the_dag() -> None:
