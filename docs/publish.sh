@@ -3,9 +3,11 @@
 # under OUT with this checkout's own commands:
 #   metrics.parquet  `stacklm aggregate` of the final runs' metrics
 #   settings.json    the report's settings: PRESET, as the run's own checkout resolves it
-#   table.md, .tex   `stacklm report` of the two, also written between OUT's markers
-#                    (<!-- NAME table --> and <!-- end of NAME table -->, NAME the folder's name) in
-#                    its page OUT.md, and in README.md where the README holds them
+#   table.md, .tex   `stacklm report` of the two, table.md (with every seed's values) also written
+#                    between OUT's markers (<!-- NAME table --> and <!-- end of NAME table -->, NAME
+#                    the folder's name) in its page OUT.md
+#   table-means.md   the Markdown table as the .tex has it (the mean and the paper's), written
+#                    between the same markers in README.md where the README holds them
 #   curves.png       `stacklm curves` of the final runs' checkpoints (FA and PA on test and generalization)
 #   constructions.md, .parquet
 #                    `stacklm constructions`: the final runs' generalization FA and PA per construction
@@ -31,7 +33,7 @@ for architecture_seeds in "$@"; do
   for seed in $(seq 1 "$seeds"); do
     metrics+=("$finals/$architecture/final/$seed/metrics.parquet")
     curves+=("$finals/$architecture/final/$seed/train.parquet")
-    runs+=("$finals/$architecture/final/$seed")
+    runs+=("$(realpath --relative-to="$root" "$finals/$architecture/final/$seed")")  # as the pages name them
   done
 done
 scratch=$(mktemp -d)
@@ -44,9 +46,9 @@ configfile=()
 cp "$run/results/settings/report.json" "$out/settings.json"
 stacklm aggregate --out "$out/metrics.parquet" "${metrics[@]}"
 stacklm report --metrics "$out/metrics.parquet" --settings "$out/settings.json" --tables "$out/table.tex" \
-  --markdown "$out/table.md" --document "$scratch/report.tex" --figures "$scratch/figure3.png"
+  --markdown "$out/table.md" --markdown-means "$out/table-means.md" --document "$scratch/report.tex" --figures "$scratch/figure3.png"
 stacklm curves --out "$scratch/curves.parquet" --figures "$out/curves.png" -- "${curves[@]}"
-stacklm constructions --data-dir "$run/results/data/question-formation" --markdown "$out/constructions.md" \
-  --parquet "$out/constructions.parquet" "${runs[@]}"
+(cd "$root" && stacklm constructions --data-dir "$(realpath --relative-to="$root" "$run")/results/data/question-formation" \
+  --markdown "$out/constructions.md" --parquet "$out/constructions.parquet" "${runs[@]}")
 python "$root/docs/put-table.py" "$out/table.md" "$(basename "$out")" "$out.md"
-python "$root/docs/put-table.py" "$out/table.md" "$(basename "$out")" "$root/README.md" --if-present
+python "$root/docs/put-table.py" "$out/table-means.md" "$(basename "$out")" "$root/README.md" --if-present

@@ -110,7 +110,8 @@ def add_report(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--metrics", required=True, help="results/metrics.parquet")
     report.add_argument("--settings", required=True, help="results/settings/report.json")
     report.add_argument("--tables", required=True, nargs="+", help="one .tex per task, in the settings' task order")
-    report.add_argument("--markdown", required=True, nargs="+", help="the same tables in Markdown, same order")
+    report.add_argument("--markdown", required=True, nargs="+", help="the same tables in Markdown, same order, with every seed's own values")
+    report.add_argument("--markdown-means", nargs="+", default=[], help="optional: the same tables in Markdown as the .tex has them (the mean and the paper's; a README's), same order")
     report.add_argument("--document", required=True, help="the standalone .tex that includes the tables and the figure")
     report.add_argument("--figures", required=True, nargs="+", help="Figure 3 files (.png, .pdf)")
     report.add_argument("--scale", default="", help="the runs' scale (preset, data, examples, epochs, seeds), which ends every caption;"

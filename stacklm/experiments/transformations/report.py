@@ -32,13 +32,15 @@ def report_command(args: argparse.Namespace) -> int:
     architectures = settings.section("architectures", tuple[str, ...])
     final = settings.section("final", FinalSettings)
     report = settings.section("report", ReportSettings)
-    for option in ("tables", "markdown"):
-        if len(getattr(args, option)) != len(tasks):
-            raise StacklmError(f"--{option}: {len(getattr(args, option))} files given for {len(tasks)} tasks")
+    for option in ("tables", "markdown", "markdown_means"):
+        given = len(getattr(args, option))
+        if given != len(tasks) and (given or option != "markdown_means"):
+            raise StacklmError(f"--{option.replace('_', '-')}: {given} files given for {len(tasks)} tasks")
     metrics = read_parquet(Path(args.metrics), "the metrics")
     log_ratio = report.log_ratio
     panels = []
-    for task, path, markdown in zip(tasks, args.tables, args.markdown):
+    means = args.markdown_means or [None] * len(tasks)
+    for task, path, markdown, markdown_means in zip(tasks, args.tables, args.markdown, means):
         cells = summarize(metrics, task, architectures, log_ratio)
         panels.append((task, cells))
         number = PAPER_TABLES[task][0]
@@ -52,6 +54,10 @@ def report_command(args: argparse.Namespace) -> int:
         write_text_atomically(
             markdown, render_table(task, architectures, markdown_sets, source=Path(args.metrics).name, markdown=True, scale=args.scale)
         )
+        if markdown_means is not None:
+            write_text_atomically(
+                markdown_means, render_table(task, architectures, [reproduction, paper], source=Path(args.metrics).name, markdown=True, scale=args.scale)
+            )
     threshold = report.min_test_accuracy
     seeds = max((cell.runs for _, cells in panels for cell in cells.values()), default=0)
     # matplotlib loads here, not at import: every other `stacklm` command stays quick to start.

@@ -38,7 +38,8 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     tables = [str(out / "tables" / f"{task}.tex") for task in TASKS]
     figures = [str(out / "figures" / "figure3.png"), str(out / "figures" / "figure3.pdf")]
     markdown = [str(out / "tables" / f"{task}.md") for task in TASKS]
-    arguments = ["report", "--metrics", str(metrics), "--settings", str(settings), "--tables", *tables, "--markdown", *markdown]
+    means = [str(out / "tables" / f"{task}-means.md") for task in TASKS]
+    arguments = ["report", "--metrics", str(metrics), "--settings", str(settings), "--tables", *tables, "--markdown", *markdown, "--markdown-means", *means]
     arguments += ["--document", str(out / "report.tex"), "--figures", *figures, "--scale", SCALE]
     assert main(arguments) == 0
     first = {path: Path(path).read_bytes() for path in tables}
@@ -49,6 +50,11 @@ def test_report_renders_tables_document_and_figure(tmp_path: Path, write_run: Ca
     assert "| Tf+Nd | **0.990** ±.01 |" in Path(markdown[0]).read_text()
     assert "**Seed 2**" in Path(markdown[0]).read_text() and "| Tf+Nd | **0.990** |" in Path(markdown[0]).read_text()  # 0.97 + 0.02
     assert "Seed 2" not in latex
+    # --markdown-means: the full Markdown table less its per-seed sections, as the .tex has it
+    full, mean_only = Path(markdown[0]).read_text(), Path(means[0]).read_text()
+    assert "| Tf+Nd | **0.990** ±.01 |" in mean_only and "Seed" not in mean_only and "Table 1 (5 runs)" in mean_only
+    sections = full.split("\n\n**")
+    assert "\n\n**".join(section for section in sections if not section.startswith("Seed ")) == mean_only
     assert all(Path(path).stat().st_size > 1000 for path in figures)
     document = (out / "report.tex").read_text()
     assert r"\input{tables/passivization.tex}" in document
