@@ -300,6 +300,19 @@ def test_profiles_choose_the_device_and_the_slurm_resources(
         assert "mem_mb=8000" in output
 
 
+@pytest.mark.e2e
+def test_the_slurm_profile_gives_a_cfl_training_job_its_time_and_memory(workflow_copy: Callable[[dict[str, Any]], Path]) -> None:
+    """A CFL grid run on SLURM: config.yaml's resources.cfl (480 min, 4000 MB), not the profile's
+    default 30 minutes, which would stop a run of hours three times and fail it."""
+    directory = workflow_copy({"preset": "ci", "cfl": {"languages": ["marked-reversal"], "models": ["cfl/NS"], "learning_rates": [0.01], "restarts": 1}})
+    target = "results/cfl/runs/marked-reversal/cfl-ns/lr0.01-r1/model.pt"
+    result = run_snakemake(directory, target, "-n", "--profile", "profiles/slurm", "--configfile", "test.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert re.search(r"rule cfl_train:(.|\n)*resources:.*runtime=480", output), output[-3000:]
+    assert "mem_mb=4000" in output
+
+
 def test_default_profile_stays_executor_neutral() -> None:
     keys = set(yaml.safe_load((ROOT / "profiles" / "default" / "profile.yaml").read_text()))
     assert keys == {"printshellcmds", "rerun-incomplete", "keep-going", "show-failed-logs", "scheduler"}

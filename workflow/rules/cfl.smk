@@ -67,6 +67,8 @@ rule cfl_train:
     threads: 1
     resources:
         gpu=0,
+        runtime=lambda wildcards, attempt: dag.job_resources(SETTINGS.resources, SETTINGS.resources.cfl, attempt).runtime_min,
+        mem_mb=lambda wildcards, attempt: dag.job_resources(SETTINGS.resources, SETTINGS.resources.cfl, attempt).mem_mb,
     conda:
         CONDA_ENV
     shell:
@@ -116,6 +118,8 @@ for group in cfl_dag.run_groups(SETTINGS.cfl, SETTINGS.resources.runs_per_job):
         threads: 1
         resources:
             gpu=0,
+            runtime=lambda wildcards, attempt, runs=len(group.runs): dag.job_resources(SETTINGS.resources, SETTINGS.resources.cfl, attempt, runs).runtime_min,
+            mem_mb=lambda wildcards, attempt: dag.job_resources(SETTINGS.resources, SETTINGS.resources.cfl, attempt).mem_mb,
         conda:
             CONDA_ENV
         shell:

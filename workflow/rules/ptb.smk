@@ -76,6 +76,8 @@ rule ptb_train:
     threads: 1
     resources:
         gpu=0,
+        runtime=lambda wildcards, attempt: dag.job_resources(SETTINGS.resources, SETTINGS.resources.ptb, attempt).runtime_min,
+        mem_mb=lambda wildcards, attempt: dag.job_resources(SETTINGS.resources, SETTINGS.resources.ptb, attempt).mem_mb,
     conda:
         CONDA_ENV
     shell:
@@ -135,6 +137,8 @@ for group in ptb_dag.run_groups(SETTINGS.ptb, SETTINGS.resources.runs_per_job):
         threads: 1
         resources:
             gpu=0,
+            runtime=lambda wildcards, attempt, runs=len(group.runs): dag.job_resources(SETTINGS.resources, SETTINGS.resources.ptb, attempt, runs).runtime_min,
+            mem_mb=lambda wildcards, attempt: dag.job_resources(SETTINGS.resources, SETTINGS.resources.ptb, attempt).mem_mb,
         conda:
             CONDA_ENV
         shell:

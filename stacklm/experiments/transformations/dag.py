@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from stacklm.errors import StacklmError
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, derived_seed, job_groups, one_per_job
-from stacklm.experiments.transformations.settings import ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
+from stacklm.experiments.transformations.settings import JobSize, ResourceFamily, ResourceSettings, SearchSettings, TransformationsSettings, check_tasks
 
 Phase = Literal["search", "final"]
 PHASES: tuple[Phase, ...] = ("search", "final")
@@ -290,9 +290,15 @@ def train_resources(resources: ResourceSettings, architecture: str, attempt: int
 
     stack = get_architecture(architecture_name(architecture)).stack_name
     families = [family for family in resources.families if stack in family.stacks]
-    base = families[0] if families else resources.default
+    return job_resources(resources, families[0] if families else resources.default, attempt)
+
+
+def job_resources(resources: ResourceSettings, size: JobSize | ResourceFamily, attempt: int, runs: int = 1) -> JobResources:
+    """Time and memory of a job of ``runs`` runs of ``size`` each, trained one after another (the
+    CFL and PTB training rules: ``resources.cfl``, ``resources.ptb``): ``runs`` × its time and its
+    memory, both × growth^(attempt − 1)."""
     factor = resources.growth_per_retry ** (attempt - 1)
-    return JobResources(runtime_min=math.ceil(base.runtime_min * factor), mem_mb=math.ceil(base.mem_mb * factor))
+    return JobResources(runtime_min=math.ceil(runs * size.runtime_min * factor), mem_mb=math.ceil(size.mem_mb * factor))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,12 +120,15 @@ class ResourceFamily:
 
 @dataclass(frozen=True)
 class ResourceSettings:
-    """The ``resources`` section: cluster time and memory per architecture family, and how many
-    runs one training (and evaluation) job takes."""
+    """The ``resources`` section: cluster time and memory of a training job per architecture family
+    (the transformation tasks), of a CFL grid run and of a PTB restart, and how many runs one
+    training (and evaluation) job takes."""
 
     growth_per_retry: float = 2
     default: JobSize = JobSize(240, 4000)
     families: tuple[ResourceFamily, ...] = (ResourceFamily(("Nd",), 1440, 16000), ResourceFamily(("Sup",), 480, 8000))
+    cfl: JobSize = JobSize(480, 4000)  # `stacklm cfl train`, one grid run
+    ptb: JobSize = JobSize(1440, 8000)  # `stacklm ptb train`, one restart
     runs_per_job: int = 1  # 1: a job per run; K: K runs of a task x phase (architecture x index) in one process, one after another (and K architectures' trials drawn, and selected among, in one)
     runs_per_step: int = 1  # 1: as runs_per_job says; K: K runs of a task x phase x architecture to a training job that asks for a GPU and trains them in one step there
 

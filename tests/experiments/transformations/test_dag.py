@@ -115,6 +115,13 @@ def test_a_group_names_every_runs_files_and_options() -> None:
     assert final.hparams_inputs(wildcards) == ["results/search/qf/tf/best.json", "results/search/qf/lstm+nd/best.json"]
 
 
+def test_a_cfl_or_ptb_training_job_takes_its_experiments_size_times_its_runs_grown_at_each_attempt(settings: ResolvedSettings) -> None:
+    assert (settings.resources.cfl.runtime_min, settings.resources.ptb.runtime_min) == (480, 1440)  # config.yaml
+    assert transformations.job_resources(settings.resources, settings.resources.cfl, 1) == transformations.JobResources(480, 4000)
+    assert transformations.job_resources(settings.resources, settings.resources.ptb, 2) == transformations.JobResources(2 * 1440, 2 * 8000)
+    assert transformations.job_resources(settings.resources, settings.resources.cfl, 3, runs=7) == transformations.JobResources(7 * 4 * 480, 4 * 4000)
+
+
 def test_a_job_of_several_runs_has_the_sum_of_their_times_and_the_most_memory_of_them(settings: ResolvedSettings) -> None:
     group = transformations.RunGroup("final", 1, (("Tf+Nd", 1), ("Tf", 1), ("Tf+Nd", 2), ("LSTM+Sup", 1)))
     resources = group.resources(settings.resources, 2)
