@@ -117,8 +117,8 @@ class CompiledRecurrentLanguageModel(RecurrentLanguageModel):
 
 class SequenceSteps:
     """The products and cells of one whole-sequence forward of a stack RNN, one autograd node per
-    step (``_Step``: forward and backward in ``recurrent.cpp``, ATen operations called
-    from C++), the weights' gradients deferred to one node after all steps (``_WeightGradients``).
+    step (``_Step``: forward and backward in ``recurrent.cpp``, loops over the tensors' memory),
+    the weights' gradients deferred to one node after all steps (``_WeightGradients``).
 
     Step t multiplies X^(ℓ)_t = [r_{t−1} ; h^(1)_{t−1}] (ℓ = 1) or [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] (ℓ > 1)
     by W^(ℓ)ᵀ, and h^(L)_t by the action layers' weights joined (``StepWeights``). Its backward
@@ -146,10 +146,13 @@ class SequenceSteps:
         self.lstm = model.config.cell == "lstm"
         self.updates = updates  # steps whose h^(L)_t drives the stack
         self.dropout_masks = dropout_masks  # (n, L − 1, B, d) or None
-        self.layer_weights = [weight.detach() for weight in weights.layers]  # W^(ℓ)ᵀ (inputs, gates · d)
+        # both layouts, contiguous: the forward runs along W^(ℓ)ᵀ's and W_aᵀ's rows, the backward along W^(ℓ)'s and W_a's
+        self.layer_weights = [weight.detach().contiguous() for weight in weights.layers]  # W^(ℓ)ᵀ (inputs, gates · d)
+        self.transposed_layer_weights = [weight.detach().t().contiguous() for weight in weights.layers]  # W^(ℓ)
         self.biases = [bias.detach() for bias in weights.biases]
         action_weight, action_bias = weights.actions
-        self.action_weight = action_weight.detach()  # (actions, d)
+        self.action_weight = action_weight.detach().contiguous()  # W_a (actions, d)
+        self.transposed_action_weight = action_weight.detach().t().contiguous()  # W_aᵀ (d, actions)
         self.action_bias = None if action_bias is None else action_bias.detach()
         assert model.interface is not None
         self.action_sizes, self.log_sigmoid_last = step_parts(model.interface)  # how the step splits a_t
@@ -209,12 +212,12 @@ class _Step(torch.autograd.Function):
         outputs = torch.ops.stacklm_recurrent.step(
             t, projected, reading, states[:num_layers], states[num_layers:], steps.layer_weights, steps.biases,
             steps.dropout_masks, steps.inputs, steps.action_inputs if has_actions else None,
-            steps.action_weight, steps.action_bias, steps.action_sizes, steps.log_sigmoid_last,
+            steps.transposed_action_weight, steps.action_bias, steps.action_sizes, steps.log_sigmoid_last,
         )  # fmt: skip
-        # h^(ℓ)_t, c^(ℓ)_t, the parts of the action layers' outputs
+        # h^(ℓ)_t, c^(ℓ)_t, the parts of the action layers' outputs, then the values the backward reads
         count = num_layers * (2 if steps.lstm else 1) + (len(steps.action_sizes) if has_actions else 0)
         ctx.steps, ctx.t, ctx.has_actions = steps, t, has_actions
-        ctx.saved = outputs[count:]  # intermediates, not outputs: no reference cycle
+        ctx.saved = outputs[count]  # intermediates, not outputs: no reference cycle
         ctx.save_for_backward(*outputs[:num_layers], *states[num_layers:])
         return tuple(outputs[:count])
 
@@ -228,7 +231,7 @@ class _Step(torch.autograd.Function):
         gradients = torch.ops.stacklm_recurrent.step_backward(
             ctx.t, grads[:num_layers], grads[num_layers:states], grads[states:], saved[:num_layers],
             saved[num_layers:], ctx.saved,
-            steps.layer_weights, steps.dropout_masks, steps.gate_gradients,
+            steps.transposed_layer_weights, steps.dropout_masks, steps.gate_gradients,
             steps.action_gradients if ctx.has_actions else None, steps.action_weight,
         )  # fmt: skip
         # the projection's gradient is G^(1)_t, which the backward wrote into its table
