@@ -57,9 +57,11 @@ using at::Tensor;
 using stacklm_lanes::LANE_COUNT;
 
 // Where a product's loops end and ATen's addmm takes over: rows · inputs · columns multiply-adds.
-// A CFL model's layer (B = 10, inputs 40, gates 80: 32,000) and action layer run in the loops; the
-// transformation tasks' (B = 32 … 64, d = 83 … 180: 10⁶ and more) in BLAS (docs/benchmarks.md).
-constexpr int64_t PRODUCT_LOOP_LIMIT = 1 << 18;
+// Timed alone (one thread, both ops of a step): the loops are faster up to some 7 · 10⁴ (no dispatch,
+// no packing), BLAS from about 10⁵ (its kernels twice as fast per multiply-add at 10⁶). A CFL
+// model's products (B = 10, d = 20, m ≤ 40: at most 48,000) run in the loops; the transformation
+// tasks' stack RNNs' (B = 32 … 64, d = 83 … 161: 10⁶ and more) in BLAS (docs/benchmarks.md).
+constexpr int64_t PRODUCT_LOOP_LIMIT = 1 << 16;
 
 // Rows of a matrix whose columns are contiguous: row r starts at data + r · stride (stride 0: one
 // row repeated, as an expanded h_0 or a bias).

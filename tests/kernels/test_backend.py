@@ -19,11 +19,13 @@ pytestmark = pytest.mark.skipif(not build.available()[0], reason="the compiled k
 
 # sha256 of the loss and every parameter's gradient of one training step (``step_digest``), as the
 # models computed them with the compiled kernels inside them (d071051), on torch 2.13.0 and a CPU
-# with AVX-512 (the kernels' sums and SIMD exp/log round by instruction set).
+# with AVX-512 (the kernels' sums and SIMD exp/log round by instruction set). The stack RNNs' since
+# their step left ATen for loops of its own (``recurrent.cpp``, issue 31: its products' sums and its
+# σ and tanh round their own way; equal to the model's forward within rounding, tests/kernels/test_recurrent.py).
 STEP_DIGESTS = {
     "Tf+Nd": "6766b101206692633e1b656baf028a63",
-    "RNN+Nd": "c42bf9df24a31f58b7d6600e293555bd",
-    "LSTM+Nd+R": "18ea4dc45a0760a61cb9602feede6702",
+    "RNN+Nd": "908da421106bf2c0b3ccd4a298949bc2",
+    "LSTM+Nd+R": "f9473bb5fd1d960292defeaf6ae74067",
 }
 
 

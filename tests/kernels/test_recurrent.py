@@ -15,7 +15,8 @@ from torch import Tensor
 from stacklm.kernels import build, recurrent
 from stacklm.kernels.backend import accelerate
 from stacklm.kernels.recurrent import step_parts
-from stacklm.models.recurrent import RecurrentLanguageModel
+from stacklm.models.recurrent import RecurrentConfig, RecurrentLanguageModel
+from stacklm.models.stack_interface import VectorNondeterministicSpec
 from tests.kernels.recorded_ops import RecordedOps
 from tests.models.conftest import TOY_VOCABULARY_SIZE, tiny_model
 from tests.models.test_recurrent import logits_and_gradients
@@ -47,6 +48,20 @@ def logits_and_gradients_of(model: RecurrentLanguageModel, logits: Tensor, posit
     return [logits.detach()] + [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
 
 
+def assert_equals_the_models_forward(
+    model: RecurrentLanguageModel, tokens: Tensor, positions: int, seed: int, rtol: float = 1e-9, atol: float = 1e-11
+) -> None:
+    """``model``'s forward on the kernels (``SequenceSteps``) against autograd through ``advance`` (the
+    model's own forward, the reference), both after ``torch.manual_seed(seed)`` (the same dropout
+    masks): the logits and every parameter's gradient of the first ``positions`` outputs' weighted sum."""
+    torch.manual_seed(seed)
+    got = logits_and_gradients_of(model, model(tokens), positions)
+    torch.manual_seed(seed)
+    expected = logits_and_gradients_of(model, RecurrentLanguageModel.forward(model, tokens), positions)
+    for ours, theirs in zip(got, expected, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize(
     "name", ["RNN+Nd", "RNN+Nd+R", "LSTM+Nd", "LSTM+Nd+R", "RNN+Sup+R", "LSTM+Sup", "cfl/NS+S", "cfl/Gref", "cfl/JM"]
 )
@@ -59,12 +74,7 @@ def test_sequence_steps_equal_the_incremental_step_with_dropout(name: str, lengt
     model = compiled_model(name, seed=9, dropout=0.0 if name.startswith("cfl/") else 0.3).train()
     tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, length), generator=torch.Generator().manual_seed(10))
     for positions in {length + 1, max(length - 2, 1)}:
-        torch.manual_seed(11)
-        got = logits_and_gradients_of(model, model(tokens), positions)
-        torch.manual_seed(11)
-        expected = logits_and_gradients_of(model, RecurrentLanguageModel.forward(model, tokens), positions)
-        for ours, theirs in zip(got, expected, strict=True):
-            torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-11)
+        assert_equals_the_models_forward(model, tokens, positions, seed=11)
 
 
 @pytest.mark.parametrize("name", ["RNN+Nd", "LSTM+Nd+R"])
@@ -76,12 +86,53 @@ def test_sequence_steps_hand_a_raw_pushed_vector_over_unchanged(name: str) -> No
     model.interface.pushed_vector = "raw"  # type: ignore[assignment]
     assert step_parts(model.interface)[1] is False
     tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, 6), generator=torch.Generator().manual_seed(17))
-    torch.manual_seed(18)
-    got = logits_and_gradients_of(model, model(tokens), 7)
-    torch.manual_seed(18)
-    expected = logits_and_gradients_of(model, RecurrentLanguageModel.forward(model, tokens), 7)
-    for ours, theirs in zip(got, expected, strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-11)
+    assert_equals_the_models_forward(model, tokens, 7, seed=18)
+
+
+def small_stack_rnn(cell: str, num_layers: int, hidden_units: int, dropout: float, dtype: torch.dtype) -> RecurrentLanguageModel:
+    """A stack RNN of the Bearing variant (learned h_0, expanded over the batch) with a small dVPDA
+    (|Q| = |Γ| = 2, m = 3: two action parts, log σ of the pushed vector) on the kernels."""
+    stack = VectorNondeterministicSpec(num_states=2, num_symbols=2, vector_size=3)
+    config = RecurrentConfig(TOY_VOCABULARY_SIZE, hidden_units, cell, num_layers, stack, dropout=dropout)  # type: ignore[arg-type]
+    model = RecurrentLanguageModel(config)
+    model.initialize(torch.Generator().manual_seed(22))
+    compiled = accelerate(model.to(dtype), "cpu-compiled").train()
+    assert isinstance(compiled, recurrent.CompiledRecurrentLanguageModel) and compiled.interface is not None
+    assert step_parts(compiled.interface) == ([compiled.interface.action_layer.out_features, 3], True)  # type: ignore[union-attr]
+    return compiled
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("batch_size", [1, 3, 10])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("cell", ["rnn", "lstm"])
+def test_step_loops_equal_the_models_forward(cell: str, num_layers: int, batch_size: int, dropout: float) -> None:
+    """The compiled step's loops (``recurrent.cpp``: the layers' products and cells, the action layers'
+    two parts and log σ of the last, their backward and the weights' gradients) against the model's
+    own forward in float64: d = 11, not a multiple of the 8 lanes (every product and cell has a
+    tail), one and two layers (with dropout: masks between them), batches of 1, 3 and 10."""
+    model = small_stack_rnn(cell, num_layers, 11, dropout, torch.float64)
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (batch_size, 6), generator=torch.Generator().manual_seed(24))
+    for positions in (7, 3):
+        assert_equals_the_models_forward(model, tokens, positions, seed=25)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm"])
+def test_step_products_on_both_sides_of_the_loops_limit(cell: str) -> None:
+    """d = 61, B = 10, two layers: B · inputs · gates of both LSTM layers (178,120 and 297,680) and the
+    RNN's second (74,420) pass ``PRODUCT_LOOP_LIMIT`` (2¹⁶: ATen's addmm), the RNN's first (44,530) and the
+    action layers' (26,230) do not (the loops): together they equal the model's forward."""
+    model = small_stack_rnn(cell, 2, 61, 0.3, torch.float64)
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (10, 5), generator=torch.Generator().manual_seed(26))
+    assert_equals_the_models_forward(model, tokens, 6, seed=27)
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm"])
+def test_step_loops_in_float32(cell: str) -> None:
+    """float32's loops (8 floats a vector, libmvec's expf) against the model's forward in float32."""
+    model = small_stack_rnn(cell, 2, 11, 0.3, torch.float32)
+    tokens = torch.randint(0, TOY_VOCABULARY_SIZE - 1, (3, 6), generator=torch.Generator().manual_seed(28))
+    assert_equals_the_models_forward(model, tokens, 7, seed=29, rtol=1e-4, atol=1e-5)
 
 
 def test_a_forwards_steps_are_freed_without_the_cycle_collector(monkeypatch: pytest.MonkeyPatch) -> None:
