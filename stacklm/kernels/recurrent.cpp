@@ -32,6 +32,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -162,12 +163,13 @@ int64_t saved_per_lstm_layer(int64_t B, int64_t d) { return 5 * B * d; }
 // h^(1..L)_t, then c^(1..L)_t (LSTM), then the parts of the action layers' output (B, action_sizes[k])
 // where ``action_inputs`` is given, then what the backward reads, in one flat tensor: per LSTM layer
 // (i, f, g, o) (B, 4d) and tanh(c) (B, d), then (``log_sigmoid_last``, with actions) the last part
-// before log σ. ``weights``: W^(ℓ)ᵀ (inputs, gates · d), ``action_weight``: W_aᵀ (d, actions), contiguous.
+// before log σ. ``weights``: W^(ℓ)ᵀ (inputs, gates · d), ``transposed_action_weight``: W_aᵀ (d, actions),
+// contiguous.
 template <typename T>
-std::vector<Tensor> step_cpu(
+std::vector<Tensor> step_values(
     int64_t t, const Tensor& projected_in, const Tensor& reading_in, at::TensorList hidden_in, at::TensorList cells_in,
     at::TensorList weights, at::TensorList biases, const std::optional<Tensor>& masks_in, at::TensorList inputs,
-    const std::optional<Tensor>& action_inputs, const Tensor& action_weight, const std::optional<Tensor>& action_bias,
+    const std::optional<Tensor>& action_inputs, const Tensor& transposed_action_weight, const std::optional<Tensor>& action_bias,
     at::IntArrayRef action_sizes, bool log_sigmoid_last) {
   const int64_t layers = static_cast<int64_t>(weights.size());
   const int64_t B = hidden_in[0].size(0), d = hidden_in[0].size(1);
@@ -247,11 +249,11 @@ std::vector<Tensor> step_cpu(
   std::vector<Tensor> outputs = new_hidden;
   outputs.insert(outputs.end(), new_cells.begin(), new_cells.end());
   if (has_actions) {
-    TORCH_CHECK(action_weight.is_contiguous() && action_inputs->is_contiguous(), "step: W_aᵀ and the h^(L) table must be contiguous");
+    TORCH_CHECK(transposed_action_weight.is_contiguous() && action_inputs->is_contiguous(), "step: W_aᵀ and the h^(L) table must be contiguous");
     const T* top = new_hidden.back().data_ptr<T>();
     std::memcpy(action_inputs->data_ptr<T>() + t * B * d, top, B * d * sizeof(T));
-    const int64_t A = action_weight.size(1);
-    const T* weight = action_weight.data_ptr<T>();  // W_aᵀ (d, A)
+    const int64_t A = transposed_action_weight.size(1);
+    const T* weight = transposed_action_weight.data_ptr<T>();  // W_aᵀ (d, A)
     const T* bias = action_bias.has_value() ? action_bias->data_ptr<T>() : nullptr;
     T* log_sigmoid_input = saved_data + (lstm ? layers * saved_per_lstm_layer(B, d) : 0);
     int64_t offset = 0;
@@ -273,30 +275,17 @@ std::vector<Tensor> step_cpu(
   return outputs;
 }
 
-std::vector<Tensor> step(
-    int64_t t, const Tensor& projected, const Tensor& reading, at::TensorList hidden, at::TensorList cells,
-    at::TensorList weights, at::TensorList biases, const std::optional<Tensor>& masks, at::TensorList inputs,
-    const std::optional<Tensor>& action_inputs, const Tensor& action_weight, const std::optional<Tensor>& action_bias,
-    at::IntArrayRef action_sizes, bool log_sigmoid_last) {
-  TORCH_CHECK(projected.device().is_cpu(), "stacklm_recurrent::step runs on the CPU");
-  return AT_DISPATCH_FLOATING_TYPES(projected.scalar_type(), "stacklm_recurrent_step", [&] {
-    return step_cpu<scalar_t>(
-        t, projected, reading, hidden, cells, weights, biases, masks, inputs, action_inputs, action_weight, action_bias,
-        action_sizes, log_sigmoid_last);
-  });
-}
-
 // The gradients of r_{t−1}, h^(1..L)_{t−1}, then c^(1..L)_{t−1} (LSTM), from those of ``step``'s
-// outputs (that of its projection is row t of ``gate_gradients[0]``, written here) (``grad_action_parts``: of
-// the action layers' parts, none for a step without actions); ``hidden`` is h^(1..L)_t, ``saved``
-// what ``step`` returned after its outputs; ``weights``: W^(ℓ) (gates · d, inputs), ``action_weight``:
-// W_a (actions, d), contiguous.
+// outputs (undefined: 0) (that of its projection is row t of ``gate_gradients[0]``, written here;
+// ``grad_action_parts``: of the action layers' parts, none for a step without actions); ``hidden`` is
+// h^(1..L)_t, ``saved`` what ``step_values`` saved; ``weights``: W^(ℓ) (gates · d, inputs),
+// ``action_weight``: W_a (actions, d), contiguous.
 template <typename T>
-std::vector<Tensor> step_backward_cpu(
+std::vector<Tensor> step_gradients(
     int64_t t, at::TensorList grad_hidden, at::TensorList grad_cells, at::TensorList grad_action_parts,
     at::TensorList hidden, at::TensorList previous_cells_in, const Tensor& saved, at::TensorList weights,
     const std::optional<Tensor>& masks_in, at::TensorList gate_gradients, const std::optional<Tensor>& action_gradients,
-    const Tensor& action_weight) {
+    const Tensor& action_weight, at::IntArrayRef action_sizes) {
   const int64_t layers = static_cast<int64_t>(weights.size());
   const int64_t B = hidden[0].size(0), d = hidden[0].size(1);
   const bool lstm = !previous_cells_in.empty();
@@ -307,6 +296,7 @@ std::vector<Tensor> step_backward_cpu(
   // ∂L/∂h^(ℓ)_t, every contribution summed: given, from the action layers (ℓ = L), from layer ℓ + 1
   std::vector<T> grad_h(layers * B * d);
   for (int64_t l = 0; l < layers; ++l) {
+    if (!grad_hidden[l].defined()) continue;  // an output unused: a gradient of 0
     const Tensor given = unit_columns(grad_hidden[l]);
     const Rows<const T> rows = rows_of<const T>(given);
     for (int64_t b = 0; b < B; ++b) std::memcpy(grad_h.data() + (l * B + b) * d, rows.row(b), d * sizeof(T));
@@ -319,8 +309,13 @@ std::vector<Tensor> step_backward_cpu(
     const bool log_sigmoid_last = saved.numel() > log_sigmoid_at;
     int64_t offset = 0;
     for (size_t k = 0; k < grad_action_parts.size(); ++k) {
+      const int64_t width = action_sizes[k];
+      if (!grad_action_parts[k].defined()) {
+        for (int64_t b = 0; b < B; ++b) std::fill_n(grad_logits + b * A + offset, width, T(0));
+        offset += width;
+        continue;
+      }
       const Tensor part = unit_columns(grad_action_parts[k]);
-      const int64_t width = part.size(1);
       const Rows<const T> rows = rows_of<const T>(part);
       if (log_sigmoid_last && k + 1 == grad_action_parts.size()) {  // (log σ)'(x) = σ(−x)
         const T* x = saved_data + log_sigmoid_at;
@@ -351,8 +346,9 @@ std::vector<Tensor> step_backward_cpu(
     } else {
       const T* activations = saved_data + l * saved_per_lstm_layer(B, d);  // i, f, g, o (B, 4d)
       const T* squashed = activations + 4 * B * d;                        // tanh(c) (B, d)
-      const Tensor given_cell = unit_columns(grad_cells[l]);
-      const Rows<const T> grad_cell_rows = rows_of<const T>(given_cell);
+      const Tensor given_cell = grad_cells[l].defined() ? unit_columns(grad_cells[l]) : Tensor();
+      const std::vector<T> zeros(given_cell.defined() ? 0 : d);
+      const Rows<const T> grad_cell_rows = given_cell.defined() ? rows_of<const T>(given_cell) : Rows<const T>{zeros.data(), 0};
       const Tensor previous_cell = unit_columns(previous_cells_in[l]);
       const Rows<const T> previous = rows_of<const T>(previous_cell);
       Tensor grad_previous_cell = at::empty({B, d}, options);
@@ -405,37 +401,148 @@ std::vector<Tensor> step_backward_cpu(
   return outputs;
 }
 
-std::vector<Tensor> step_backward(
-    int64_t t, at::TensorList grad_hidden, at::TensorList grad_cells, at::TensorList grad_action_parts,
-    at::TensorList hidden, at::TensorList previous_cells, const Tensor& saved, at::TensorList weights,
-    const std::optional<Tensor>& masks, at::TensorList gate_gradients, const std::optional<Tensor>& action_gradients,
-    const Tensor& action_weight) {
-  TORCH_CHECK(saved.device().is_cpu(), "stacklm_recurrent::step_backward runs on the CPU");
-  return AT_DISPATCH_FLOATING_TYPES(saved.scalar_type(), "stacklm_recurrent_step_backward", [&] {
-    return step_backward_cpu<scalar_t>(
-        t, grad_hidden, grad_cells, grad_action_parts, hidden, previous_cells, saved, weights, masks, gate_gradients,
-        action_gradients, action_weight);
+// The outputs of step t (``step_values``), in the dtype of ``projected``.
+std::vector<Tensor> step_outputs(
+    int64_t t, const Tensor& projected, const Tensor& reading, at::TensorList hidden, at::TensorList cells,
+    at::TensorList weights, at::TensorList biases, const std::optional<Tensor>& masks, at::TensorList inputs,
+    const std::optional<Tensor>& action_inputs, const Tensor& transposed_action_weight,
+    const std::optional<Tensor>& action_bias, at::IntArrayRef action_sizes, bool log_sigmoid_last) {
+  TORCH_CHECK(projected.device().is_cpu(), "stacklm_recurrent::step runs on the CPU");
+  return AT_DISPATCH_FLOATING_TYPES(projected.scalar_type(), "stacklm_recurrent_step", [&] {
+    return step_values<scalar_t>(
+        t, projected, reading, hidden, cells, weights, biases, masks, inputs, action_inputs, transposed_action_weight,
+        action_bias, action_sizes, log_sigmoid_last);
   });
+}
+
+// The op ``step`` below autograd: ``step_values``' outputs, what the backward reads last.
+std::vector<Tensor> step_composite(
+    int64_t t, const Tensor& projected, const Tensor& reading, const Tensor& order, at::TensorList hidden,
+    at::TensorList cells, at::TensorList weights, at::TensorList transposed_weights, at::TensorList biases,
+    const std::optional<Tensor>& masks, at::TensorList inputs, at::TensorList gate_gradients,
+    const std::optional<Tensor>& action_inputs, const std::optional<Tensor>& action_gradients,
+    const Tensor& action_weight, const Tensor& transposed_action_weight, const std::optional<Tensor>& action_bias,
+    at::IntArrayRef action_sizes, bool log_sigmoid_last) {
+  return step_outputs(
+      t, projected, reading, hidden, cells, weights, biases, masks, inputs, action_inputs, transposed_action_weight,
+      action_bias, action_sizes, log_sigmoid_last);
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Step t as one autograd node: forward ``step_values``, backward ``step_gradients``, both in C++ (no
+// Python between them). Its inputs are every tensor argument of the op ``step``; it passes gradients
+// to ``projected`` (row t of G^(1), a view of the table), ``reading``, ``order`` (an empty one: the
+// node of the weights' gradients waits for every step's) and h^(ℓ)_{t−1}, c^(ℓ)_{t−1}; the others
+// (weights, tables, masks) get none. Unused outputs' gradients stay undefined (read as 0). Its forward
+// calls the op below autograd, so that tracing sees the op, not its insides; the values the backward
+// reads are the op's last output, not differentiable.
+struct StepNode : torch::autograd::Function<StepNode> {
+  static variable_list forward(
+      AutogradContext* ctx, int64_t t, const Tensor& projected, const Tensor& reading, const Tensor& order,
+      at::TensorList hidden, at::TensorList cells, at::TensorList weights, at::TensorList transposed_weights,
+      at::TensorList biases, const std::optional<Tensor>& masks, at::TensorList inputs, at::TensorList gate_gradients,
+      const std::optional<Tensor>& action_inputs, const std::optional<Tensor>& action_gradients,
+      const Tensor& action_weight, const Tensor& transposed_action_weight, const std::optional<Tensor>& action_bias,
+      at::IntArrayRef action_sizes, bool log_sigmoid_last) {
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("stacklm_recurrent::step", "")
+                               .typed<decltype(step_composite)>();
+    std::vector<Tensor> outputs;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;  // the op itself, as tracing sees it
+      outputs = op.call(
+          t, projected, reading, order, hidden, cells, weights, transposed_weights, biases, masks, inputs,
+          gate_gradients, action_inputs, action_gradients, action_weight, transposed_action_weight, action_bias,
+          action_sizes, log_sigmoid_last);
+    }
+    const int64_t layers = static_cast<int64_t>(weights.size());
+    ctx->set_materialize_grads(false);
+    ctx->mark_non_differentiable({outputs.back()});
+    std::vector<Tensor> kept(outputs.begin(), outputs.begin() + layers);  // h^(ℓ)_t
+    kept.insert(kept.end(), cells.begin(), cells.end());                  // c^(ℓ)_{t−1}
+    ctx->save_for_backward(kept);
+    ctx->saved_data["t"] = t;
+    ctx->saved_data["saved"] = outputs.back();
+    ctx->saved_data["weights"] = transposed_weights.vec();  // W^(ℓ)
+    ctx->saved_data["masks"] = masks;
+    ctx->saved_data["gate_gradients"] = gate_gradients.vec();
+    ctx->saved_data["action_gradients"] = action_gradients;
+    ctx->saved_data["action_weight"] = action_weight;  // W_a
+    ctx->saved_data["action_sizes"] = action_inputs.has_value() ? action_sizes.vec() : std::vector<int64_t>{};
+    ctx->saved_data["lstm"] = !cells.empty();
+    // the node's inputs as apply counts them: each argument one, each tensor of a list one
+    ctx->saved_data["inputs"] = static_cast<int64_t>(
+        4 + hidden.size() + cells.size() + weights.size() + transposed_weights.size() + biases.size() + 1 +
+        inputs.size() + gate_gradients.size() + 7);
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list kept = ctx->get_saved_variables();
+    const std::vector<Tensor> weights = ctx->saved_data["weights"].toTensorVector();
+    const int64_t layers = static_cast<int64_t>(weights.size());
+    const bool lstm = ctx->saved_data["lstm"].toBool();
+    const int64_t t = ctx->saved_data["t"].toInt();
+    const std::vector<Tensor> gate_gradients = ctx->saved_data["gate_gradients"].toTensorVector();
+    const std::vector<int64_t> action_sizes = ctx->saved_data["action_sizes"].toIntVector();
+    const Tensor saved = ctx->saved_data["saved"].toTensor();
+    const std::optional<Tensor> masks = ctx->saved_data["masks"].toOptional<Tensor>();
+    const std::optional<Tensor> action_gradients = ctx->saved_data["action_gradients"].toOptional<Tensor>();
+    const Tensor action_weight = ctx->saved_data["action_weight"].toTensor();
+    const at::TensorList all(grads);
+    const at::TensorList grad_hidden = all.slice(0, layers), grad_cells = all.slice(layers, lstm ? layers : 0);
+    const int64_t states = lstm ? 2 * layers : layers;
+    const at::TensorList grad_parts = all.slice(states, all.size() - 1 - states);  // not the saved values'
+    const at::TensorList hidden = at::TensorList(kept).slice(0, layers), previous_cells = at::TensorList(kept).slice(layers);
+    std::vector<Tensor> gradients = AT_DISPATCH_FLOATING_TYPES(saved.scalar_type(), "stacklm_recurrent_step_backward", [&] {
+      return step_gradients<scalar_t>(
+          t, grad_hidden, grad_cells, grad_parts, hidden, previous_cells, saved, weights, masks, gate_gradients,
+          action_gradients, action_weight, action_sizes);
+    });
+    variable_list result(ctx->saved_data["inputs"].toInt());  // undefined but for the five below
+    result[1] = gate_gradients[0].select(0, t);                 // projected: G^(1)_t, written by step_gradients
+    result[2] = gradients[0];                                   // r_{t−1}
+    result[3] = at::empty({0}, saved.options());                // order
+    for (size_t k = 1; k < gradients.size(); ++k) result[3 + k] = gradients[k];  // h^(ℓ)_{t−1}, c^(ℓ)_{t−1}
+    return result;
+  }
+};
+
+// The op ``step`` under autograd: one StepNode.
+std::vector<Tensor> step_autograd(
+    int64_t t, const Tensor& projected, const Tensor& reading, const Tensor& order, at::TensorList hidden,
+    at::TensorList cells, at::TensorList weights, at::TensorList transposed_weights, at::TensorList biases,
+    const std::optional<Tensor>& masks, at::TensorList inputs, at::TensorList gate_gradients,
+    const std::optional<Tensor>& action_inputs, const std::optional<Tensor>& action_gradients,
+    const Tensor& action_weight, const Tensor& transposed_action_weight, const std::optional<Tensor>& action_bias,
+    at::IntArrayRef action_sizes, bool log_sigmoid_last) {
+  return StepNode::apply(
+      t, projected, reading, order, hidden, cells, weights, transposed_weights, biases, masks, inputs, gate_gradients,
+      action_inputs, action_gradients, action_weight, transposed_action_weight, action_bias, action_sizes,
+      log_sigmoid_last);
 }
 
 }  // namespace
 
-// The schemas mark the tables each op writes into (``Tensor(a!)``); no output aliases an input. The
-// kernels are registered as CompositeExplicitAutograd: registered without a dispatch key, an op is
-// composite, and tracing (torch.compile, functionalization, dispatch modes) would step into it and see
-// neither the op nor its writes.
+// The schema marks the tables the forward writes into (``Tensor(a!)``); no output aliases an input.
+// The backward (StepNode) writes G^(ℓ)_t and the action layers' gradient into ``gate_gradients`` and
+// ``action_gradients``, which the forward only hands on. Registered as CompositeExplicitAutograd (and
+// Autograd): registered without a dispatch key, an op is composite, and tracing (torch.compile,
+// functionalization, dispatch modes) would step into it and see neither the op nor its writes.
 TORCH_LIBRARY(stacklm_recurrent, library) {
   library.def(
-      "step(int t, Tensor projected, Tensor reading, Tensor[] hidden, Tensor[] cells, Tensor[] weights, "
-      "Tensor[] biases, Tensor? masks, Tensor(a!)[] inputs, Tensor(b!)? action_inputs, Tensor action_weight, "
-      "Tensor? action_bias, int[] action_sizes, bool log_sigmoid_last) -> Tensor[]");
-  library.def(
-      "step_backward(int t, Tensor[] grad_hidden, Tensor[] grad_cells, Tensor[] grad_action_parts, "
-      "Tensor[] hidden, Tensor[] previous_cells, Tensor saved, Tensor[] weights, Tensor? masks, "
-      "Tensor(a!)[] gate_gradients, Tensor(b!)? action_gradients, Tensor action_weight) -> Tensor[]");
+      "step(int t, Tensor projected, Tensor reading, Tensor order, Tensor[] hidden, Tensor[] cells, "
+      "Tensor[] weights, Tensor[] transposed_weights, Tensor[] biases, Tensor? masks, Tensor(a!)[] inputs, "
+      "Tensor[] gate_gradients, Tensor(b!)? action_inputs, Tensor? action_gradients, Tensor action_weight, "
+      "Tensor transposed_action_weight, Tensor? action_bias, int[] action_sizes, bool log_sigmoid_last) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(stacklm_recurrent, CompositeExplicitAutograd, library) {
-  library.impl("step", &step);
-  library.impl("step_backward", &step_backward);
+  library.impl("step", &step_composite);
+}
+
+TORCH_LIBRARY_IMPL(stacklm_recurrent, Autograd, library) {
+  library.impl("step", &step_autograd);
 }

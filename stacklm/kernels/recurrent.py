@@ -117,8 +117,9 @@ class CompiledRecurrentLanguageModel(RecurrentLanguageModel):
 
 class SequenceSteps:
     """The products and cells of one whole-sequence forward of a stack RNN, one autograd node per
-    step (``_Step``: forward and backward in ``recurrent.cpp``, loops over the tensors' memory),
-    the weights' gradients deferred to one node after all steps (``_WeightGradients``).
+    step (the op ``stacklm_recurrent::step``: forward and backward in ``recurrent.cpp``, its node made
+    in C++, loops over the tensors' memory), the weights' gradients deferred to one node after all
+    steps (``_WeightGradients``).
 
     Step t multiplies X^(ℓ)_t = [r_{t−1} ; h^(1)_{t−1}] (ℓ = 1) or [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] (ℓ > 1)
     by W^(ℓ)ᵀ, and h^(L)_t by the action layers' weights joined (``StepWeights``). Its backward
@@ -166,7 +167,8 @@ class SequenceSteps:
 
     def order(self, weights: StepWeights) -> Tensor:
         """The empty tensor that every step takes (``step``), so that the weights' gradients run after
-        all steps' backward. Not kept here: the node's context holds these steps (no reference cycle)."""
+        all steps' backward. Not kept here: the node's context holds these steps (no reference cycle);
+        the steps' nodes hold their tables and weights, not these steps."""
         assert weights.actions is not None
         return _WeightGradients.apply(self, *weights.layers, *weights.biases, *weights.actions)
 
@@ -182,11 +184,18 @@ class SequenceSteps:
         """h^(ℓ)_t, c^(ℓ)_t and, for steps that drive the stack, the parts of the action layers' outputs
         (:func:`step_parts`: (B, width) each) from ``order``, W^(1)'s token columns and
         biases applied to x'_t (B, gates · d), r_{t−1} (B, |r|) and the states of step t − 1."""
-        outputs = _Step.apply(self, t, projected, reading, order, *hidden, *cells)
+        has_actions = t < self.updates
+        outputs = torch.ops.stacklm_recurrent.step(
+            t, projected, reading, order, hidden, cells, self.layer_weights, self.transposed_layer_weights,
+            self.biases, self.dropout_masks, self.inputs, self.gate_gradients,
+            self.action_inputs if has_actions else None, self.action_gradients if has_actions else None,
+            self.action_weight, self.transposed_action_weight, self.action_bias, self.action_sizes, self.log_sigmoid_last,
+        )  # fmt: skip
         num_layers = self.num_layers
         states = num_layers * (2 if self.lstm else 1)
-        new_cells = outputs[num_layers:states] if self.lstm else ()
-        return outputs[:num_layers], new_cells, outputs[states:] if t < self.updates else None
+        new_cells = tuple(outputs[num_layers:states]) if self.lstm else ()
+        # h^(ℓ)_t, c^(ℓ)_t, the parts of the action layers' outputs, then the values the step's backward reads
+        return tuple(outputs[:num_layers]), new_cells, tuple(outputs[states:-1]) if has_actions else None
 
     def weight_gradients(self) -> list[Tensor]:
         """∂L/∂W^(ℓ)ᵀ, ∂L/∂b^(ℓ) (ℓ > 1), the action layers' weight and bias gradients: one product
@@ -197,45 +206,6 @@ class SequenceSteps:
         action_rows = self.action_gradients.flatten(0, 1)  # (updates · B, actions)
         action_weight = torch.mm(action_rows.t(), self.action_inputs.flatten(0, 1))
         return [*layers, *biases, action_weight, action_rows.sum(0)]
-
-
-class _Step(torch.autograd.Function):
-    """One step of ``SequenceSteps``; ``order`` (``_WeightGradients``'s output) orders the weights'
-    gradients after every step's backward."""
-
-    @staticmethod
-    def forward(
-        ctx: Any, steps: SequenceSteps, t: int, projected: Tensor, reading: Tensor, order: Tensor, *states: Tensor
-    ) -> tuple[Tensor, ...]:
-        num_layers = steps.num_layers
-        has_actions = t < steps.updates
-        outputs = torch.ops.stacklm_recurrent.step(
-            t, projected, reading, states[:num_layers], states[num_layers:], steps.layer_weights, steps.biases,
-            steps.dropout_masks, steps.inputs, steps.action_inputs if has_actions else None,
-            steps.transposed_action_weight, steps.action_bias, steps.action_sizes, steps.log_sigmoid_last,
-        )  # fmt: skip
-        # h^(ℓ)_t, c^(ℓ)_t, the parts of the action layers' outputs, then the values the backward reads
-        count = num_layers * (2 if steps.lstm else 1) + (len(steps.action_sizes) if has_actions else 0)
-        ctx.steps, ctx.t, ctx.has_actions = steps, t, has_actions
-        ctx.saved = outputs[count]  # intermediates, not outputs: no reference cycle
-        ctx.save_for_backward(*outputs[:num_layers], *states[num_layers:])
-        return tuple(outputs[:count])
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
-        steps: SequenceSteps = ctx.steps
-        num_layers = steps.num_layers
-        states = num_layers * (2 if steps.lstm else 1)
-        saved = ctx.saved_tensors
-        gradients = torch.ops.stacklm_recurrent.step_backward(
-            ctx.t, grads[:num_layers], grads[num_layers:states], grads[states:], saved[:num_layers],
-            saved[num_layers:], ctx.saved,
-            steps.transposed_layer_weights, steps.dropout_masks, steps.gate_gradients,
-            steps.action_gradients if ctx.has_actions else None, steps.action_weight,
-        )  # fmt: skip
-        # the projection's gradient is G^(1)_t, which the backward wrote into its table
-        return None, None, steps.gate_gradients[0][ctx.t], gradients[0], steps.order_gradient, *gradients[1:]
 
 
 class _WeightGradients(torch.autograd.Function):
