@@ -1,8 +1,9 @@
 // One step of a stack RNN's whole-sequence forward, and its backward (stacklm/models/recurrent.py,
 // SequenceSteps): the layers' products and cells and the action layers' product, on the CPU, float32
-// or float64, in loops over the tensors' memory: a step costs two calls from Python and a few
-// allocations, not the sixty-odd ATen operations (each a dispatch of some microseconds) that the
-// same step costs written in them, at a CFL model's sizes (B = 10, d = 20) most of its time.
+// or float64, in loops over the tensors' memory, one op (``step``) whose autograd node is made here
+// (StepNode): a step costs one call from Python and a few allocations, its backward none, not the
+// sixty-odd ATen operations (each a dispatch of some microseconds) and the Python node that the same
+// step cost written in them, at a CFL model's sizes (B = 10, d = 20) most of its time.
 //
 // Step t writes X^(ℓ)_t = [r_{t−1} ; h^(1)_{t−1}] (ℓ = 1) or [h̸^(ℓ−1)_t ; h^(ℓ)_{t−1}] (ℓ > 1) into row t
 // of the run's tables ``inputs`` (n, B, inputs) and h^(L)_t into row t of ``action_inputs``; its
@@ -25,7 +26,7 @@
 // ATen's backward takes them.
 //
 // Products (``product``): one row block of up to four rows of X against 8-lane columns of Wᵀ, the
-// sums in registers, below PRODUCT_LOOP_LIMIT multiply-adds; above it (the transformation tasks'
+// sums in registers, up to PRODUCT_LOOP_LIMIT multiply-adds; above it (the transformation tasks'
 // stack RNNs, d ≥ 83, B ≥ 32) ATen's addmm (BLAS, and its threads). The forward reads
 // W^(ℓ)ᵀ (inputs, gates · d) and W_aᵀ (d, actions), the backward W^(ℓ) and W_a, each contiguous
 // (SequenceSteps keeps both layouts for a forward), so both run along rows.
