@@ -90,6 +90,7 @@ EXAMPLES: dict[str, str] = {
     " --out-metrics metrics.parquet --validation-figures validation.png --test-figures test-by-length.png --summary summary.md",
     "cfl actions": "stacklm cfl actions --selections selected/marked-reversal/cfl-ns+s.parquet selected/marked-reversal/cfl-ns+s+u.parquet"
     " --runs runs/marked-reversal/cfl-ns+s runs/marked-reversal/cfl-ns+s+u --out actions.parquet --figures stack-actions.png",
+    "cfl progress": "stacklm cfl progress --markdown docs/cfl-two-languages/progress.md runs/cfl-two-languages",
     "ptb": "stacklm ptb train --model rns-2-3 --restart 1 --data resources/ptb --checkpoint ckpt/rns-2-3/1.pt --out runs/rns-2-3/1",
     "ptb download": "stacklm ptb download --out resources/ptb",
     "ptb suites": "stacklm ptb suites --suites number_src center_embed --out resources/sg-test-suites",

@@ -15,17 +15,21 @@ set under the hierarchical and the linear rule (DuSell & Cotterell (2025) §5). 
 run shows its whole-set values (``metrics.parquet``) instead, and says so.
 
 Nothing here writes or locks a run's file: a training process replaces its state atomically,
-so a reader sees the previous complete file or the next one.
+so a reader sees the previous complete file or the next one. ``stacklm cfl progress``
+(``stacklm.experiments.cfl.progress``) reads the CFL runs with the same pieces: a state's curve
+(``training_run``), an ended run's (``read_curve``) and how it ended (``ended_state``), the
+files a DAG's pattern names (``matches``) and the Markdown table (``markdown``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
 
@@ -75,19 +79,9 @@ class RunProgress:
 
 def ended_run(curve_path: Path, metrics_path: Path | None = None) -> RunProgress:
     """A run whose ``train.parquet`` is written, with its ``metrics.parquet`` once evaluated."""
-    frame = read_parquet(curve_path, "the run's curve")
-    missing = [name for name in CURVE_SCHEMA.names if name not in frame.columns]
-    if missing:
-        raise located(curve_path, None, f"missing curve column(s) {', '.join(missing)}")
-    if frame.empty:
-        raise located(curve_path, None, "the run's curve has no checkpoint")
+    frame, config = read_curve(curve_path)
     first = frame.iloc[0]
-    try:
-        config = build(TrainConfig, json.loads(first["config"])["train_config"], "train_config", source=curve_path)
-    except (ValueError, KeyError, TypeError) as error:
-        raise located(curve_path, None, f"no train_config in the run's config ({error})") from None
-    curve = frame[CHECKPOINT_SCHEMA.names].sort_values("checkpoint").reset_index(drop=True)
-    state = CONVERGED if should_stop(ScheduleState(config.learning_rate, checkpoints_without_best=checkpoints_without_best(curve)), config) else MAX_EPOCHS
+    curve = frame[CHECKPOINT_SCHEMA.names]
     whole_sets = whole_set_scores(read_run_metrics(metrics_path)) if metrics_path is not None else None
     phase = str(first["phase"])
     return RunProgress(
@@ -97,12 +91,35 @@ def ended_run(curve_path: Path, metrics_path: Path | None = None) -> RunProgress
         index=int(first["trial"] if phase == "search" else first["seed"]),
         learning_rate=float(first["learning_rate"]),
         tokens_per_batch=None if pd.isna(first["tokens_per_batch"]) else int(first["tokens_per_batch"]),
-        state=EVALUATED if whole_sets is not None else state,
+        state=EVALUATED if whole_sets is not None else ended_state(curve, config),
         training_s=float(first["wall_time_s"]),
         curve=curve,
         whole_sets=whole_sets,
         source=metrics_path if metrics_path is not None else curve_path,
     )
+
+
+def read_curve(curve_path: Path) -> tuple[pd.DataFrame, TrainConfig]:
+    """An ended run's ``train.parquet``, every column, by checkpoint (refused, naming it, without
+    ``CURVE_SCHEMA``'s columns or a checkpoint), and the schedule the run trained with."""
+    frame = read_parquet(curve_path, "the run's curve")
+    missing = [name for name in CURVE_SCHEMA.names if name not in frame.columns]
+    if missing:
+        raise located(curve_path, None, f"missing curve column(s) {', '.join(missing)}")
+    if frame.empty:
+        raise located(curve_path, None, "the run's curve has no checkpoint")
+    try:
+        config = build(TrainConfig, json.loads(frame["config"].iloc[0])["train_config"], "train_config", source=curve_path)
+    except (ValueError, KeyError, TypeError) as error:
+        raise located(curve_path, None, f"no train_config in the run's config ({error})") from None
+    return frame.sort_values("checkpoint").reset_index(drop=True), config
+
+
+def ended_state(curve: pd.DataFrame, config: TrainConfig) -> str:
+    """How a run with this whole ``curve`` (by checkpoint) ended: ``CONVERGED`` when its last
+    checkpoints brought no new best, as ``stacklm.training.schedule.should_stop`` decides, else ``MAX_EPOCHS``."""
+    schedule = ScheduleState(config.learning_rate, checkpoints_without_best=checkpoints_without_best(curve))
+    return CONVERGED if should_stop(schedule, config) else MAX_EPOCHS
 
 
 def checkpoints_without_best(curve: pd.DataFrame) -> int:
@@ -161,8 +178,13 @@ def table_row(run: RunProgress) -> list[str]:
 
 
 def markdown_table(runs: Sequence[RunProgress]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---:" if name in ("learning rate", "B", "checkpoints", "training h", "best val. CE") else "---" for name in HEADER) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(table_row(run)) + " |" for run in runs]) + "\n"
+    return markdown(HEADER, [table_row(run) for run in runs], right=("learning rate", "B", "checkpoints", "training h", "best val. CE"))
+
+
+def markdown(header: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[str] = ()) -> str:
+    """A Markdown table: ``header``, then a line per row of cells; the columns named in ``right`` aligned right."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if name in right else "---" for name in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def checkpoint_line(row: pd.Series) -> str:
@@ -171,6 +193,16 @@ def checkpoint_line(row: pd.Series) -> str:
     return (f"checkpoint {row['checkpoint']}: epoch {row['epoch']} step {row['step']} examples {row['examples_seen']} train loss {row['train_loss']:.4f}"
             f" validation cross-entropy {row['validation_cross_entropy']:.4f}{' (best)' if row['is_best'] else ''}"
             f" learning rate {row['learning_rate_used']:.3g}{scores}")  # fmt: skip
+
+
+def matches(root: Path, pattern: str, wildcards: Mapping[str, str]) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The files under ``root`` that a DAG's ``pattern`` (``results/runs/{task}/…``) names, with
+    its wildcards' values; ``wildcards`` gives the regular expression each may match."""
+    regex = re.compile(re.sub(r"\\\{(\w+)\\\}", lambda match: f"(?P<{match[1]}>{wildcards[match[1]]})", re.escape(pattern)))
+    for path in sorted(root.glob(re.sub(r"\{\w+\}", "*", pattern))):
+        found = regex.fullmatch(path.relative_to(root).as_posix())
+        if found is not None and path.is_file():
+            yield path, found.groupdict()
 
 
 def newest_file_time(runs: Sequence[RunProgress]) -> str:

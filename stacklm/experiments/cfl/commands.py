@@ -1,5 +1,6 @@
 """``stacklm cfl``: the command line of the CFL experiments of DuSell & Chiang (2022) (the rules
-``cfl_generate``, ``cfl_train``, ``cfl_select``, ``cfl_evaluate``, ``cfl_figures`` and ``cfl_actions``).
+``cfl_generate``, ``cfl_train``, ``cfl_select``, ``cfl_evaluate``, ``cfl_figures`` and
+``cfl_actions``; ``progress``, run by hand, reads where the training runs stand).
 
     stacklm cfl generate --language L --split test --seed 0 --out TEST.tsv
     stacklm cfl train --language L --architecture cfl/X... (--setting lr0.001-m20-r3... |
@@ -13,6 +14,7 @@
         --out-curves results/cfl/curves.parquet --out-metrics results/cfl/metrics.parquet
         --validation-figures F1.png F1.pdf --test-figures T.png T.pdf --summary results/cfl/summary.md
     stacklm cfl actions --selections SELECTED.parquet... --runs RUNS_DIR... --out ACTIONS.parquet --figures F2.png
+    stacklm cfl progress [--markdown PAGE.md] RUN_DIR   (run by hand, beside a live pipeline)
 
 Several ``--setting`` values are several runs of one language, trained one after another in one
 process (the rule ``cfl_train_<language>_group<n>`` when ``resources.runs_per_job`` > 1), and
@@ -25,7 +27,7 @@ when it runs (:func:`stacklm.experiments.common.deferred`): ``generate`` from
 :mod:`~stacklm.experiments.cfl.data`, ``train`` from :mod:`~stacklm.experiments.cfl.training`,
 ``select`` from :mod:`~stacklm.experiments.cfl.search` (pandas only), ``evaluate`` from
 :mod:`~stacklm.experiments.cfl.evaluation`, ``figures`` and ``actions`` from
-:mod:`~stacklm.experiments.cfl.figures`; so ``stacklm cfl select``, a job per (language, model),
+:mod:`~stacklm.experiments.cfl.figures`, ``progress`` from :mod:`~stacklm.experiments.cfl.progress`; so ``stacklm cfl select``, a job per (language, model),
 starts without the seconds torch costs.
 """
 
@@ -144,3 +146,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions.add_argument("--out", required=True, type=Path, help="the selected runs' action logs, one Parquet")
     actions.add_argument("--figures", required=True, nargs="+", help="Figure 2 files (.png, .pdf)")
     actions.set_defaults(func=deferred(f"{UNIT}.figures", "actions_command"))
+
+    progress = commands.add_parser(
+        "progress",
+        help="where the CFL training runs of a pipeline run stand, read while they train: epochs, state, hours, best validation Δ",
+        description="A row per grid run with a file under RUN_DIR/results/cfl: ended runs from their train.parquet, the others from "
+        "their resumable state (their validation set's true cross-entropy computed again: seconds per run). Only reads: no lock, "
+        "nothing written under RUN_DIR.",
+    )
+    progress.add_argument("--markdown", type=Path, help="a Markdown page: what the table shows, the table, the files not read; default: the table on stdout")
+    progress.add_argument("run_dir", type=Path, help="the folder the workflow runs in (results/cfl and results/settings/cfl_train.json inside); only read")
+    progress.set_defaults(func=deferred(f"{UNIT}.progress", "progress_command"))

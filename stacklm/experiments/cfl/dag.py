@@ -19,7 +19,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
-from stacklm.experiments.cfl.search import CflRun, grid
+from stacklm.experiments.cfl.search import CflRun, grid, language_runs
 from stacklm.experiments.cfl.settings import ACTION_LANGUAGE, ACTION_MODELS, CflSettings
 from stacklm.experiments.common import FIGURE_EXTENSIONS, architecture_name, architecture_slug, job_groups, one_per_job
 
@@ -141,7 +141,7 @@ def run_groups(cfl: CflSettings, runs_per_job: int) -> list[CflRunGroup]:
         return []
     groups = []
     for language in cfl.languages:
-        runs = [run for model in cfl.models for run in grid(cfl, language, model)]
+        runs = language_runs(cfl, language)
         for actions in (False, True):
             kept = [run for run in runs if logs_actions(run) == actions]
             first = 1 + sum(group.language == language for group in groups)

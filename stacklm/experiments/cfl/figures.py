@@ -33,9 +33,9 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from stacklm.atomic import write_text_atomically
 from stacklm.parquet_file import read_parquet
 from stacklm.errors import StacklmError  # noqa: E402
-from stacklm.evaluation.cfl_metric import DELTA  # noqa: E402
+from stacklm.evaluation.cfl_metric import DELTA, NEAR_OPTIMAL  # noqa: E402
 from stacklm.experiments.cfl.actions import ACTIONS_SCHEMA, MARKER  # noqa: E402
-from stacklm.experiments.cfl.search import best_delta  # noqa: E402
+from stacklm.experiments.cfl.search import best_delta, best_epoch  # noqa: E402
 from stacklm.experiments.cfl.settings import PDA_SIZES  # noqa: E402
 from stacklm.models.cfl_names import CFL_MODELS  # noqa: E402
 from stacklm.models.registry import get_architecture  # noqa: E402
@@ -98,15 +98,12 @@ def plot_test_by_length(metrics: pd.DataFrame, paths: Sequence[str | Path]) -> N
     _save(figure, paths)
 
 
-NEAR_OPTIMAL = 0.05
-"""The paper's "near-optimal" bound on validation Δ, in nats per symbol (DuSell & Chiang, 2022, §4)."""
-
-
 def summary_markdown(curves: pd.DataFrame, metrics: pd.DataFrame) -> str:
     """A Markdown table, a row per (language, model) of the selected curves: the run (its setting),
-    its epochs, its best epoch (the lowest validation cross-entropy), validation Δ there, whether
-    that is within :data:`NEAR_OPTIMAL`, test Δ over the whole test set, and the run's training
-    time in hours. A model without a test Δ in ``metrics`` is refused."""
+    its epochs, its best epoch (:func:`~stacklm.experiments.cfl.search.best_epoch`), validation Δ
+    there, whether that is within :data:`~stacklm.evaluation.cfl_metric.NEAR_OPTIMAL`, test Δ over
+    the whole test set, and the run's training time in hours. A model without a test Δ in
+    ``metrics`` is refused."""
     test = metrics[(metrics["split"] == "test") & (metrics["metric"] == DELTA) & metrics["length"].isna()]
     lines = [
         "| language | model | run | epochs | best epoch | validation Δ | within 0.05 | test Δ | hours |",
@@ -117,12 +114,11 @@ def summary_markdown(curves: pd.DataFrame, metrics: pd.DataFrame) -> str:
         for model in _ordered(rows["architecture"].unique().tolist(), CFL_MODELS):
             curve = rows[rows["architecture"] == model].sort_values("epoch")
             delta = best_delta(curve)
-            best_epoch = int(curve["epoch"].to_numpy()[curve["validation_cross_entropy"].to_numpy(dtype=float).argmin()])
             value = test[(test["task"] == language) & (test["architecture"] == model)]["value"]
             if len(value) != 1:
                 raise StacklmError(f"the metrics hold {len(value)} whole-set test Δ values for {model} on {language}; one was expected")
             lines.append(
-                f"| {language} | {get_architecture(model).label} | {curve['setting'].iloc[0]} | {int(curve['epoch'].max())} | {best_epoch} "
+                f"| {language} | {get_architecture(model).label} | {curve['setting'].iloc[0]} | {int(curve['epoch'].max())} | {int(best_epoch(curve)['epoch'])} "
                 f"| {delta:.3f} | {'yes' if delta <= NEAR_OPTIMAL else 'no'} | {float(value.iloc[0]):.3f} "
                 f"| {float(curve['wall_time_s'].iloc[0]) / 3600:.2f} |"
             )

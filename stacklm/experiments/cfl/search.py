@@ -80,6 +80,11 @@ def grid(settings: CflSettings, language: str, model: str) -> list[CflRun]:
     ]
 
 
+def language_runs(settings: CflSettings, language: str) -> list[CflRun]:
+    """Every run of ``language``: each model's grid (:func:`grid`), in the order of ``settings.models``."""
+    return [run for model in settings.models for run in grid(settings, language, model)]
+
+
 @dataclass(frozen=True)
 class RunSeeds:
     data: int
@@ -96,12 +101,16 @@ def run_seeds(run: CflRun) -> RunSeeds:
     return RunSeeds(data=seed("data"), parameters=seed("parameters"), shuffle=seed("shuffle"))
 
 
-def best_delta(curve: pd.DataFrame) -> float:
-    """A run's validation Δ at its best epoch (the lowest validation cross-entropy)."""
+def best_epoch(curve: pd.DataFrame) -> pd.Series:
+    """A run's best epoch, its row of ``curve``: the lowest validation cross-entropy (the first on ties)."""
     if curve.empty:
         raise StacklmError("a learning curve has no checkpoint")
-    best = curve["validation_cross_entropy"].to_numpy(dtype=float).argmin()
-    return float(curve[DELTA].to_numpy(dtype=float)[best])
+    return curve.iloc[curve["validation_cross_entropy"].to_numpy(dtype=float).argmin()]
+
+
+def best_delta(curve: pd.DataFrame) -> float:
+    """A run's validation Δ at its best epoch (:func:`best_epoch`)."""
+    return float(best_epoch(curve)[DELTA])
 
 
 def select_run(curves: Sequence[pd.DataFrame]) -> int:

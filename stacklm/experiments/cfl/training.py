@@ -24,13 +24,13 @@ from typing import Any, TextIO
 import pyarrow as pa
 import torch
 
-from stacklm.cfl.datasets import true_cross_entropy
+from stacklm.cfl.datasets import CflDataset, true_cross_entropy
 from stacklm.cfl.languages import LANGUAGES
 from stacklm.errors import StacklmError, UsageError
 from stacklm.evaluation.cfl_metric import DELTA
 from stacklm.experiments.cfl.actions import ActionLog, actions_table, check_logged_run, logged_string
 from stacklm.experiments.cfl.data import sample_run_data
-from stacklm.experiments.cfl.search import CflRun, parse_setting, run_seeds
+from stacklm.experiments.cfl.search import CflRun, RunSeeds, parse_setting, run_seeds
 from stacklm.experiments.cfl.settings import PDA_SIZES, VECTOR_MODELS, CflSettings
 from stacklm.experiments.common import per_run, train_each, with_cadence
 from stacklm.kernels import backend as backends
@@ -39,7 +39,7 @@ from stacklm.models.registry import build_model, get_architecture
 from stacklm.settings_file import read_settings
 from stacklm.tracking.finished_run import run_metadata, save_trained_model
 from stacklm.tracking.records import curve_table, write_table
-from stacklm.training.config import TrainingSettings, cfl_train_config
+from stacklm.training.config import TrainConfig, TrainingSettings, cfl_train_config
 from stacklm.training.loop import StopRequest
 from stacklm.training.resumable import resumable_training
 from stacklm.training.run_files import choose_device, set_threads
@@ -120,34 +120,77 @@ class Placement:
     resume_other_backend: bool = False
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a grid run trains on and what determines its parameters, derived from its grid point and
+    the ``cfl`` settings alone: the same in every session of the run, and for a reader of its state
+    (``stacklm cfl progress``)."""
+
+    run: CflRun
+    cfl: CflSettings
+    seeds: RunSeeds
+    options: ModelOptions
+    config: TrainConfig  # the App. 8 schedule, capped at cfl.max_epochs
+    training_strings: list[list[int]]
+    validation: CflDataset  # S_val, each string with ln p_true(w)
+    true_cross_entropy: float  # H(S_val, p_true), nats per symbol
+    data_version: str  # sha256 of the training and validation strings
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The run's record in ``model.pt`` and ``train.parquet``'s config, but the backend."""
+        run = self.run
+        return {
+            "language": run.language,
+            "architecture": run.model,
+            "learning_rate": run.learning_rate,
+            "vector_size": run.vector_size,
+            "restart": run.restart,
+            "seeds": asdict(self.seeds),
+            "model": asdict(self.options),
+            "train_config": self.config.record(),
+            "cfl": asdict(self.cfl),
+        }
+
+    @property
+    def fingerprint_source(self) -> dict[str, Any]:
+        """What determines the trained parameters: its fingerprint keys the run's resumable state
+        (:func:`stacklm.training.checkpoint.keyed_path`)."""
+        settings = self.settings
+        return {key: settings[key] for key in ("language", "architecture", "seeds", "model", "train_config")} | {"data_version": self.data_version}
+
+    def delta(self, validation_cross_entropy: float) -> float:
+        """Validation Δ = H(S_val, p_M) − H(S_val, p_true) of an epoch whose validation cross-entropy is H(S_val, p_M)."""
+        return validation_cross_entropy - self.true_cross_entropy
+
+
+def run_inputs(run: CflRun, cfl: CflSettings) -> RunInputs:
+    """``run``'s sizes, seeds, schedule and data (its training and validation sets sampled and the
+    validation set scored: seconds on one core, a run's whole validation set through the inside algorithm)."""
+    seeds = run_seeds(run)
+    training_strings, validation = sample_run_data(LANGUAGES[run.language], seeds.data, cfl.train_batches, cfl.validation_batches)
+    return RunInputs(
+        run=run,
+        cfl=cfl,
+        seeds=seeds,
+        options=model_options(run.language, run.model, run.vector_size),
+        config=replace(cfl_train_config(run.learning_rate), max_epochs=cfl.max_epochs),
+        training_strings=training_strings,
+        validation=validation,
+        true_cross_entropy=true_cross_entropy(validation),
+        data_version=hashlib.sha256(json.dumps([training_strings, validation.strings]).encode()).hexdigest(),
+    )
+
+
 def train_run(
     planned: PlannedRun, cfl: CflSettings, training: TrainingSettings, placement: Placement, stop_request: StopRequest, stream: TextIO | None
 ) -> None:
     """Train one grid run and write its ``model.pt``, ``train.parquet`` and, when asked, ``actions.parquet``."""
     run = planned.run
-    options = model_options(run.language, run.model, run.vector_size)
-    seeds = run_seeds(run)
-    config = replace(cfl_train_config(run.learning_rate), max_epochs=cfl.max_epochs)
-
+    inputs = run_inputs(run, cfl)
     language = LANGUAGES[run.language]
-    training_strings, validation = sample_run_data(language, seeds.data, cfl.train_batches, cfl.validation_batches)
-    true_validation = true_cross_entropy(validation)
-    data_version = hashlib.sha256(json.dumps([training_strings, validation.strings]).encode()).hexdigest()
-    run_settings: dict[str, Any] = {
-        "language": run.language,
-        "architecture": run.model,
-        "learning_rate": run.learning_rate,
-        "vector_size": run.vector_size,
-        "restart": run.restart,
-        "seeds": asdict(seeds),
-        "model": asdict(options),
-        "train_config": config.record(),
-        "cfl": asdict(cfl),
-    } | backends.record(placement.backend)
-    determining = ("language", "architecture", "seeds", "model", "train_config")
-    fingerprint_source = {key: run_settings[key] for key in determining} | {"data_version": data_version}
-
-    model = build_model(run.model, language.vocabulary_size, options=options, generator=torch.Generator().manual_seed(seeds.parameters))
+    run_settings = inputs.settings | backends.record(placement.backend)
+    model = build_model(run.model, language.vocabulary_size, options=inputs.options, generator=torch.Generator().manual_seed(inputs.seeds.parameters))
     backends.accelerate(model, placement.backend)
     action_log = None
     if planned.actions is not None:  # Figure 2: the stack actions on one fixed string, every cfl.action_log_every updates
@@ -155,9 +198,9 @@ def train_run(
         action_log = ActionLog(model, logged_string(run.language), language.terminal_names, cfl.action_log_every)
     result = resumable_training(
         model,
-        StringData(training_strings, validation.strings, config, seed=seeds.shuffle, eos_index=language.eos),
-        config,
-        fingerprint_source=fingerprint_source,
+        StringData(inputs.training_strings, inputs.validation.strings, inputs.config, seed=inputs.seeds.shuffle, eos_index=language.eos),
+        inputs.config,
+        fingerprint_source=inputs.fingerprint_source,
         checkpoint=planned.checkpoint,
         device=placement.device,
         progress_interval_s=training.progress_interval_s,
@@ -180,13 +223,13 @@ def train_run(
         seed=run.restart,
         learning_rate=run.learning_rate,
         tokens_per_batch=None,
-        data_version=data_version,
+        data_version=inputs.data_version,
     )
     save_trained_model(planned.out / "model.pt", model, language.terminal_names, metadata, run_settings)
     curve = curve_table(result.curve, metadata)
-    deltas = [record.validation_cross_entropy - true_validation for record in result.curve]
+    deltas = [inputs.delta(record.validation_cross_entropy) for record in result.curve]
     curve = with_run_columns(curve, run)
-    curve = curve.append_column("true_cross_entropy", pa.array([true_validation] * len(deltas), pa.float64()))
+    curve = curve.append_column("true_cross_entropy", pa.array([inputs.true_cross_entropy] * len(deltas), pa.float64()))
     curve = curve.append_column(DELTA, pa.array(deltas, pa.float64()))
     write_table(curve, planned.out / "train.parquet")
 

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
-from typing import Iterator
 
 from stacklm.atomic import write_text_atomically
 from stacklm.errors import StacklmError, located
 from stacklm.experiments.common import architecture_name
 from stacklm.experiments.transformations.dag import CHECKPOINT, PHASES, RUN_CURVE, RUN_METRICS, hparams_path
-from stacklm.report.progress import RunProgress, ended_run, markdown_table, plot_progress, render_page, training_run
+from stacklm.report.progress import RunProgress, ended_run, markdown_table, matches, plot_progress, render_page, training_run
 from stacklm.settings_file import build, read_json
 from stacklm.training.checkpoint import keyed_path
 from stacklm.training.config import Hyperparameters
@@ -37,15 +35,6 @@ from stacklm.training.config import Hyperparameters
 WILDCARDS = {"task": r"[^/]+", "architecture": r"[^/]+", "phase": "|".join(PHASES), "index": r"[0-9]+", "fingerprint": r"[0-9a-f]{16}"}
 STATE = str(keyed_path(CHECKPOINT, "{fingerprint}"))  # results/checkpoints/{task}/{architecture}/{phase}/{index}.{fingerprint}.pt
 RunKey = tuple[str, str, str, int]  # task, architecture slug, phase, index
-
-
-def matches(root: Path, pattern: str) -> Iterator[tuple[Path, dict[str, str]]]:
-    """The files under ``root`` that the DAG's ``pattern`` names, with its wildcards' values."""
-    regex = re.compile(re.sub(r"\\\{(\w+)\\\}", lambda match: f"(?P<{match[1]}>{WILDCARDS[match[1]]})", re.escape(pattern)))
-    for path in sorted(root.glob(re.sub(r"\{\w+\}", "*", pattern))):
-        found = regex.fullmatch(path.relative_to(root).as_posix())
-        if found is not None and path.is_file():
-            yield path, found.groupdict()
 
 
 def run_key(wildcards: dict[str, str]) -> RunKey:
@@ -58,14 +47,14 @@ def find_runs(run_dir: Path) -> tuple[list[RunProgress], list[str]]:
         raise located(run_dir / "results", None, "no such folder: RUN_DIR is the folder the workflow runs in, with results/ inside")
     runs: dict[RunKey, RunProgress] = {}
     warnings: list[str] = []
-    for path, wildcards in matches(run_dir, RUN_CURVE):
+    for path, wildcards in matches(run_dir, RUN_CURVE, WILDCARDS):
         metrics = run_dir / RUN_METRICS.format(**wildcards)
         try:
             runs[run_key(wildcards)] = ended_run(path, metrics if metrics.is_file() else None)
         except StacklmError as error:
             warnings.append(str(error))
     states: dict[RunKey, Path] = {}
-    for path, wildcards in matches(run_dir, STATE):
+    for path, wildcards in matches(run_dir, STATE, WILDCARDS):
         key = run_key(wildcards)
         if key not in runs and (key not in states or modified(path) > modified(states[key])):
             states[key] = path
