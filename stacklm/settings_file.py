@@ -20,6 +20,8 @@ from typing import Any, Iterator, Literal, Mapping, TypeVar, Union, get_args, ge
 
 from stacklm.errors import StacklmError, located
 
+SETTINGS_FILE = "results/settings/{reader}.json"  # in the workflow, the sections of the settings one kind of job reads
+
 SECTIONS = "sections"
 SettingsT = TypeVar("SettingsT")
 

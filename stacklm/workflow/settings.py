@@ -37,12 +37,11 @@ from stacklm.experiments.transformations.settings import (
     SearchSettings,
 )
 from stacklm.models.options import ModelSettings
-from stacklm.settings_file import SECTIONS, build
+from stacklm.settings_file import SECTIONS, SETTINGS_FILE, build
 from stacklm.tasks import TASK_NAMES
 from stacklm.tracking.mlflow_mirror import TrackingSettings
 from stacklm.training.config import TrainingSettings
 
-SETTINGS_FILE = "results/settings/{reader}.json"  # the sections of the settings one kind of job reads
 
 # Settings that say how often a job reports, never what it computes: they belong to no reader's
 # file (nor to any run's fingerprint), so that changing them reruns nothing. The file of the reader

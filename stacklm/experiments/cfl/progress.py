@@ -47,10 +47,9 @@ from stacklm.experiments.common import architecture_name
 from stacklm.models.cfl_names import CFL_MODELS
 from stacklm.models.registry import get_architecture
 from stacklm.report.progress import RunProgress, ended_state, markdown, matches, newest_file_time, number, read_curve, training_run
-from stacklm.settings_file import read_settings
+from stacklm.settings_file import SETTINGS_FILE, read_settings
 from stacklm.tracking.records import CHECKPOINT_SCHEMA
 from stacklm.training.checkpoint import fingerprint, keyed_path
-from stacklm.workflow.settings import settings_file
 
 # What each wildcard of the DAG's paths may hold here (as in workflow/rules/cfl.smk).
 WILDCARDS = {"language": r"[a-z0-9-]+", "model": r"cfl-[^/]+", "setting": r"lr[^/]+", "fingerprint": r"[0-9a-f]{16}"}
@@ -79,7 +78,7 @@ def find_runs(run_dir: Path) -> tuple[list[CflProgress], list[CflRun], list[str]
     the settings' grid; and a warning naming each file not read."""
     if not (run_dir / "results/cfl").is_dir():
         raise located(run_dir / "results/cfl", None, "no such folder: RUN_DIR is the folder the workflow runs in, with results/cfl inside once a CFL job has run")
-    settings = run_dir / settings_file("cfl_train")
+    settings = run_dir / SETTINGS_FILE.format(reader="cfl_train")  # the settings the grid runs train with
     cfl = read_settings(settings).section("cfl", CflSettings)
     runs: dict[CflRun, CflProgress] = {}
     warnings: list[str] = []
