@@ -27,10 +27,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "lanes.h"
+
+// glibc's vector math library (libmvec) has SIMD exp and log; declared here so that the `omp simd`
+// loops of ``lanes_exp`` and ``lanes_log`` call them (glibc declares them only under -ffast-math,
+// which this file does not use).
+extern "C" {
+__attribute__((simd("notinbranch"))) float expf(float);
+__attribute__((simd("notinbranch"))) double exp(double);
+__attribute__((simd("notinbranch"))) float logf(float);
+__attribute__((simd("notinbranch"))) double log(double);
+}
 
 namespace {
 
@@ -76,16 +87,25 @@ struct Sizes {
   int64_t columns() const { return (capacity + 1) * configs; }  // α̂[0 … capacity][c], or T_t[c]
 };
 
-// Lane by lane: exp and log (the DP's few per step; the products are vector operations).
+// exp and log of each lane, through libmvec's vector functions where the loop vectorizes (the DP's
+// few per step, about 2N² + NQ exps per group; the products are vector operations).
 template <typename T, int L>
 Vec<T, L> lanes_exp(Vec<T, L> value) {
-  for (int64_t lane = 0; lane < L; ++lane) value[lane] = std::exp(value[lane]);
+  T lanes[L];
+  std::memcpy(lanes, &value, sizeof lanes);
+#pragma omp simd
+  for (int lane = 0; lane < L; ++lane) lanes[lane] = std::exp(lanes[lane]);
+  std::memcpy(&value, lanes, sizeof lanes);
   return value;
 }
 
 template <typename T, int L>
 Vec<T, L> lanes_log(Vec<T, L> value) {
-  for (int64_t lane = 0; lane < L; ++lane) value[lane] = std::log(value[lane]);
+  T lanes[L];
+  std::memcpy(lanes, &value, sizeof lanes);
+#pragma omp simd
+  for (int lane = 0; lane < L; ++lane) lanes[lane] = std::log(lanes[lane]);
+  std::memcpy(&value, lanes, sizeof lanes);
   return value;
 }
 
@@ -109,23 +129,24 @@ template <typename T, int L>
 LogWeights<T, L> load_weights(const Sizes& sizes, const at::Tensor& logits, bool normalize, int64_t first) {
   const int64_t N = sizes.configs, Q = sizes.states, width = 2 * N + Q, batch = logits.size(0);
   LogWeights<T, L> weights{std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * N), std::vector<Vec<T, L>>(N * Q)};
-  for (int64_t lane = 0; lane < L; ++lane) {
-    const T* element = logits.data_ptr<T>() + std::min(first + lane, batch - 1) * logits.stride(0);
-    for (int64_t b = 0; b < N; ++b) {
-      const T* row = element + b * width;
-      T offset = 0;
-      if (normalize) {
-        const T largest = *std::max_element(row, row + width);
-        T sum = 0;
-        for (int64_t j = 0; j < width; ++j) sum += std::exp(row[j] - largest);
-        offset = largest + std::log(sum);
-      }
-      for (int64_t c = 0; c < N; ++c) {
-        weights.push[b * N + c][lane] = row[c] - offset;
-        weights.replace[b * N + c][lane] = row[N + c] - offset;
-      }
-      for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r][lane] = row[2 * N + r] - offset;
+  std::vector<Vec<T, L>> row(width);
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t lane = 0; lane < L; ++lane) {
+      const T* element = logits.data_ptr<T>() + std::min(first + lane, batch - 1) * logits.stride(0) + b * width;
+      for (int64_t j = 0; j < width; ++j) row[j][lane] = element[j];
     }
+    Vec<T, L> offset = splat<T, L>(0);
+    if (normalize) {
+      Vec<T, L> largest = row[0], sum = splat<T, L>(0);
+      for (int64_t j = 1; j < width; ++j) largest = maximum<T, L>(largest, row[j]);
+      for (int64_t j = 0; j < width; ++j) sum += lanes_exp<T, L>(row[j] - largest);
+      offset = largest + lanes_log<T, L>(sum);
+    }
+    for (int64_t c = 0; c < N; ++c) {
+      weights.push[b * N + c] = row[c] - offset;
+      weights.replace[b * N + c] = row[N + c] - offset;
+    }
+    for (int64_t r = 0; r < Q; ++r) weights.pop[b * Q + r] = row[2 * N + r] - offset;
   }
   return weights;
 }

@@ -104,7 +104,7 @@ def load() -> None:
                 name=name,
                 sources=[str(SOURCE)],
                 extra_cflags=build.compile_flags(),
-                extra_ldflags=["-fopenmp"],
+                extra_ldflags=["-fopenmp", "-lmvec"],
                 build_directory=str(directory),
                 is_python_module=False,
                 verbose=False,
