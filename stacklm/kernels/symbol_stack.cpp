@@ -219,6 +219,12 @@ Vec<T, L> bounded_exp(Vec<T, L> value) {
 bool forward_descending(int64_t t) { return t % 2 == 1; }
 bool backward_descending(int64_t t) { return t % 2 == 0; }
 
+// Rows (i, a) taken together by the forward's pop of a group of L lanes: 3 in a full group, whose
+// loads of W[k] (N·|Q| vectors of 32 bytes per column k, from L2 once the rows' shares have pushed
+// them out of L1) cost as much as the shares' own; one in a group of 2 or 4 lanes, where taking
+// rows together did not pay (its W stays in L1).
+constexpr int64_t pop_rows_of(int L) { return L == LANE_COUNT ? 3 : 1; }
+
 template <typename T, int L, int QC, int SC>
 void forward_group(const Sizes& sizes, int64_t t, const LogWeights<T, L>& weights, Vec<T, L>* shares, Vec<T, L>* alpha,
                    Vec<T, L>* totals, Vec<T, L>* scales) {
@@ -241,21 +247,41 @@ void forward_group(const Sizes& sizes, int64_t t, const LogWeights<T, L>& weight
       for (int64_t c = 0; c < N; ++c) {
         column[c] = sums[c];
         push_total[c] += sums[c];
-        sums[c] = splat<T, L>(0);
       }
-      const Vec<T, L>* below = shares + sizes.entry(i, a, i + 1);
-      for (int64_t k = i + 1; k + 2 <= t; ++k, below += N) {
-        const Vec<T, L>* flow = products.flow.data() + k * N * Q;
-        for (int64_t u = 0; u < Q; ++u) {
-          for (int64_t y = 0; y < S; ++y) {
-            const Vec<T, L> share = below[u * S + y];
-            for (int64_t r = 0; r < Q; ++r) sums[r * S + y] += share * flow[(u * S + y) * Q + r];
+    }
+    // The pop of rows (i, a) … (i, a + R − 1) together: each load of W[k] serves R rows.
+    for (int64_t a = 0; a < N; a += pop_rows_of(L)) {
+      auto pop_rows = [&](auto count) {
+        constexpr int R = decltype(count)::value;
+        Vec<T, L> sums[R][QC && SC ? QC * SC : 64] = {};
+        const Vec<T, L>* below[R];
+        for (int row = 0; row < R; ++row) below[row] = shares + sizes.entry(i, a + row, i + 1);
+        for (int64_t k = i + 1; k + 2 <= t; ++k) {
+          const Vec<T, L>* flow = products.flow.data() + k * N * Q;
+          for (int64_t u = 0; u < Q; ++u) {
+            for (int64_t y = 0; y < S; ++y) {
+              for (int row = 0; row < R; ++row) {
+                const Vec<T, L> share = below[row][u * S + y];
+                for (int64_t r = 0; r < Q; ++r) sums[row][r * S + y] += share * flow[(u * S + y) * Q + r];
+              }
+            }
+          }
+          for (int row = 0; row < R; ++row) below[row] += N;
+        }
+        for (int row = 0; row < R; ++row) {
+          for (int64_t c = 0; c < N; ++c) {
+            popped[(i * N + a + row) * N + c] = sums[row][c];
+            pop_total[c] += sums[row][c];
           }
         }
-      }
-      for (int64_t c = 0; c < N; ++c) {
-        popped[(i * N + a) * N + c] = sums[c];
-        pop_total[c] += sums[c];
+      };
+      const int64_t rows = std::min<int64_t>(pop_rows_of(L), N - a);
+      if (rows == 3) {
+        pop_rows(std::integral_constant<int, 3>());
+      } else if (rows == 2) {
+        pop_rows(std::integral_constant<int, 2>());
+      } else {
+        pop_rows(std::integral_constant<int, 1>());
       }
     }
   }
