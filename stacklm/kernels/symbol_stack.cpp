@@ -220,9 +220,9 @@ bool forward_descending(int64_t t) { return t % 2 == 1; }
 bool backward_descending(int64_t t) { return t % 2 == 0; }
 
 // Rows (i, a) taken together by the forward's pop of a group of L lanes: 3 in a full group, whose
-// loads of W[k] (N·|Q| vectors of 32 bytes per column k, from L2 once the rows' shares have pushed
-// them out of L1) cost as much as the shares' own; one in a group of 2 or 4 lanes, where taking
-// rows together did not pay (its W stays in L1).
+// loads of W[k] (N·|Q| vectors per column k against the row's N shares, from L2 once the rows'
+// shares have pushed them out of L1) cost more than the shares' own; one in a group of 2 or 4
+// lanes, where taking rows together did not pay (its W stays in L1).
 constexpr int64_t pop_rows_of(int L) { return L == LANE_COUNT ? 3 : 1; }
 
 template <typename T, int L, int QC, int SC>
