@@ -29,12 +29,17 @@ prepare() {
   fi
 }
 
-# step NAME PRESET TARGET...: Snakemake in runs/NAME, $cores jobs at once, one thread each.
+# step NAME PRESET TARGET...: Snakemake in runs/NAME, $cores jobs at once, one thread each. The
+# settings files the run has written are brought up to date first, in a call of their own: a call
+# that rewrites one (after a move to another commit) schedules no job after it, the jobs that read
+# it being judged in the next call, so the targets' jobs would wait for the script's next step.
 step() {
   local name=$1 preset=$2
   shift 2
   (cd "$root/runs/$name" && export PYTHONPATH=$PWD \
     && snakemake --unlock $(configuration) --config preset="$preset" >/dev/null 2>&1
+    settings=(results/settings/*.json)
+    [ -e "${settings[0]}" ] && snakemake --cores 1 $(configuration) --config preset="$preset" -- "${settings[@]}" >/dev/null 2>&1
     date -u +"$name $preset start %FT%TZ"
     snakemake --profile profiles/cpu --cores "$cores" $(configuration) --config preset="$preset" \
       --rerun-incomplete --keep-going -- "$@"
