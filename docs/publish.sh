@@ -10,7 +10,8 @@
 #                    between the same markers in README.md where the README holds them
 #   curves.png       `stacklm curves` of the final runs' checkpoints (FA and PA on test and generalization)
 #   constructions.md, .parquet
-#                    `stacklm constructions`: the final runs' generalization FA and PA per construction
+#                    `stacklm constructions`: the final runs' generalization FA and PA per construction,
+#                    scored by the run's own checkout (its models, its kernels), as its metrics were
 # Each ARCHITECTURE:SEEDS names an architecture's slug and its seeds 1 to SEEDS: every one of them,
 # none chosen by hand. Each --config ENTRY is a Snakemake config entry the settings are resolved with
 # besides the preset, e.g. 'report={log_ratio: of_means}' for a run whose checkout predates that default. tests/report/test_published.py renders the table again from metrics.parquet
@@ -48,7 +49,7 @@ stacklm aggregate --out "$out/metrics.parquet" "${metrics[@]}"
 stacklm report --metrics "$out/metrics.parquet" --settings "$out/settings.json" --tables "$out/table.tex" \
   --markdown "$out/table.md" --markdown-means "$out/table-means.md" --document "$scratch/report.tex" --figures "$scratch/figure3.png"
 stacklm curves --out "$scratch/curves.parquet" --figures "$out/curves.png" -- "${curves[@]}"
-(cd "$root" && stacklm constructions --data-dir "$(realpath --relative-to="$root" "$run")/results/data/question-formation" \
+(cd "$root" && PYTHONPATH=$run stacklm constructions --data-dir "$(realpath --relative-to="$root" "$run")/results/data/question-formation" \
   --markdown "$out/constructions.md" --parquet "$out/constructions.parquet" "${runs[@]}")
 python "$root/docs/put-table.py" "$out/table.md" "$(basename "$out")" "$out.md"
 python "$root/docs/put-table.py" "$out/table-means.md" "$(basename "$out")" "$root/README.md" --if-present
