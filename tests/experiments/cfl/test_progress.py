@@ -7,7 +7,6 @@ import json
 import math
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -25,6 +24,7 @@ from stacklm.experiments.common import architecture_slug
 from stacklm.report.progress import CONVERGED, MAX_EPOCHS, UNFINISHED
 from stacklm.settings_file import read_settings
 from stacklm.training import checkpoint
+from tests.training.killed import killed_after_save
 
 LANGUAGE = "marked-reversal"
 CFL = {"languages": [LANGUAGE], "models": ["cfl/LSTM", "cfl/Gref"], "learning_rates": [0.01], "vector_sizes": [2], "restarts": 2,
@@ -32,10 +32,6 @@ CFL = {"languages": [LANGUAGE], "models": ["cfl/LSTM", "cfl/Gref"], "learning_ra
 ENDED = CflRun(LANGUAGE, "cfl/LSTM", 0.01, None, 1)
 KILLED = CflRun(LANGUAGE, "cfl/Gref", 0.01, 2, 1)
 STALE = CflRun(LANGUAGE, "cfl/LSTM", 0.01, None, 2)  # only a state of another config
-
-
-class Killed(Exception):
-    """The training process dies (``kill -9``) just after a state is saved."""
 
 
 def path(run_dir: Path, pattern: str, run: CflRun) -> Path:
@@ -55,17 +51,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "results/settings").mkdir(parents=True)
     (folder / "results/settings/cfl_train.json").write_text(json.dumps({"cfl": CFL, "training": {"progress_interval_s": 30}}))
     assert train(folder, ENDED) == 0
-    with pytest.MonkeyPatch.context() as patch:
-        save = checkpoint.save
-
-        def save_then_die(state: Path, payload: dict[str, Any]) -> None:
-            save(state, payload)
-            if len(payload["curve"]) == 1:
-                raise Killed
-
-        patch.setattr(checkpoint, "save", save_then_die)
-        with pytest.raises(Killed):
-            train(folder, KILLED)
+    with killed_after_save(1):
+        train(folder, KILLED)
     stale = path(folder, dag.CFL_CHECKPOINT, STALE).with_name(f"{STALE.setting}.0123456789abcdef.pt")
     shutil.copyfile(state_of(folder, KILLED), stale)
     return folder

@@ -4,7 +4,6 @@ unreadable state; every row checked against values read from the files themselve
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -19,14 +18,11 @@ from stacklm.report.progress import CONVERGED, EVALUATED, MAX_EPOCHS, UNFINISHED
 from stacklm.tasks import get_task
 from stacklm.tracking.records import CHECKPOINT_SCHEMA, CURVE_SCORES, checkpoint_table
 from stacklm.training import checkpoint
+from tests.training.killed import killed_after_save
 from stacklm.training.run_state import CheckpointRecord
 
 TASK = "question-formation"
 HPARAMS = {1: {"learning_rate": 0.005, "tokens_per_batch": 256, "max_epochs": 1}, 2: {"learning_rate": 0.002, "tokens_per_batch": 300, "max_epochs": 1}}
-
-
-class Killed(Exception):
-    """The training process dies (``kill -9``) just after a checkpoint is saved."""
 
 
 def path(run_dir: Path, pattern: str, phase: str, index: int) -> Path:
@@ -68,17 +64,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert train(folder, "final", 1) == 0
     assert cli.main(["evaluate", "--task", TASK, "--run", str(path(folder, dag.RUN_DIR, "final", 1)), "--data-dir", str(results / "data" / TASK),
                      "--settings", str(results / "settings/evaluate.json"), "--out", str(path(folder, dag.RUN_METRICS, "final", 1))]) == 0  # fmt: skip
-    with pytest.MonkeyPatch.context() as patch:
-        save = checkpoint.save
-
-        def save_then_die(state: Path, payload: dict[str, Any]) -> None:
-            save(state, payload)
-            if len(payload["curve"]) == 2:
-                raise Killed
-
-        patch.setattr(checkpoint, "save", save_then_die)
-        with pytest.raises(Killed):
-            train(folder, "search", 2)
+    with killed_after_save(2):
+        train(folder, "search", 2)
     garbage = path(folder, dag.CHECKPOINT, "final", 2).with_name("2.0123456789abcdef.pt")
     garbage.write_bytes(b"not a checkpoint")
     return folder
